@@ -1,0 +1,195 @@
+"""Run configuration: typed, validated once, stored with each run as JSON.
+
+This module is imported by the backend, so it must stay light: pydantic and the stdlib only
+(no torch). Defaults follow the AERO paper (arXiv 2602.14338, Table 9) unless a comment says
+why the embedded tiny preset departs from them.
+
+Use :func:`parse_run_config` to build a config from untrusted input: it returns the config or
+raises :class:`ConfigError`, whose ``issues`` name every bad field by its dotted path
+(``aero.n_explore``), including cross-field rules pydantic cannot express per field.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+Method = Literal["grpo", "dapo", "aero", "aero-s1", "aero-s1s2"]
+METHODS: tuple[str, ...] = ("grpo", "dapo", "aero", "aero-s1", "aero-s1s2")
+LossAgg = Literal["seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class AEROConfig(_Strict):
+    """AERO allocation and curation (paper §4, Algorithm 1, Table 9 'AERO Sampling')."""
+
+    n_explore: int = Field(8, ge=1, description="Stage I exploration rollouts per prompt (paper: 8).")
+    n_max: int = Field(32, ge=1, description="Cap on rollouts per prompt, exploration included (paper: 32).")
+    delta_n: int = Field(2, ge=1, description="Extra rollouts per rescue prompt per rescue round (paper: 2 math, 4 code).")
+    k_max: int = Field(10, ge=0, description="Maximum rescue rounds K_max (paper: 10 math, 3 code).")
+    tau: float = Field(0.5, gt=0.0, le=1.0, description="Success-rate threshold between low- and high-success strata (paper: 0.5).")
+    S: int = Field(0, ge=0, description="Rescue threshold on correct count: prompts with c <= S are rescued (paper: 0).")
+    k: float = Field(1.0, description="Negatives kept per positive in low-success groups, m = min(k*c, #incorrect) (paper: 1; Thm 4.1 optimum).")
+    alpha0: float = Field(1.0, description="Beta prior alpha for the Bayesian baseline (paper: 1).")
+    beta0: float = Field(1.0, description="Beta prior beta for the Bayesian baseline (paper: 1).")
+    zero_variance_keep: int = Field(4, ge=1, description="Rollouts kept from a zero-variance group under S2 (paper §4.4: 4).")
+    negative_selection: Literal["random", "first", "longest", "shortest"] = Field(
+        "random",
+        description="Which incorrect rollouts S3 keeps. The paper says 'top-m most informative' without a definition; "
+        "default: uniformly at random (seeded). 'first' = generation order.",
+    )
+    rescue_negative: Literal["first", "random"] = Field(
+        "first", description="Which incorrect rollout joins the first correct one in a rescued group of 2."
+    )
+    zero_variance_selection: Literal["first", "random"] = Field(
+        "first", description="Which rollouts an S2 zero-variance group keeps."
+    )
+    budget_split: Literal["prompt-order", "round-robin"] = Field(
+        "prompt-order",
+        description="When the rescue budget cannot give delta_n to every active prompt in a round: 'prompt-order' gives "
+        "full delta_n shares in batch order (the last share may be partial); 'round-robin' deals one rollout at a time.",
+    )
+    rounds_per_call: int = Field(
+        1,
+        ge=1,
+        description="Rescue rounds generated per engine call. 1 = the paper's sequential rounds. R > 1 generates R rounds "
+        "speculatively in one batched call and replays them in generation order, so the curated groups equal "
+        "sequential rounds on the same samples; rollouts after a prompt's rescue are generated but not trained.",
+    )
+
+
+class DAPOConfig(_Strict):
+    """DAPO (Yu et al. 2025): clip-higher, token-level loss, overlong shaping, dynamic sampling."""
+
+    eps_low: float = Field(0.2, gt=0.0, lt=1.0, description="Lower clip range (DAPO: 0.2).")
+    eps_high: float = Field(0.28, gt=0.0, description="Upper clip range, 'clip-higher' (DAPO: 0.28).")
+    dynamic_sampling: bool = Field(True, description="Drop zero-variance groups and sample more prompt batches.")
+    max_gen_rounds: int = Field(
+        1,
+        ge=1,
+        description="Cap on prompt batches generated per step. 1 = the same rollout budget as GRPO (default, for "
+        "equal-budget comparisons); DAPO's paper keeps sampling (e.g. 3). When the cap is hit the step trains on the "
+        "groups it has and counts it.",
+    )
+    overlong_buffer: int = Field(4, ge=0, description="Soft overlong punishment buffer L_cache in tokens (0 = off).")
+    overlong_penalty: float = Field(1.0, ge=0.0, description="Maximum overlong penalty subtracted from the reward.")
+
+
+class OptimConfig(_Strict):
+    lr: float = Field(1e-4, gt=0.0, description="AdamW learning rate. Paper: 5e-6 for 1.5B-7B models; the 1M tiny policy needs ~1e-4.")
+    warmup_ratio: float = Field(0.03, ge=0.0, lt=1.0, description="Linear warmup as a fraction of steps (paper: 0.03).")
+    grad_clip: float = Field(1.0, gt=0.0, description="Gradient-norm clipping (paper: 1.0).")
+    weight_decay: float = Field(0.0, ge=0.0)
+    beta1: float = Field(0.9, ge=0.0, lt=1.0)
+    beta2: float = Field(0.999, ge=0.0, lt=1.0)
+
+
+class RunConfig(_Strict):
+    """One training run. Stored with the run as JSON (``model_dump(mode='json')``)."""
+
+    name: str | None = Field(None, max_length=200)
+    method: Method = Field("aero", description="grpo | dapo | aero | aero-s1 (S1 only) | aero-s1s2 (S1+S2).")
+    engine: Literal["embedded", "verl"] = "embedded"
+    preset: Literal["tiny"] | None = Field("tiny", description="Embedded preset: the shipped ~1M-parameter policy on the synthetic arithmetic task.")
+    model_path: str | None = Field(None, description="Local Hugging Face model directory (used instead of a preset).")
+    task: Literal["arithmetic", "math"] = "arithmetic"
+    train_data: str | None = Field(None, description="Math task: local verl parquet or JSONL file.")
+    seed: int = Field(0, ge=0)
+    steps: int = Field(60, ge=1, le=1_000_000)
+    batch_prompts: int = Field(16, ge=1, le=65_536, description="Prompts per step P (paper: 256).")
+    n_total: int = Field(16, ge=2, le=4096, description="Rollout budget per prompt, the same for every method (paper: 16).")
+    temperature: float = Field(1.0, gt=0.0, le=10.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    max_new_tokens: int = Field(12, ge=1, description="Response length cap (paper: 1536; tiny preset: 12).")
+    max_prompt_tokens: int = Field(32, ge=1, description="Prompt length cap (paper: 1024; tiny preset: 32).")
+    clip_eps: float = Field(0.2, gt=0.0, lt=1.0, description="PPO clip range for GRPO/AERO (paper: 0.2).")
+    entropy_coef: float = Field(1e-3, ge=0.0, description="Entropy bonus coefficient (paper: 1e-3).")
+    kl_coef: float = Field(0.0, ge=0.0, description="k3 KL penalty to the initial policy (0 = off, no reference forward).")
+    loss_agg: LossAgg | None = Field(None, description="Loss aggregation; default: seq-mean-token-mean (GRPO/AERO), token-mean (DAPO).")
+    adv_estimator: Literal["grpo", "drgrpo"] = Field("grpo", description="grpo: (r-mean)/(std+eps); drgrpo: r-mean (Dr.GRPO).")
+    std_unbiased: bool = Field(True, description="Group std with Bessel's correction (as verl/torch.std).")
+    ppo_epochs: int = Field(1, ge=1, le=16, description="Passes over each step's batch (paper: 1).")
+    mini_batches: int = Field(1, ge=1, le=1024, description="Optimizer steps per pass.")
+    eval_every: int = Field(20, ge=0, description="Evaluate every K steps (0 = only at the end).")
+    eval_n: int = Field(8, ge=1, le=1024, description="Samples per eval problem (Avg@k / Pass@k with k <= eval_n).")
+    eval_problems: int = Field(64, ge=1, description="Problems per benchmark at eval.")
+    checkpoint_every: int = Field(20, ge=0, description="Checkpoint every K steps (0 = only at the end).")
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    dtype: Literal["auto", "float32", "bfloat16"] = Field("auto", description="auto: bfloat16 on CUDA, float32 on CPU.")
+    verifier_timeout_s: float = Field(5.0, gt=0.0, le=600.0)
+    aero: AEROConfig = Field(default_factory=AEROConfig)
+    dapo: DAPOConfig = Field(default_factory=DAPOConfig)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+
+    @property
+    def effective_loss_agg(self) -> str:
+        if self.loss_agg is not None:
+            return self.loss_agg
+        return "token-mean" if self.method == "dapo" else "seq-mean-token-mean"
+
+    @property
+    def strategies(self) -> tuple[bool, bool, bool]:
+        """Which AERO strategies (S1 rescue, S2 Bayesian, S3 rejection sampling) are on."""
+        return {
+            "aero": (True, True, True),
+            "aero-s1s2": (True, True, False),
+            "aero-s1": (True, False, False),
+        }.get(self.method, (False, False, False))
+
+
+class ConfigError(ValueError):
+    """A config that cannot run. ``issues`` is a list of (dotted field path, message)."""
+
+    def __init__(self, issues: list[tuple[str, str]]):
+        self.issues = issues
+        super().__init__("; ".join(f"{loc}: {msg}" for loc, msg in issues))
+
+
+def cross_field_issues(cfg: RunConfig) -> list[tuple[str, str]]:
+    """Rules that span fields. Each names the field a user should change."""
+    a, issues = cfg.aero, []
+    if a.n_explore > cfg.n_total:
+        issues.append(("aero.n_explore", f"must be <= n_total ({cfg.n_total}); got {a.n_explore}"))
+    if a.n_max < a.n_explore:
+        issues.append(("aero.n_max", f"must be >= aero.n_explore ({a.n_explore}); got {a.n_max}"))
+    if a.S * 2 > a.n_explore:
+        issues.append(("aero.S", f"must be in [0, n_explore/2] (paper §4.2.1); got {a.S} with n_explore {a.n_explore}"))
+    if a.k < 1:
+        issues.append(("aero.k", f"must be >= 1 (a 1:k positive:negative mix); got {a.k}"))
+    if a.alpha0 <= 0:
+        issues.append(("aero.alpha0", f"must be > 0 (Beta prior); got {a.alpha0}"))
+    if a.beta0 <= 0:
+        issues.append(("aero.beta0", f"must be > 0 (Beta prior); got {a.beta0}"))
+    if cfg.dapo.eps_high < cfg.dapo.eps_low:
+        issues.append(("dapo.eps_high", f"must be >= dapo.eps_low ({cfg.dapo.eps_low})"))
+    if cfg.dapo.overlong_buffer >= cfg.max_new_tokens:
+        issues.append(("dapo.overlong_buffer", f"must be < max_new_tokens ({cfg.max_new_tokens})"))
+    if (cfg.preset is None) == (cfg.model_path is None):
+        issues.append(("model_path", "give exactly one of preset or model_path"))
+    if cfg.task == "math" and not cfg.train_data:
+        issues.append(("train_data", "the math task needs a local parquet or JSONL file"))
+    if cfg.preset == "tiny" and cfg.task != "arithmetic":
+        issues.append(("task", "the tiny preset is trained on the arithmetic task"))
+    if cfg.mini_batches > cfg.batch_prompts:
+        issues.append(("mini_batches", f"must be <= batch_prompts ({cfg.batch_prompts})"))
+    if cfg.engine == "verl" and cfg.preset is not None:
+        issues.append(("engine", "the verl engine needs model_path (a real model), not a preset"))
+    return issues
+
+
+def parse_run_config(data: dict[str, Any] | RunConfig) -> RunConfig:
+    """Validate untrusted input into a RunConfig, or raise ConfigError naming every bad field."""
+    if isinstance(data, RunConfig):
+        data = data.model_dump()
+    try:
+        cfg = RunConfig.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError([(".".join(str(p) for p in err["loc"]) or "config", err["msg"]) for err in e.errors()]) from None
+    issues = cross_field_issues(cfg)
+    if issues:
+        raise ConfigError(issues)
+    return cfg

@@ -1,0 +1,57 @@
+"""The rollout-engine protocol: generate with a per-prompt sample count.
+
+AERO needs a different number of samples per prompt in every rescue round, so the protocol
+takes ``n_per_prompt`` as a list (one count per prompt, 0 allowed) rather than a single n.
+Engines: ``embedded`` (transformers + KV-cache sampling, CPU/CUDA) and ``vllm`` (optional).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 12
+
+
+@dataclass
+class Rollout:
+    """One sampled response. Token lists, not padded tensors: groups are variable-size and
+    are re-batched for training by ``trainer.rollout.batching.collate``."""
+
+    prompt_index: int  # index into the ``prompts`` list given to ``generate``
+    prompt_ids: list[int]
+    response_ids: list[int]  # generated tokens, EOS included when it was sampled
+    logprobs: list[float]  # behaviour-policy log-prob of each response token (at the sampling temperature)
+    finished: bool  # True if EOS was sampled; False if cut at max_new_tokens
+    round: int = 0  # generation round within the step (0 = first call)
+    reward: float = 0.0
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def length(self) -> int:
+        return len(self.response_ids)
+
+
+class RolloutEngine(Protocol):
+    def generate(
+        self,
+        prompts: Sequence[list[int]],
+        n_per_prompt: Sequence[int] | int,
+        sampling: SamplingParams,
+        generator: torch.Generator | None = None,
+    ) -> list[Rollout]:
+        """Sample ``n_per_prompt[i]`` responses for prompt i, all in one batched call.
+
+        Returns rollouts ordered by prompt, then by sample index within the prompt."""
+        ...
+
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        """Make the engine sample from ``model``'s current weights (no-op when shared)."""
+        ...
