@@ -1,0 +1,3 @@
+"""Trainer commands: pretrain, train, eval, bench."""
+
+from cli.main import app  # noqa: F401
