@@ -1,0 +1,484 @@
+"""AERO: Adaptive Efficient Rollout Optimization (arXiv 2602.14338, Algorithm 1, §4.1-4.4).
+
+Pure functions over numpy arrays (curation indices) and torch tensors (advantages); no model,
+no I/O. The training loop drives one step as:
+
+    1. explore   n_explore rollouts per prompt                         (§4.1)
+    2. stratify  -> RESCUE / LOW / HIGH                                 (§4.1, §4.2.1)
+    3. rescue    state = start_rescue(...); repeat
+                     plan = plan_rounds(state, R, ...)   # R = aero.rounds_per_call
+                     generate plan.sum(0)[p] rollouts for prompt p in one engine call
+                     state, used = replay(state, plan, new_rewards)
+                 until plan is empty                                    (§4.2.1, S1)
+    4-5. curate  -> kept rollouts, group kind, posterior mean u~       (§4.2.2 S2, §4.2.3 S3)
+    6. advantages = aero_advantages(...) then the GRPO clipped update.
+
+Every open interpretation is a named argument; docs/algorithms.md lists them with defaults.
+A rollout is *correct* iff its reward > 0.5 (verifiable rewards are binary {0, 1}).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from enum import IntEnum
+from typing import Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from trainer.core.advantages import bayesian_advantage, grpo_advantage, posterior_mean
+
+SPLITS = ("prompt-order", "round-robin")
+KINDS = ("rescued", "bayes", "low", "high", "zero")
+
+
+class Stratum(IntEnum):
+    """Stage I strata (§4.1, §4.2.1). Values are stored in int arrays."""
+
+    RESCUE = 0  # c <= S (S = 0: zero-accuracy prompts)
+    LOW = 1  # S / n_explore < u < tau: low-success partial
+    HIGH = 2  # u >= tau: high-success, all-correct included
+
+
+def is_correct(rewards) -> np.ndarray:
+    """bool[N]: reward > 0.5 (binary verifiable reward; robust to float 1.0 vs 0.999...)."""
+    return np.asarray(rewards, dtype=np.float64) > 0.5
+
+
+# ---------------------------------------------------------------------------- Stage I
+
+
+def stratify(correct, n_explore: int, S: int, tau: float) -> np.ndarray:
+    """Stratify prompts by their exploration success (§4.1, §4.2.1; DESIGN §2 step 2).
+
+        u = c / n_explore
+        RESCUE  if c <= S                       (rescue set Q_res, u <= u_res = S / n_explore)
+        LOW     if S / n_explore < u < tau      (low-success partial)
+        HIGH    if u >= tau                     (high-success, all-correct included)
+
+    RESCUE is tested first, so a prompt with c <= S is in the rescue set even if u >= tau
+    (only possible when tau <= S / n_explore, which the paper's S <= n_explore/2, tau = 0.5
+    excludes except at the single point c = S = n_explore/2).
+
+    Args:
+        correct: int[P] correct counts c among the n_explore exploration rollouts.
+    Returns:
+        int[P] of Stratum values.
+    """
+    c = np.asarray(correct, dtype=np.int64)
+    if (c < 0).any() or (c > n_explore).any():
+        raise ValueError(f"correct counts must be in [0, n_explore={n_explore}]")
+    u = c / n_explore
+    out = np.where(u >= tau, int(Stratum.HIGH), int(Stratum.LOW))
+    return np.where(c <= S, int(Stratum.RESCUE), out).astype(np.int64)
+
+
+# ---------------------------------------------------------------------------- S1 rescue
+
+
+def plan_rescue_round(
+    active, produced, budget_left: int, delta_n: int, n_max: int, split: str = "prompt-order"
+) -> np.ndarray:
+    """Rollouts each prompt gets in one rescue round (§4.2.1, Appendix 'Budget Constraints').
+
+        want_p = min(delta_n, n_max - produced_p)  if active_p else 0     (never past n_max)
+        give   = want                               if sum(want) <= budget_left
+                 split(want, budget_left)           otherwise             (never past B)
+
+    Budget splits when the budget cannot cover every share (deterministic, index order):
+    - 'prompt-order': full shares to prompts in batch-index order; the last funded share may
+      be partial, later prompts get 0. E.g. want [2,2,2], budget 3 -> [2,1,0].
+    - 'round-robin': deal one rollout at a time to prompts in index order, cycling until the
+      budget runs out. E.g. want [2,2,2], budget 4 -> [2,1,1]; budget 3 -> [1,1,1].
+
+    Args:
+        active: bool[P] prompts still being rescued.
+        produced: int[P] rollouts already produced for each prompt (explore included).
+    Returns:
+        int[P] rollouts per prompt this round; sum <= max(budget_left, 0).
+    """
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}; got {split!r}")
+    active = np.asarray(active, dtype=bool)
+    produced = np.asarray(produced, dtype=np.int64)
+    want = np.where(active, np.clip(np.minimum(delta_n, n_max - produced), 0, None), 0).astype(np.int64)
+    budget = max(int(budget_left), 0)
+    if want.sum() <= budget:
+        return want
+    if split == "prompt-order":
+        before = np.cumsum(want) - want
+        return np.clip(budget - before, 0, want).astype(np.int64)
+    # round-robin: fill whole "levels" L (everyone gets min(want, L)), then deal the rest of
+    # the next level in index order. Equivalent to dealing one at a time, without the loop.
+    give = np.zeros_like(want)
+    for level in range(1, int(want.max()) + 1):
+        nxt = np.minimum(want, level)
+        if nxt.sum() > budget:
+            break
+        give = nxt
+    rest = budget - int(give.sum())
+    give[np.flatnonzero(want > give)[:rest]] += 1
+    return give
+
+
+@dataclass(frozen=True)
+class RescueState:
+    """Per-step rescue bookkeeping (S1), advanced round by round by pure functions.
+
+    Attributes:
+        active: bool[P] in the rescue set and not yet rescued. A prompt at n_max stays
+            active but is planned 0 rollouts.
+        produced: int[P] rollouts of each prompt that count, i.e. that sequential rounds would
+            have produced (explore + rescue, generation order). These are the rollouts the
+            caller passes to :func:`curate`.
+        budget_left: rescue budget left, B = (n_total - n_explore) * P at the start; it is
+            charged for every *generated* rollout, used or not, so a step never generates more
+            than B rescue rollouts.
+        rescued_at: int[P] index, within the prompt's rollout list, of its first correct rescue
+            rollout (>= n_explore), or -1.
+        rounds_used: rescue rounds that sequential execution would have run (rounds in which
+            some prompt was still active and got rollouts); stops at K_max.
+        unused: rollouts generated speculatively after their prompt's rescue (0 when R = 1).
+    """
+
+    active: np.ndarray
+    produced: np.ndarray
+    budget_left: int
+    rescued_at: np.ndarray
+    rounds_used: int = 0
+    unused: int = 0
+
+    @property
+    def rescued(self) -> np.ndarray:
+        return self.rescued_at >= 0
+
+
+def start_rescue(strata, n_explore: int, n_total: int, P: int | None = None) -> RescueState:
+    """Initial rescue state after exploration: budget B = (n_total - n_explore) * P (§4.2)."""
+    strata = np.asarray(strata, dtype=np.int64)
+    P = len(strata) if P is None else P
+    if P != len(strata):
+        raise ValueError(f"P={P} but {len(strata)} strata")
+    return RescueState(
+        active=strata == int(Stratum.RESCUE),
+        produced=np.full(P, n_explore, dtype=np.int64),
+        budget_left=(n_total - n_explore) * P,
+        rescued_at=np.full(P, -1, dtype=np.int64),
+    )
+
+
+def plan_rounds(
+    state: RescueState, rounds: int, *, delta_n: int, n_max: int, k_max: int, split: str = "prompt-order"
+) -> np.ndarray:
+    """Plan up to ``rounds`` rescue rounds at once, assuming no prompt is rescued inside the window.
+
+    Each planned round is :func:`plan_rescue_round` applied to the state that sequential rounds
+    would reach if every active prompt failed again (produced += counts, budget -= counts).
+    The window stops early at K_max rounds in total, or when a round would be empty (no active
+    prompt, every active prompt at n_max, or budget exhausted). ``rounds=1`` is the paper's
+    sequential rescue; an empty result means the rescue phase is over.
+
+    The caller generates ``plan[:, p].sum()`` rollouts for prompt p in one engine call and
+    lists them in round order (round 1's block first); samples are i.i.d. given the policy,
+    so assigning them to rounds in list order is exact. Then it calls :func:`replay`.
+
+    Returns:
+        int[R', P], R' <= rounds: rollouts per round and prompt.
+    """
+    P = len(state.active)
+    plans, produced, budget = [], state.produced.copy(), state.budget_left
+    for _ in range(min(rounds, k_max - state.rounds_used)):
+        counts = plan_rescue_round(state.active, produced, budget, delta_n, n_max, split)
+        if counts.sum() == 0:
+            break
+        plans.append(counts)
+        produced = produced + counts
+        budget -= int(counts.sum())
+    return np.stack(plans) if plans else np.zeros((0, P), dtype=np.int64)
+
+
+def next_round(state: RescueState, *, delta_n: int, n_max: int, k_max: int, split: str = "prompt-order") -> np.ndarray:
+    """int[P] rollouts for the next sequential rescue round; all zeros when the rescue is over."""
+    plan = plan_rounds(state, 1, delta_n=delta_n, n_max=n_max, k_max=k_max, split=split)
+    return plan[0] if len(plan) else np.zeros(len(state.active), dtype=np.int64)
+
+
+def replay(state: RescueState, plan, new_rewards_per_prompt: Sequence) -> tuple[RescueState, list[np.ndarray]]:
+    """Account a window of rescue rounds in generation order (speculative multi-round rescue).
+
+    For round j = 1..R' and each prompt p still active before round j, the round's block of
+    ``plan[j, p]`` rollouts is used: produced_p grows by it, and if the block holds a correct
+    rollout, rescued_at_p = (position of its first correct rollout) and p stops being active.
+    Blocks of rounds after p's rescue are generated-but-unused (``used`` False, ``unused``
+    counted). The budget is charged for the whole plan (generated rollouts).
+
+    Identity with sequential rounds (``rounds_per_call = 1``) on the same samples: the curated
+    groups, ``produced``, ``rescued_at`` and ``rounds_used`` are identical whenever the budget
+    does not bind inside any window, i.e. every planned round gives every active prompt its full
+    share min(delta_n, n_max - produced_p). Proof sketch: sequential round j gives exactly that
+    share to the prompts still active, which are the ones replay uses, with the same produced_p;
+    rescued prompts get nothing in both. When the budget binds, speculation may have spent budget
+    on prompts that turned out rescued earlier in the window, so a later prompt can get fewer
+    rescue rollouts than sequentially (never more than B are generated either way).
+    With ``rounds_per_call = 1`` this function *is* the sequential accounting.
+
+    Args:
+        plan: int[R', P] from :func:`plan_rounds`.
+        new_rewards_per_prompt: length-P sequence; entry p holds the ``plan[:, p].sum()`` new
+            rewards of prompt p in round order.
+    Returns:
+        (new state, used) where used[p] is bool[plan[:, p].sum()]: which new rollouts count.
+        The caller appends the used ones, in order, to the prompt's rollout list.
+    """
+    plan = np.atleast_2d(np.asarray(plan, dtype=np.int64))
+    P = len(state.active)
+    if plan.shape[1] != P or len(new_rewards_per_prompt) != P:
+        raise ValueError(f"plan must be [R, {P}] and rewards a length-{P} sequence")
+    totals = plan.sum(0)
+    rewards = [is_correct(r).reshape(-1) for r in new_rewards_per_prompt]
+    for p in range(P):
+        if len(rewards[p]) != totals[p]:
+            raise ValueError(f"prompt {p}: plan has {totals[p]} rollouts but {len(rewards[p])} rewards were given")
+    active, produced, rescued_at = state.active.copy(), state.produced.copy(), state.rescued_at.copy()
+    used = [np.zeros(int(t), dtype=bool) for t in totals]
+    offset, rounds = np.zeros(P, dtype=np.int64), state.rounds_used
+    for counts in plan:
+        live = active & (counts > 0)
+        for p in np.flatnonzero(live):
+            lo, hi = offset[p], offset[p] + counts[p]
+            used[p][lo:hi] = True
+            hits = np.flatnonzero(rewards[p][lo:hi])
+            if hits.size:
+                rescued_at[p] = produced[p] + hits[0]
+                active[p] = False
+            produced[p] += counts[p]
+        offset += counts
+        rounds += int(live.any())
+    generated = int(totals.sum())
+    n_used = sum(int(u.sum()) for u in used)
+    new = replace(
+        state,
+        active=active,
+        produced=produced,
+        budget_left=state.budget_left - generated,
+        rescued_at=rescued_at,
+        rounds_used=rounds,
+        unused=state.unused + generated - n_used,
+    )
+    return new, used
+
+
+def apply_round(state: RescueState, counts, new_rewards_per_prompt: Sequence) -> RescueState:
+    """One sequential rescue round (the paper's loop): :func:`replay` of a one-round plan."""
+    return replay(state, np.asarray(counts, dtype=np.int64)[None, :], new_rewards_per_prompt)[0]
+
+
+# ---------------------------------------------------------------------------- curation (S1-S3)
+
+
+@dataclass(frozen=True)
+class Curated:
+    """The training batch chosen from each prompt's rollouts.
+
+    Attributes:
+        kept: per prompt, sorted int indices into that prompt's rollout list. Never empty.
+        kinds: per prompt, one of KINDS: 'rescued' (S1 group of 2), 'bayes' (S2 zero-variance
+            group with posterior baseline), 'low' (low-success partial, S3 if on), 'high'
+            (high-success partial, all kept), 'zero' (zero-variance group without S2: all
+            rollouts kept, GRPO advantage 0).
+        u_tilde: float[P] posterior mean for 'bayes' prompts, nan otherwise.
+        correct: int[P] correct count c over all the prompt's rollouts.
+        produced: int[P] number of rollouts n the prompt has.
+    """
+
+    kept: list[np.ndarray]
+    kinds: list[str]
+    u_tilde: np.ndarray
+    correct: np.ndarray
+    produced: np.ndarray
+
+    @property
+    def n_kept(self) -> np.ndarray:
+        return np.array([len(k) for k in self.kept], dtype=np.int64)
+
+    def flat(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(prompt_idx int[N], rollout_idx int[N], group_ids int[N]); group id = prompt index,
+        so ``kinds[g]`` and ``u_tilde[g]`` describe group g."""
+        prompt = np.concatenate([np.full(len(k), p, dtype=np.int64) for p, k in enumerate(self.kept)]) if self.kept else np.zeros(0, np.int64)
+        idx = np.concatenate(self.kept).astype(np.int64) if self.kept else np.zeros(0, np.int64)
+        return prompt, idx, prompt.copy()
+
+
+def _pick(pool: np.ndarray, m: int, rule: str, lengths, rng) -> np.ndarray:
+    """Choose m indices from ``pool`` (ascending generation order) by ``rule``."""
+    m = min(int(m), len(pool))
+    if m <= 0:
+        return np.zeros(0, dtype=np.int64)
+    if rule == "first":
+        return pool[:m]
+    if rule == "random":
+        if rng is None:
+            raise ValueError("random selection needs rng (a seeded numpy Generator)")
+        return np.sort(rng.choice(pool, size=m, replace=False))
+    if rule in ("longest", "shortest"):
+        if lengths is None:
+            raise ValueError(f"selection {rule!r} needs lengths_by_prompt")
+        key = np.asarray(lengths)[pool]
+        order = np.argsort(-key if rule == "longest" else key, kind="stable")  # ties: generation order
+        return pool[order[:m]]
+    raise ValueError(f"unknown selection rule {rule!r}")
+
+
+def negatives_to_keep(c: int, n_incorrect: int, k: float) -> int:
+    """S3 negative count m = min(floor(k * c), #incorrect) (§4.2.3). A 1e-9 slack keeps e.g.
+    k = 1.15, c = 20 at 23 despite 1.15 * 20 = 22.999... in floating point."""
+    return min(math.floor(k * c + 1e-9), n_incorrect)
+
+
+def curate(
+    rewards_by_prompt: Sequence,
+    strata,
+    rescued_at,
+    *,
+    s1: bool = True,
+    s2: bool = True,
+    s3: bool = True,
+    n_explore: int = 8,
+    alpha0: float = 1.0,
+    beta0: float = 1.0,
+    k: float = 1.0,
+    zero_variance_keep: int = 4,
+    negative_selection: str = "random",
+    rescue_negative: str = "first",
+    zero_variance_selection: str = "first",
+    lengths_by_prompt: Sequence | None = None,
+    rng: np.random.Generator | None = None,
+) -> Curated:
+    """Choose each prompt's training group (Algorithm 1 curation; §4.2.1-4.2.3, §4.4; DESIGN §2 steps 3-5).
+
+    Rules, in order, for prompt p with n rollouts (explore first, then used rescue rollouts)
+    of which c are correct:
+    1. Rescued (S1, rescued_at_p >= 0): keep the first correct rescue rollout and one incorrect
+       rollout generated before it, chosen by ``rescue_negative`` ('first' = earliest; 'random'),
+       a group of 2 -> kind 'rescued'. With S > 0 the explore-phase correct rollouts are dropped.
+    2. Zero-variance (c = 0 or c = n: unrescued all-fail, all-correct):
+       S2 on: keep min(zero_variance_keep, n) chosen by ``zero_variance_selection``, baseline
+       u~ = (c + alpha0) / (n + alpha0 + beta0) with c, n over *all* n rollouts the prompt
+       produced this step (explore + rescue) -> kind 'bayes'.
+       S2 off: keep all n, GRPO advantage 0 as in GRPO -> kind 'zero'.
+    3. High-success partial (stratum HIGH, 0 < c < n): keep all -> 'high' (paper §B.3.4).
+    4. Otherwise low-success partial -> 'low': S3 on: all c correct plus
+       m = min(floor(k c), n - c) incorrect chosen by ``negative_selection``
+       ('random': uniform without replacement from rng; 'first': generation order; 'longest' /
+       'shortest': by response length, ties in generation order); S3 off: keep all.
+       This includes a rescue-set prompt with 0 < c <= S (possible when S > 0) that was never
+       rescued: it already has non-zero variance, so it is treated as low-success partial.
+
+    Ablations: aero-s1 = (s1, no s2, no s3); aero-s1s2 = (s1, s2, no s3). With ``s1=False``
+    ``rescued_at`` must be all -1 (no rescue ran).
+
+    Args:
+        rewards_by_prompt: length-P sequence of float[n_p] rewards, generation order.
+        strata: int[P] from :func:`stratify`.
+        rescued_at: int[P] from RescueState.rescued_at (-1 = not rescued).
+        lengths_by_prompt: length-P sequence of int[n_p] response lengths (for longest/shortest).
+        rng: numpy Generator for 'random' rules; draws happen in prompt order.
+    """
+    strata = np.asarray(strata, dtype=np.int64)
+    rescued_at = np.asarray(rescued_at, dtype=np.int64)
+    P = len(rewards_by_prompt)
+    if len(strata) != P or len(rescued_at) != P:
+        raise ValueError("rewards_by_prompt, strata and rescued_at must have one entry per prompt")
+    if not s1 and (rescued_at >= 0).any():
+        raise ValueError("rescued_at must be all -1 when S1 is off")
+    kept, kinds = [], []
+    u_tilde = np.full(P, np.nan)
+    correct = np.zeros(P, dtype=np.int64)
+    produced = np.zeros(P, dtype=np.int64)
+    for p in range(P):
+        ok = is_correct(rewards_by_prompt[p]).reshape(-1)
+        n, c = len(ok), int(ok.sum())
+        correct[p], produced[p] = c, n
+        lengths = None if lengths_by_prompt is None else lengths_by_prompt[p]
+        pos = int(rescued_at[p])
+        if pos >= 0:
+            if pos < n_explore or pos >= n or not ok[pos]:
+                raise ValueError(f"prompt {p}: rescued_at={pos} is not a correct rescue rollout")
+            neg = _pick(np.flatnonzero(~ok[:pos]), 1, rescue_negative, lengths, rng)
+            kept.append(np.sort(np.append(neg, pos)))
+            kinds.append("rescued")
+        elif c == 0 or c == n:
+            if s2:
+                kept.append(np.sort(_pick(np.arange(n), zero_variance_keep, zero_variance_selection, lengths, rng)))
+                kinds.append("bayes")
+                u_tilde[p] = posterior_mean(c, n, alpha0, beta0)
+            else:
+                kept.append(np.arange(n))
+                kinds.append("zero")
+        elif strata[p] == Stratum.HIGH:
+            kept.append(np.arange(n))
+            kinds.append("high")
+        else:
+            if s3:
+                m = negatives_to_keep(c, n - c, k)
+                neg = _pick(np.flatnonzero(~ok), m, negative_selection, lengths, rng)
+                kept.append(np.sort(np.concatenate([np.flatnonzero(ok), neg])))
+            else:
+                kept.append(np.arange(n))
+            kinds.append("low")
+    return Curated(kept=[k_.astype(np.int64) for k_ in kept], kinds=kinds, u_tilde=u_tilde, correct=correct, produced=produced)
+
+
+# ---------------------------------------------------------------------------- advantages (step 6)
+
+
+def aero_advantages(
+    rewards_kept: Tensor,
+    group_ids: Tensor,
+    kinds: Sequence[str],
+    u_tilde,
+    eps: float = 1e-6,
+    unbiased: bool = True,
+    normalize_std: bool = True,
+) -> Tensor:
+    """AERO advantages over the curated batch (DESIGN §2 steps 4 and 6).
+
+        'bayes' groups:  A_i = (r_i - u~_g) / sqrt(u~_g (1 - u~_g))     (S2, §4.2.2; no group norm)
+        other groups:    A_i = (r_i - mean_g) / (std_g + eps)           (GRPO over the curated group)
+
+    With ``normalize_std=False`` (Dr.GRPO) the other groups use r - mean and, by the same logic
+    of dropping the scale, 'bayes' groups use r - u~ (an interpretation; documented).
+
+    Args:
+        rewards_kept: Tensor[N] rewards of the kept rollouts.
+        group_ids: LongTensor[N] in [0, G), indexing ``kinds`` and ``u_tilde``.
+        kinds: length-G group kinds (Curated.kinds).
+        u_tilde: float[G] (Curated.u_tilde; nan for non-bayes groups).
+    Returns:
+        Tensor[N].
+    """
+    r = rewards_kept if torch.is_floating_point(rewards_kept) else rewards_kept.to(torch.float32)
+    adv = grpo_advantage(r, group_ids, eps=eps, unbiased=unbiased, normalize_std=normalize_std)
+    is_bayes_group = torch.tensor([kd == "bayes" for kd in kinds], dtype=torch.bool, device=r.device)
+    if r.numel() == 0 or not bool(is_bayes_group.any()):
+        return adv
+    is_b = is_bayes_group[group_ids]
+    u = torch.as_tensor(np.asarray(u_tilde, dtype=np.float64), device=r.device).to(r.dtype)[group_ids]
+    u = torch.where(is_b, u, torch.full_like(u, 0.5))  # non-bayes rows: any valid value, discarded
+    bayes = bayesian_advantage(r, u) if normalize_std else r - u
+    return torch.where(is_b, bayes, adv)
+
+
+def theorem41_factor(c, m):
+    """Balance term of Theorem 4.1 (§4.3): ||G||^2 <= c m / (c + m)^2 * E||v_C - v_F||^2.
+
+    For fixed c it is maximised at m = c (Lemma 4.2, value 1/4), i.e. k = 1. Elementwise on
+    numbers or arrays; 0 when c + m = 0.
+    """
+    c = np.asarray(c, dtype=np.float64)
+    m = np.asarray(m, dtype=np.float64)
+    s = c + m
+    out = np.divide(c * m, s * s, out=np.zeros(np.broadcast(c, m).shape), where=s > 0)
+    return out if out.ndim else float(out)
