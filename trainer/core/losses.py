@@ -95,9 +95,13 @@ def kl_k3(logp: Tensor, ref_logp: Tensor) -> Tensor:
 def entropy_from_logits(logits: Tensor) -> Tensor:
     """Per-position entropy H = logsumexp(z) - sum_v softmax(z)_v z_v, stable for large logits.
 
+    Computed on z - max(z) (H is shift-invariant), in float32 for half-precision inputs.
+
     Args: logits [N, T, V]. Returns [N, T].
     """
     logits = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
+    # shift by the max so lse and sum p z are O(log V), no cancellation of two large numbers
+    logits = logits - logits.amax(dim=-1, keepdim=True).detach()
     lse = torch.logsumexp(logits, dim=-1)
     p = torch.softmax(logits, dim=-1)
     # p = 0 where a logit is -inf (masked vocabulary); define 0 * -inf = 0 there.
