@@ -1,0 +1,209 @@
+"""EmbeddedEngine: order/counts, determinism, stopping, greedy, KV cache vs recomputation."""
+
+import math
+import time
+
+import pytest
+import torch
+
+from trainer.model import TINY_SHAPE, build_model, tiny_qwen2_config
+from trainer.rollout import ENGINES, make_engine
+from trainer.rollout.base import SamplingParams
+from trainer.rollout.embedded import EmbeddedEngine, expand_counts, left_pad, top_p_filter
+
+V, BOS, EOS, PAD = 20, 1, 2, 0
+SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
+             intermediate_size=64)
+PROMPTS = [[BOS, 5], [BOS, 6, 7, 8, 9], [BOS], [BOS, 3, 4]]
+
+
+def small_model(seed=0, **over):
+    return build_model(tiny_qwen2_config(V, BOS, EOS, PAD, **{**SMALL, **over}), seed=seed)
+
+
+def eos_biased_model(bias: float):
+    """Untied model whose EOS logit is shifted by about ``bias`` at every position: a large
+    constant component in every embedding survives the final RMSNorm as ~sqrt(H) and only
+    the EOS row of the LM head reads it."""
+    m = small_model(tie_word_embeddings=False)
+    H = m.config.hidden_size
+    with torch.no_grad():
+        m.model.embed_tokens.weight[:, 0] = 30.0
+        m.lm_head.weight[:, 0] = 0.0
+        m.lm_head.weight[EOS, 0] = bias / math.sqrt(H)
+    return m
+
+
+def engine(model, **kw):
+    return EmbeddedEngine(model, eos_id=EOS, pad_id=PAD, **kw)
+
+
+def gen(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+def test_expand_counts_and_left_pad():
+    assert expand_counts(3, 2) == [2, 2, 2]
+    assert expand_counts(2, [0, 3]) == [0, 3]
+    with pytest.raises(ValueError):
+        expand_counts(2, [1])
+    with pytest.raises(ValueError):
+        expand_counts(1, [-1])
+    ids, mask, pos = left_pad([[1, 5, 6], [1]], PAD, "cpu")
+    assert ids.tolist() == [[1, 5, 6], [0, 0, 1]]
+    assert mask.tolist() == [[1, 1, 1], [0, 0, 1]]
+    assert pos.tolist() == [[0, 1, 2], [0, 0, 0]]
+
+
+def test_top_p_filter_keeps_smallest_nucleus():
+    p = torch.tensor([[0.1, 0.5, 0.3, 0.1]])
+    assert torch.equal(top_p_filter(p, 0.5), torch.tensor([[0.0, 0.5, 0.0, 0.0]]))  # 0.5 alone reaches 0.5
+    assert torch.equal(top_p_filter(p, 0.6), torch.tensor([[0.0, 0.5, 0.3, 0.0]]))
+    assert torch.equal(top_p_filter(p, 1e-9), torch.tensor([[0.0, 0.5, 0.0, 0.0]]))  # never empty
+    assert top_p_filter(p, 1.0) is p
+
+
+def test_order_and_counts_with_zero_counts():
+    counts = [2, 0, 3, 1]
+    sp = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=6)
+    out = engine(small_model()).generate(PROMPTS, counts, sp, gen(0))
+    assert [r.prompt_index for r in out] == [0, 0, 2, 2, 2, 3]
+    for r in out:
+        assert r.prompt_ids == PROMPTS[r.prompt_index]
+        assert 1 <= len(r.response_ids) <= 6 and len(r.logprobs) == len(r.response_ids)
+        assert all(lp <= 0.0 for lp in r.logprobs)
+    assert len(engine(small_model()).generate(PROMPTS, 2, sp, gen(0))) == 8
+    assert engine(small_model()).generate(PROMPTS, 0, sp, gen(0)) == []
+
+
+def test_same_generator_state_gives_identical_rollouts():
+    eng, sp = engine(small_model()), SamplingParams(temperature=1.0, top_p=0.9, max_new_tokens=8)
+    a = eng.generate(PROMPTS, [3, 1, 2, 2], sp, gen(7))
+    b = eng.generate(PROMPTS, [3, 1, 2, 2], sp, gen(7))
+    c = eng.generate(PROMPTS, [3, 1, 2, 2], sp, gen(8))
+    key = lambda rs: [(r.response_ids, r.logprobs, r.finished) for r in rs]
+    assert key(a) == key(b)
+    assert [r.response_ids for r in a] != [r.response_ids for r in c]
+
+
+def test_eos_stop_keeps_eos_and_its_logprob():
+    sp = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=5)
+    out = engine(eos_biased_model(+60.0)).generate(PROMPTS, 2, sp, gen(0))
+    for r in out:
+        assert r.response_ids == [EOS] and r.finished
+        assert len(r.logprobs) == 1 and -1e-3 < r.logprobs[0] <= 0.0
+
+
+def test_max_new_tokens_stop():
+    sp = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=7)
+    out = engine(eos_biased_model(-60.0)).generate(PROMPTS, 2, sp, gen(0))
+    for r in out:
+        assert len(r.response_ids) == 7 and not r.finished and EOS not in r.response_ids
+
+
+def test_mixed_stops_invariants():
+    """EOS probability ~1/2 per step: rows finish at different steps in one batch."""
+    sp = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=4)
+    out = engine(eos_biased_model(3.0)).generate(PROMPTS, 8, sp, gen(1))
+    lengths = {len(r.response_ids) for r in out}
+    assert len(lengths) >= 3 and any(r.finished for r in out) and not all(r.finished for r in out)
+    for r in out:
+        assert r.finished == (r.response_ids[-1] == EOS)
+        assert EOS not in r.response_ids[:-1]
+        if not r.finished:
+            assert len(r.response_ids) == 4
+
+
+def no_cache_logprobs(model, prompt, response, temperature):
+    """Recompute log p(response_k | prompt + response_<k) one unpadded forward per token."""
+    out = []
+    with torch.no_grad():
+        for k, tok in enumerate(response):
+            ctx = torch.tensor([prompt + response[:k]])
+            z = model(input_ids=ctx).logits[0, -1].float() / temperature
+            out.append((z.log_softmax(-1)[tok]).item())
+    return out
+
+
+def test_kv_cache_matches_no_cache_recomputation():
+    model = small_model()
+    sp = SamplingParams(temperature=0.8, top_p=0.7, max_new_tokens=5)
+    out = engine(model).generate(PROMPTS, [1, 1, 1, 1], sp, gen(3))
+    for r in out:
+        ref = no_cache_logprobs(model, r.prompt_ids, r.response_ids, 0.8)
+        assert r.logprobs == pytest.approx(ref, abs=1e-4)
+
+
+def greedy_no_cache(model, prompt, steps):
+    ids = list(prompt)
+    with torch.no_grad():
+        for _ in range(steps):
+            tok = int(model(input_ids=torch.tensor([ids])).logits[0, -1].argmax())
+            ids.append(tok)
+            if tok == EOS:
+                break
+    return ids[len(prompt):]
+
+
+def test_tiny_top_p_is_greedy_and_chunking_preserves_it():
+    model = small_model(seed=1)
+    sp = SamplingParams(temperature=1.0, top_p=1e-6, max_new_tokens=6)
+    out = engine(model).generate(PROMPTS, [2, 1, 1, 2], sp, gen(0))
+    for r in out:
+        assert r.response_ids == greedy_no_cache(model, r.prompt_ids, 6)
+    chunked = engine(model, max_batch_rows=4).generate(PROMPTS, [2, 1, 1, 2], sp, gen(5))
+    assert [(r.prompt_index, r.response_ids) for r in chunked] == [(r.prompt_index, r.response_ids) for r in out]
+    flat = lambda rs: [lp for r in rs for lp in r.logprobs]
+    assert flat(chunked) == pytest.approx(flat(out), abs=1e-5)
+
+
+def test_temperature_zero_is_greedy():
+    model = small_model(seed=1)
+    out = engine(model).generate(PROMPTS, 1, SamplingParams(temperature=0.0, max_new_tokens=6), None)
+    assert [r.response_ids for r in out] == [greedy_no_cache(model, p, 6) for p in PROMPTS]
+
+
+def test_mode_restored_and_weights_shared():
+    model = small_model()
+    eng, sp = engine(model), SamplingParams(max_new_tokens=3)
+    model.train()
+    eng.generate(PROMPTS, 1, sp, gen(0))
+    assert model.training
+    model.eval()
+    eng.generate(PROMPTS, 1, sp, gen(0))
+    assert not model.training
+    other = small_model(seed=3)
+    eng.sync_weights(other)
+    assert eng.model is other
+
+
+def test_empty_prompt_rejected():
+    with pytest.raises(ValueError):
+        engine(small_model()).generate([[]], 1, SamplingParams(), gen(0))
+
+
+def test_registry():
+    assert set(ENGINES) >= {"embedded", "vllm"}
+    assert isinstance(make_engine("embedded", model=small_model(), eos_id=EOS, pad_id=PAD), EmbeddedEngine)
+    with pytest.raises(ValueError, match="unknown rollout engine"):
+        make_engine("nope")
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        with pytest.raises(ImportError, match=r"pip install 'aero-lab\[vllm\]'"):
+            make_engine("vllm")
+
+
+def test_throughput_print():
+    """Sanity print only (the machine is shared): tokens/s on the ~1M TINY_SHAPE policy."""
+    model = build_model(tiny_qwen2_config(V, BOS, EOS, PAD), seed=0)
+    eng = engine(model)
+    prompt = [BOS, 3, 4, 5, 6, 7, 8, 9, 10, 11]
+    for rows, new in ((256, 12), (16, 2)):
+        sp = SamplingParams(temperature=1.0, max_new_tokens=new)
+        eng.generate([prompt], rows, sp, gen(0))  # warm-up
+        reps, t0 = 3, time.perf_counter()
+        toks = sum(r.length for _ in range(reps) for r in eng.generate([prompt], rows, sp, gen(1)))
+        dt = time.perf_counter() - t0
+        print(f"embedded engine {rows}x{new}: {toks / dt:.0f} tokens/s, {1e3 * dt / reps:.1f} ms/call")
+        assert toks > 0

@@ -1,0 +1,216 @@
+"""Embedded rollout engine: batched KV-cache sampling with a transformers causal LM.
+
+One ``generate`` call samples every row (sum of ``n_per_prompt``) in one batch:
+
+1. expand prompts into rows (prompt-major, so outputs come back ordered by prompt then sample),
+2. LEFT-pad, attention mask m, position ids ``clamp(cumsum(m) - 1, 0)`` (so a padded row gets
+   the same positions as an unpadded one and the numbers match right-padded training),
+3. prefill once with ``use_cache=True`` keeping only the last position's logits,
+4. decode one token per step for all rows from the KV cache.
+
+Conventions (the open points, decided here):
+
+* Log-probs are of the sampled token under the temperature-scaled softmax over the FULL
+  vocabulary, ``log softmax(z / T)[y]``, i.e. WITHOUT top-p renormalisation. This is what
+  vLLM returns as logprobs and what verl/TRL recompute as old log-probs, so the PPO ratio
+  against ``batching.sequence_logprobs(model, batch, T)`` is exactly 1 at the sampling weights.
+* ``temperature == 0`` means greedy (argmax); its log-probs are then recorded at T = 1.
+* A row stops at EOS (EOS kept in ``response_ids`` with its log-prob) or at
+  ``max_new_tokens``. Finished rows stay in the batch and are fed ``pad_id`` with attention
+  mask 0: no cache re-indexing per step, so the step cost is constant and small-batch calls
+  (AERO's rescue rounds) stay cheap. The loop exits as soon as every row has finished.
+* Sampling draws only from ``generator`` (torch.multinomial), so the same generator state
+  gives identical rollouts. A generator on another device than the model is honoured by
+  sampling on the generator's device.
+* The model is the training model itself (shared object): ``sync_weights`` only stores the
+  reference, there is nothing to copy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from typing import Sequence
+
+import torch
+
+from trainer.rollout.base import Rollout, SamplingParams
+
+
+def expand_counts(n_prompts: int, n_per_prompt: Sequence[int] | int) -> list[int]:
+    """Normalise ``n_per_prompt`` (an int or one count per prompt, 0 allowed) to a list."""
+    counts = [int(n_per_prompt)] * n_prompts if isinstance(n_per_prompt, int) else [int(n) for n in n_per_prompt]
+    if len(counts) != n_prompts:
+        raise ValueError(f"n_per_prompt has {len(counts)} entries for {n_prompts} prompts")
+    if any(n < 0 for n in counts):
+        raise ValueError(f"n_per_prompt must be >= 0, got {counts}")
+    return counts
+
+
+def left_pad(rows: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Left-pad token lists. Returns input_ids, attention_mask, position_ids, each [B, L].
+
+    position_ids = clamp(cumsum(mask) - 1, min=0): the first real token is position 0."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        if r:
+            ids[i, width - len(r):] = torch.tensor(r, dtype=torch.long)
+            mask[i, width - len(r):] = 1
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    return ids.to(device), mask.to(device), pos.to(device)
+
+
+def top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Nucleus filter on probabilities [B, V]: keep the smallest prefix (by descending
+    probability) whose mass reaches ``top_p``; always keeps the most likely token.
+    Returns unnormalised kept probabilities (multinomial normalises)."""
+    if top_p >= 1.0:
+        return probs
+    sorted_p, order = probs.sort(dim=-1, descending=True)
+    mass_before = sorted_p.cumsum(-1) - sorted_p  # mass strictly before each token
+    sorted_p = sorted_p.masked_fill(mass_before >= top_p, 0.0)
+    sorted_p[:, 0] = torch.where(sorted_p[:, 0] > 0, sorted_p[:, 0], 1.0)  # at least one token
+    return torch.zeros_like(probs).scatter_(-1, order, sorted_p)
+
+
+def sample_next(logits: torch.Tensor, sampling: SamplingParams,
+                generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample one token per row from last-position logits [B, V].
+
+    Returns (tokens [B] long, logprobs [B] float32) with
+    logprob = z_y - logsumexp(z), z = logits / T (no top-p renormalisation)."""
+    temperature = sampling.temperature if sampling.temperature > 0 else 1.0
+    z = logits.float() / temperature
+    lse = torch.logsumexp(z, dim=-1, keepdim=True)
+    if sampling.temperature <= 0:
+        tokens = z.argmax(dim=-1)
+    else:
+        probs = top_p_filter((z - lse).exp(), sampling.top_p)
+        if generator is not None and generator.device != probs.device:
+            tokens = torch.multinomial(probs.to(generator.device), 1, generator=generator).to(probs.device)[:, 0]
+        else:
+            tokens = torch.multinomial(probs, 1, generator=generator)[:, 0]
+    logprobs = (z.gather(-1, tokens[:, None]) - lse)[:, 0]
+    return tokens, logprobs
+
+
+def _forward_kwargs(model: torch.nn.Module) -> tuple[str, str | None]:
+    """Keyword names this transformers version uses for the KV cache and for last-k logits
+    (``cache``/``past_key_values``; ``logits_to_keep``/``num_logits_to_keep``/none)."""
+    params = inspect.signature(model.forward).parameters
+    cache_kw = "cache" if "cache" in params else "past_key_values"
+    keep_kw = next((k for k in ("logits_to_keep", "num_logits_to_keep") if k in params), None)
+    return cache_kw, keep_kw
+
+
+def _output_cache(out):
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values
+
+
+class EmbeddedEngine:
+    """Batched KV-cache sampler over a shared transformers causal LM (see module docstring).
+
+    device: where inputs go (default: the model's parameter device).
+    dtype: torch.bfloat16/float16 enables autocast on CUDA; the model's own dtype is left
+        alone (it is the training model). On CPU generation runs in the model's dtype (fp32).
+    max_batch_rows: split calls with more rows into chunks of this many rows (memory);
+        chunks run sequentially with the same generator, results are concatenated in order.
+    """
+
+    def __init__(self, model: torch.nn.Module, eos_id: int, pad_id: int, device=None,
+                 dtype: torch.dtype | None = None, max_batch_rows: int | None = None):
+        if max_batch_rows is not None and max_batch_rows < 1:
+            raise ValueError(f"max_batch_rows must be >= 1, got {max_batch_rows}")
+        self.eos_id, self.pad_id = int(eos_id), int(pad_id)
+        self.dtype, self.max_batch_rows = dtype, max_batch_rows
+        self._device = torch.device(device) if device is not None else None
+        self.sync_weights(model)
+
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        """The engine samples from the training model object itself, so new weights are
+        visible immediately: this only (re)stores the reference."""
+        self.model = model
+        self._cache_kw, self._keep_kw = _forward_kwargs(model)
+
+    @property
+    def device(self) -> torch.device:
+        return self._device if self._device is not None else next(self.model.parameters()).device
+
+    def generate(self, prompts: Sequence[list[int]], n_per_prompt: Sequence[int] | int,
+                 sampling: SamplingParams, generator: torch.Generator | None = None) -> list[Rollout]:
+        """Sample ``n_per_prompt[i]`` responses for each prompt i in one batched call.
+
+        Returns rollouts ordered by prompt, then sample (``prompt_index`` set)."""
+        counts = expand_counts(len(prompts), n_per_prompt)
+        if any(len(prompts[i]) == 0 for i, n in enumerate(counts) if n > 0):
+            raise ValueError("prompts must be non-empty (the first response token needs a context)")
+        row_prompt = [i for i, n in enumerate(counts) for _ in range(n)]
+        if not row_prompt:
+            return []
+        step = self.max_batch_rows or len(row_prompt)
+        was_training = self.model.training
+        if was_training:  # toggling walks every module: skip it when already in eval mode
+            self.model.eval()
+        try:
+            with torch.inference_mode(), self._autocast():
+                out: list[Rollout] = []
+                for start in range(0, len(row_prompt), step):
+                    out += self._generate_rows(prompts, row_prompt[start:start + step], sampling, generator)
+        finally:
+            if was_training:
+                self.model.train()
+        return out
+
+    def _autocast(self):
+        dev = self.device
+        if dev.type == "cuda" and self.dtype in (torch.bfloat16, torch.float16):
+            return torch.autocast("cuda", dtype=self.dtype)
+        return contextlib.nullcontext()
+
+    def _generate_rows(self, prompts, row_prompt: list[int], sampling: SamplingParams,
+                       generator) -> list[Rollout]:
+        """Prefill + decode for one chunk of rows (row r samples prompt ``row_prompt[r]``)."""
+        rows = [list(prompts[i]) for i in row_prompt]
+        tokens, logprobs, lengths, finished = self._decode(rows, sampling, generator)
+        tokens, logprobs = tokens.tolist(), logprobs.tolist()
+        lengths, finished = lengths.tolist(), finished.tolist()
+        return [Rollout(prompt_index=p, prompt_ids=rows[r], response_ids=tokens[r][:lengths[r]],
+                        logprobs=logprobs[r][:lengths[r]], finished=bool(finished[r]))
+                for r, p in enumerate(row_prompt)]
+
+    def _decode(self, rows: list[list[int]], sampling: SamplingParams, generator):
+        """The vectorised sampling loop. Returns tokens [B, S], logprobs [B, S], lengths [B],
+        finished [B] (on CPU), S <= max_new_tokens the number of decode steps taken."""
+        dev, B, S = self.device, len(rows), int(sampling.max_new_tokens)
+        ids, mask, pos = left_pad(rows, self.pad_id, dev)
+        L = ids.shape[1]
+        full_mask = torch.cat([mask, torch.zeros((B, S), dtype=mask.dtype, device=dev)], dim=1)
+        tokens = torch.full((B, S), self.pad_id, dtype=torch.long, device=dev)
+        logprobs = torch.zeros((B, S), dtype=torch.float32, device=dev)
+        done = torch.zeros(B, dtype=torch.bool, device=dev)
+        lengths = torch.zeros(B, dtype=torch.long, device=dev)
+        kw = {self._keep_kw: 1} if self._keep_kw else {}
+        logits = cache = None
+        steps = 0
+        for t in range(S):
+            if t == 0:
+                out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **kw)
+            else:
+                alive = (~done).long()
+                full_mask[:, L + t - 1] = alive  # the token fed now; finished rows are masked out
+                out = self.model(input_ids=tok[:, None], attention_mask=full_mask[:, :L + t],
+                                 position_ids=pos, use_cache=True, **{self._cache_kw: cache})
+            cache, logits = _output_cache(out), out.logits[:, -1]
+            tok, lp = sample_next(logits, sampling, generator)
+            tok = tok.masked_fill(done, self.pad_id)
+            tokens[:, t], logprobs[:, t] = tok, lp.masked_fill(done, 0.0)
+            lengths += (~done).long()
+            done = done | (tok == self.eos_id)
+            pos = pos[:, -1:] + 1
+            steps = t + 1
+            if bool(done.all()):
+                break
+        return tokens[:, :steps].cpu(), logprobs[:, :steps].cpu(), lengths.cpu(), done.cpu()
