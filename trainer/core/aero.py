@@ -306,8 +306,11 @@ class Curated:
     def flat(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(prompt_idx int[N], rollout_idx int[N], group_ids int[N]); group id = prompt index,
         so ``kinds[g]`` and ``u_tilde[g]`` describe group g."""
-        prompt = np.concatenate([np.full(len(k), p, dtype=np.int64) for p, k in enumerate(self.kept)]) if self.kept else np.zeros(0, np.int64)
-        idx = np.concatenate(self.kept).astype(np.int64) if self.kept else np.zeros(0, np.int64)
+        if not self.kept:
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty.copy(), empty.copy()
+        prompt = np.concatenate([np.full(len(k), p, dtype=np.int64) for p, k in enumerate(self.kept)])
+        idx = np.concatenate(self.kept).astype(np.int64)
         return prompt, idx, prompt.copy()
 
 
