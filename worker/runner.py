@@ -1,0 +1,317 @@
+"""What the ``train_run`` task does, as plain functions (the task itself is one line).
+
+    run = acquire(run_id)                  # claim a queued run, or take over an orphaned one
+    cfg = parse_run_config(run.config)     # the config stored at submission
+    run_training(cfg, <data>/runs/<id>, DbSink, should_stop, progress)   # resumes from a checkpoint
+    finish(run_id, succeeded | cancelled | failed)
+
+Ownership: the ``worker`` column names the process that runs a run, as ``host:pid:start``
+(``start`` = the process start time from /proc, so a recycled pid in a restarted container is
+not mistaken for the old owner). Every write a worker makes to its run is conditional on still
+owning it, so a worker that lost its run (re-queued by the reaper while it was frozen) stops at
+its next step instead of fighting the new owner.
+
+Redelivery (Redis visibility timeout, a pool process killed, the reaper re-queueing): a task for
+a run that is already ``running`` takes it over only if its owner is gone, i.e. the owner is a
+dead process on this host, or its heartbeat is older than ``AERO_STALE_AFTER_S``. For an owner
+on another host with a fresh heartbeat it waits: a heartbeat that moves proves the owner alive
+(the delivery was a duplicate and is dropped); one that stays still past the stale timeout
+means the owner died, and the run resumes here from its last checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+import traceback
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Callable, Literal
+
+from sqlalchemy import select, update
+
+from backend.db.metrics import record_checkpoint
+from backend.db.models import FINISHED_STATUSES, Run, utcnow
+from backend.db.runs import InvalidTransition, transition
+from backend.db.session import session_scope
+from backend.settings import Settings, get_settings
+from trainer.config import parse_run_config
+from worker.heartbeat import Heartbeat
+from worker.settings import WorkerSettings
+from worker.sink import DbSink
+
+log = logging.getLogger(__name__)
+
+ERROR_TAIL_CHARS = 4000
+OwnerState = Literal["alive", "dead", "unknown"]
+
+
+# ---------------------------------------------------------------- who owns a run
+
+
+def _start_time(pid: int) -> str | None:
+    """The process start time in clock ticks since boot (/proc/PID/stat field 22), or None."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]  # fields after "(comm)" start at field 3
+
+
+def worker_identity(pid: int | None = None) -> str:
+    """``host:pid:start`` of this process (``start`` is empty where /proc does not exist)."""
+    pid = os.getpid() if pid is None else pid
+    return f"{socket.gethostname()}:{pid}:{_start_time(pid) or ''}"
+
+
+def owner_state(worker: str | None, host: str | None = None) -> OwnerState:
+    """Whether the process named by ``worker`` (``host:pid:start``) is alive.
+
+    Only a process on this host can be checked; others are "unknown" (then the heartbeat decides).
+    """
+    if not worker:
+        return "dead"
+    parts = worker.rsplit(":", 2)
+    if len(parts) != 3 or not parts[1].isdigit():
+        return "unknown"
+    owner_host, pid, start = parts[0], int(parts[1]), parts[2]
+    if owner_host != (host or socket.gethostname()):
+        return "unknown"
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return "dead"
+    except PermissionError:
+        pass  # exists, owned by another user
+    if start and _start_time(pid) not in (None, start):
+        return "dead"  # the pid was recycled by a newer process
+    return "alive"
+
+
+# ---------------------------------------------------------------- acquiring a run
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Literal["claim", "takeover", "fail", "cancel", "skip", "wait"]
+    reason: str = ""
+
+
+def decide(status: str, *, worker: str | None, me: str, owner: OwnerState, heartbeat_age_s: float | None,
+           attempts: int, cancel_requested: bool, stale_after_s: float, max_attempts: int) -> Decision:
+    """What a task delivered for a run in ``status`` should do (pure; see the module docstring)."""
+    if status in FINISHED_STATUSES:
+        return Decision("skip", f"run already {status}")
+    if status == "queued":
+        return Decision("claim")
+    if worker == me:
+        return Decision("skip", "already running in this process")
+    stale = heartbeat_age_s is None or heartbeat_age_s > stale_after_s
+    if owner == "alive":
+        return Decision("skip", f"running on live worker {worker} (duplicate delivery)")
+    if owner == "unknown" and not stale:
+        return Decision("wait", f"owner {worker} on another host, heartbeat {heartbeat_age_s:.0f}s old")
+    if cancel_requested:
+        return Decision("cancel", "cancel requested while its worker was lost")
+    if attempts >= max_attempts:
+        return Decision("fail", f"worker lost: {worker} vanished mid-run and the run used all {attempts} "
+                                f"attempt(s) (AERO_MAX_ATTEMPTS={max_attempts})")
+    return Decision("takeover", f"previous worker {worker} is gone ({owner}, heartbeat "
+                                f"{'never' if heartbeat_age_s is None else f'{heartbeat_age_s:.0f}s old'})")
+
+
+def _age_s(ts: datetime | None) -> float | None:
+    return None if ts is None else (utcnow() - ts).total_seconds()
+
+
+def _take_over(session, run_id: int, old_worker: str | None, me: str) -> Run | None:
+    """running -> running under a new owner, only if ``old_worker`` still owns it (compare-and-set)."""
+    owner_is = Run.worker.is_(None) if old_worker is None else Run.worker == old_worker
+    res = session.execute(
+        update(Run).where(Run.id == run_id, Run.status == "running", owner_is)
+        .values(worker=me, heartbeat_at=utcnow(), attempts=Run.attempts + 1, error=None)
+    )
+    return session.get(Run, run_id, populate_existing=True) if res.rowcount == 1 else None
+
+
+def _claim_queued(session, run_id: int, me: str) -> Run | None:
+    """queued -> running for ``me`` (attempts += 1); a queued run with a cancel request is
+    cancelled instead. Unlike ``backend.db.runs.claim_run`` this never takes a *running* run:
+    two deliveries racing for one queued run must not both win."""
+    cancelled = session.execute(
+        update(Run).where(Run.id == run_id, Run.status == "queued", Run.cancel_requested.is_(True))
+        .values(status="cancelled", finished_at=utcnow())
+    )
+    if cancelled.rowcount == 1:
+        return None
+    try:
+        return transition(session, run_id, "running", only_from=["queued"], worker=me, error=None)
+    except InvalidTransition:
+        return None
+
+
+def _finish_if_owner(session, run_id: int, old_worker: str | None, status: str, **fields: Any) -> bool:
+    owner_is = Run.worker.is_(None) if old_worker is None else Run.worker == old_worker
+    res = session.execute(update(Run).where(Run.id == run_id, Run.status == "running", owner_is)
+                          .values(status=status, finished_at=utcnow(), **fields))
+    return res.rowcount == 1
+
+
+def acquire(url: str, run_id: int, me: str, ws: WorkerSettings,
+            sleep: Callable[[float], None] = time.sleep) -> tuple[Run | None, str]:
+    """Claim ``run_id`` for process ``me``. Returns (run, why) with run None when there is nothing
+    to run (finished, cancelled, owned by a live worker, failed for lack of attempts)."""
+    first_beat: Any = ...
+    while True:
+        with session_scope(url) as s:
+            run = s.get(Run, run_id)
+            if run is None:
+                return None, f"run {run_id} does not exist"
+            age = _age_s(run.heartbeat_at)
+            d = decide(run.status, worker=run.worker, me=me, owner=owner_state(run.worker), heartbeat_age_s=age,
+                       attempts=run.attempts, cancel_requested=run.cancel_requested,
+                       stale_after_s=ws.stale_after_s, max_attempts=ws.max_attempts)
+            if d.action == "wait" and first_beat is not ... and run.heartbeat_at != first_beat:
+                return None, f"running on live worker {run.worker}: its heartbeat moved (duplicate delivery)"
+            if d.action == "claim":
+                claimed = _claim_queued(s, run_id, me)
+                if claimed is not None:
+                    return claimed, "claimed"
+                continue  # cancelled or taken meanwhile: decide again on the new state
+            if d.action == "takeover":
+                taken = _take_over(s, run_id, run.worker, me)
+                if taken is not None:
+                    return taken, d.reason
+                continue  # re-queued by the reaper or taken by another delivery: decide again
+            if d.action == "cancel":
+                _finish_if_owner(s, run_id, run.worker, "cancelled")
+                return None, d.reason
+            if d.action == "fail":
+                _finish_if_owner(s, run_id, run.worker, "failed", error=d.reason)
+                return None, d.reason
+            if d.action == "skip":
+                return None, d.reason
+            first_beat = run.heartbeat_at
+            wait = max(0.1, min(ws.heartbeat_s, ws.stale_after_s - (age or 0.0) + 0.1))
+        log.info("run %s: %s; re-checking in %.1fs", run_id, d.reason, wait)
+        sleep(wait)
+
+
+# ---------------------------------------------------------------- while it runs
+
+
+class RunControl:
+    """The trainer's ``should_stop`` and ``progress`` callbacks and the heartbeat, for one owned run.
+
+    Every write is ``UPDATE runs ... WHERE id = :id AND status = 'running' AND worker = :me
+    RETURNING cancel_requested``: one statement that beats, reads the cancel flag and proves
+    ownership. No row back means the run is no longer ours (``lost``): stop at the next step.
+    """
+
+    def __init__(self, url: str, run_id: int, me: str, out_dir: Path, poll_s: float = 0.5):
+        self.url, self.run_id, self.me, self.out_dir, self.poll_s = url, run_id, me, out_dir, poll_s
+        self.cancel = self.lost = False
+        self.last_poll = float("-inf")
+        self.recorded_ckpt: str | None = None
+
+    def _touch(self, **values: Any) -> None:
+        with session_scope(self.url) as s:
+            row = s.execute(
+                update(Run).where(Run.id == self.run_id, Run.status == "running", Run.worker == self.me)
+                .values(heartbeat_at=utcnow(), **values).returning(Run.cancel_requested)
+            ).first()
+            if row is None:
+                self.lost = True
+            else:
+                self.cancel = bool(row[0])
+            self._record_checkpoint(s)
+        self.last_poll = time.monotonic()
+
+    def _record_checkpoint(self, session) -> None:
+        """Note the trainer's newest checkpoint (OUT/checkpoints/latest) in the store, once."""
+        latest = self.out_dir / "checkpoints" / "latest"
+        try:
+            name = latest.read_text().strip()
+        except OSError:
+            return
+        if name != self.recorded_ckpt and name.startswith("step_") and not self.lost:
+            record_checkpoint(session, self.run_id, int(name[5:]), str(self.out_dir / "checkpoints" / name))
+            self.recorded_ckpt = name
+
+    def beat(self) -> None:
+        self._touch()
+
+    def progress(self, step: int, total: int, metrics: dict) -> None:
+        self._touch(current_step=step, total_steps=total, progress=min(1.0, step / total) if total else 0.0)
+
+    def should_stop(self) -> bool:
+        # progress() polled right after the last step; query again only if that is not recent.
+        if time.monotonic() - self.last_poll > self.poll_s:
+            self._touch()
+        return self.cancel or self.lost
+
+
+# ---------------------------------------------------------------- the whole task
+
+
+def error_text(exc: BaseException) -> str:
+    """The failure as stored: exception line first, then the traceback's tail."""
+    tb = "".join(traceback.format_exception(exc))
+    head = f"{type(exc).__name__}: {exc}"
+    return head + "\n\n" + tb[-ERROR_TAIL_CHARS:]
+
+
+def _flush_quietly(sink: DbSink) -> None:
+    try:
+        sink.flush()
+    except Exception:  # noqa: BLE001
+        log.warning("could not flush buffered metrics", exc_info=True)
+
+
+def run_dir(settings: Settings, run_id: int) -> Path:
+    return settings.runs_dir / str(run_id)
+
+
+def execute_run(run_id: int, settings: Settings | None = None, ws: WorkerSettings | None = None) -> str:
+    """Run (or resume) training for ``run_id`` and record its outcome. Returns the outcome:
+    succeeded | cancelled | failed | lost | skipped: <why>."""
+    from trainer.loop import run_training  # heavy (torch): import in the worker process only
+
+    settings, ws = settings or get_settings(), ws or WorkerSettings()
+    url, me = settings.database_url, worker_identity()
+    run, why = acquire(url, run_id, me, ws)
+    if run is None:
+        log.info("run %s skipped: %s", run_id, why)
+        return f"skipped: {why}"
+    log.info("run %s: %s (attempt %d) as %s", run_id, why, run.attempts, me)
+    out_dir = run_dir(settings, run_id)
+    control = RunControl(url, run_id, me, out_dir)
+    sink: DbSink | None = None
+    try:
+        cfg = parse_run_config(run.config)
+        sink = DbSink(url, run_id, checkpoint_every=cfg.checkpoint_every, flush_s=ws.sink_flush_s)
+        with Heartbeat(control.beat, ws.heartbeat_s):
+            summary = run_training(cfg, out_dir, sink, should_stop=control.should_stop, progress=control.progress)
+    except Exception as exc:  # noqa: BLE001  (any training error, ConfigError included, fails the run)
+        log.exception("run %s failed", run_id)
+        if sink is not None:
+            _flush_quietly(sink)  # the steps done before the error are real data
+        with session_scope(url) as s:
+            ok = _finish_if_owner(s, run_id, me, "failed", error=error_text(exc)[-20_000:])
+        return "failed" if ok else "lost"
+    control.beat()  # record the final checkpoint, refresh the flags
+    if control.lost:
+        return "lost"
+    status = "cancelled" if summary["status"] == "stopped" else "succeeded"
+    fields = {"cancel_requested": True} if status == "cancelled" else {"progress": 1.0}
+    with session_scope(url) as s:
+        ok = _finish_if_owner(s, run_id, me, status, **fields)
+    log.info("run %s %s at step %s (sink: %s)", run_id, status, summary.get("last_step"), sink.stats() if sink else {})
+    return status if ok else "lost"
+
+
+__all__ = ["worker_identity", "owner_state", "Decision", "decide", "acquire", "RunControl", "error_text",
+           "run_dir", "execute_run"]
