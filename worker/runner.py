@@ -123,8 +123,8 @@ def decide(status: str, *, worker: str | None, me: str, owner: OwnerState, heart
                                 f"{'never' if heartbeat_age_s is None else f'{heartbeat_age_s:.0f}s old'})")
 
 
-def _age_s(ts: datetime | None) -> float | None:
-    return None if ts is None else (utcnow() - ts).total_seconds()
+def _age_s(ts: datetime | None, now: datetime) -> float | None:
+    return None if ts is None else (now - ts).total_seconds()
 
 
 def _take_over(session, run_id: int, old_worker: str | None, me: str) -> Run | None:
@@ -161,16 +161,17 @@ def _finish_if_owner(session, run_id: int, old_worker: str | None, status: str, 
 
 
 def acquire(url: str, run_id: int, me: str, ws: WorkerSettings,
-            sleep: Callable[[float], None] = time.sleep) -> tuple[Run | None, str]:
+            sleep: Callable[[float], None] = time.sleep, now: Callable[[], datetime] = utcnow) -> tuple[Run | None, str]:
     """Claim ``run_id`` for process ``me``. Returns (run, why) with run None when there is nothing
-    to run (finished, cancelled, owned by a live worker, failed for lack of attempts)."""
+    to run (finished, cancelled, owned by a live worker, failed for lack of attempts).
+    ``sleep`` and ``now`` are injectable for tests."""
     first_beat: Any = ...
     while True:
         with session_scope(url) as s:
             run = s.get(Run, run_id)
             if run is None:
                 return None, f"run {run_id} does not exist"
-            age = _age_s(run.heartbeat_at)
+            age = _age_s(run.heartbeat_at, now())
             d = decide(run.status, worker=run.worker, me=me, owner=owner_state(run.worker), heartbeat_age_s=age,
                        attempts=run.attempts, cancel_requested=run.cancel_requested,
                        stale_after_s=ws.stale_after_s, max_attempts=ws.max_attempts)

@@ -1,0 +1,92 @@
+"""Reaper: orphaned running runs are re-queued and re-sent, failed, or cancelled; live ones are kept."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+from datetime import timedelta
+
+from sqlalchemy import update
+
+from backend.db.models import Run, utcnow
+from backend.db.session import session_scope
+from worker.reaper import Reaper
+from worker.runner import worker_identity
+from worker.settings import WorkerSettings
+
+WS = WorkerSettings(stale_after_s=30.0, max_attempts=3)
+
+
+def dead_worker() -> str:
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return f"{socket.gethostname()}:{p.pid}:1"
+
+
+def running(url, rid, **values):
+    with session_scope(url) as s:
+        s.execute(update(Run).where(Run.id == rid).values(status="running", started_at=utcnow(), **values))
+
+
+def status_of(url, rid):
+    with session_scope(url) as s:
+        r = s.get(Run, rid)
+        return r.status, r.worker, r.heartbeat_at, r.error
+
+
+def make_reaper(db_url, sent, fail_times=0):
+    from backend.settings import Settings
+
+    calls = {"n": 0}
+
+    def enqueue(run_id):
+        calls["n"] += 1
+        if calls["n"] <= fail_times:
+            raise ConnectionError("broker down")
+        sent.append(run_id)
+
+    return Reaper(Settings(database_url=db_url), WS, enqueue=enqueue)
+
+
+def test_stale_heartbeat_is_requeued_and_resent(db_url, make_run):
+    old = utcnow() - timedelta(seconds=31)
+    stale, fresh, live_local = make_run(), make_run(), make_run()
+    running(db_url, stale, worker="remote:1:1", heartbeat_at=old, attempts=1)
+    running(db_url, fresh, worker="remote:2:2", heartbeat_at=utcnow(), attempts=1)
+    running(db_url, live_local, worker=worker_identity(), heartbeat_at=utcnow(), attempts=1)
+    sent = []
+    changed = make_reaper(db_url, sent).sweep()
+    assert changed == [(stale, "queued")] and sent == [stale]
+    st, worker, hb, err = status_of(db_url, stale)
+    assert st == "queued" and worker is None and hb is None and "remote:1:1" in err
+    assert status_of(db_url, fresh)[0] == status_of(db_url, live_local)[0] == "running"
+
+
+def test_dead_local_owner_is_recovered_without_waiting_for_the_timeout(db_url, make_run):
+    rid = make_run()
+    dead = dead_worker()
+    running(db_url, rid, worker=dead, heartbeat_at=utcnow(), attempts=1)
+    sent = []
+    assert make_reaper(db_url, sent).sweep() == [(rid, "queued")] and sent == [rid]
+    assert f"worker process {dead} died" in status_of(db_url, rid)[3]
+
+
+def test_out_of_attempts_fails_and_cancel_requested_cancels(db_url, make_run):
+    spent, spent_local, cancel = make_run(), make_run(), make_run()
+    running(db_url, spent, worker="remote:1:1", heartbeat_at=utcnow() - timedelta(seconds=60), attempts=3)
+    running(db_url, spent_local, worker=dead_worker(), heartbeat_at=utcnow(), attempts=3)
+    running(db_url, cancel, worker=dead_worker(), heartbeat_at=utcnow(), attempts=1, cancel_requested=True)
+    sent = []
+    changed = dict(make_reaper(db_url, sent).sweep())
+    assert changed == {spent: "failed", spent_local: "failed", cancel: "cancelled"} and sent == []
+    assert "no heartbeat for 30 s after 3 attempt(s)" in status_of(db_url, spent)[3]
+    assert "used all 3 attempt(s)" in status_of(db_url, spent_local)[3]
+
+
+def test_unsent_task_is_retried_next_sweep(db_url, make_run):
+    rid = make_run()
+    running(db_url, rid, worker=dead_worker(), heartbeat_at=utcnow(), attempts=1)
+    sent = []
+    reaper = make_reaper(db_url, sent, fail_times=1)
+    assert reaper.sweep() == [(rid, "queued")] and sent == [] and reaper.unsent == {rid}
+    assert reaper.sweep() == [] and sent == [rid] and reaper.unsent == set()

@@ -1,0 +1,188 @@
+"""Ownership and state guards of the train_run task (worker/runner.py), on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import update
+
+from backend.db.models import Run, utcnow
+from backend.db.session import session_scope
+from worker.runner import RunControl, acquire, decide, error_text, owner_state, worker_identity
+from worker.settings import WorkerSettings
+
+WS = WorkerSettings(stale_after_s=60.0, heartbeat_s=5.0, max_attempts=3)
+
+
+def dead_pid() -> int:
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid
+
+
+def set_run(url: str, run_id: int, **values) -> None:
+    with session_scope(url) as s:
+        s.execute(update(Run).where(Run.id == run_id).values(**values))
+
+
+def get_run(url: str, run_id: int) -> Run:
+    with session_scope(url) as s:
+        return s.get(Run, run_id)
+
+
+# ---------------------------------------------------------------- pure decisions
+
+
+def _d(status="running", worker="h:1:1", me="h:2:2", owner="unknown", age=1.0, attempts=1, cancel=False):
+    return decide(status, worker=worker, me=me, owner=owner, heartbeat_age_s=age, attempts=attempts,
+                  cancel_requested=cancel, stale_after_s=60.0, max_attempts=3).action
+
+
+@pytest.mark.parametrize(
+    "kw, action",
+    [
+        (dict(status="succeeded"), "skip"),
+        (dict(status="failed"), "skip"),
+        (dict(status="cancelled"), "skip"),
+        (dict(status="queued"), "claim"),
+        (dict(worker="h:2:2"), "skip"),  # already mine
+        (dict(owner="alive", age=1000.0), "skip"),  # alive owner wins even with a stale heartbeat
+        (dict(owner="unknown", age=10.0), "wait"),
+        (dict(owner="unknown", age=61.0), "takeover"),
+        (dict(owner="unknown", age=None), "takeover"),  # never beat
+        (dict(owner="dead", age=1.0), "takeover"),  # dead on this host: no need to wait
+        (dict(owner="dead", attempts=3), "fail"),
+        (dict(owner="dead", attempts=2), "takeover"),
+        (dict(owner="dead", cancel=True), "cancel"),
+        (dict(owner="unknown", age=61.0, cancel=True, attempts=9), "cancel"),
+    ],
+)
+def test_decide(kw, action):
+    assert _d(**kw) == action
+
+
+def test_owner_state():
+    host = socket.gethostname()
+    me = worker_identity()
+    assert me.startswith(f"{host}:{os.getpid()}:") and me.rsplit(":", 1)[1].isdigit()
+    assert owner_state(me) == "alive"
+    assert owner_state(f"{host}:{dead_pid()}:123") == "dead"
+    # Same pid, different start time: the pid was recycled, the owner is gone.
+    assert owner_state(f"{host}:{os.getpid()}:1") == "dead"
+    assert owner_state(f"{host}:{os.getpid()}:") == "alive"  # no start time recorded: pid only
+    assert owner_state(f"elsewhere-{host}:{os.getpid()}:1") == "unknown"
+    assert owner_state(None) == "dead"
+    assert owner_state("garbage") == "unknown"
+
+
+# ---------------------------------------------------------------- acquire against a real store
+
+
+def test_claim_queued(db_url, make_run):
+    rid = make_run()
+    run, why = acquire(db_url, rid, "me:1:1", WS)
+    assert why == "claimed" and run.status == "running" and run.worker == "me:1:1" and run.attempts == 1
+    assert run.heartbeat_at is not None and run.started_at is not None
+    # A second delivery while the owner (this live process) runs it: dropped, owner unchanged.
+    set_run(db_url, rid, worker=worker_identity())
+    run2, why2 = acquire(db_url, rid, "other:2:2", WS)
+    assert run2 is None and "live worker" in why2
+    assert get_run(db_url, rid).worker == worker_identity()
+
+
+def test_finished_and_cancelled_runs_are_not_rerun(db_url, make_run):
+    done = make_run()
+    set_run(db_url, done, status="succeeded")
+    assert acquire(db_url, done, "me:1:1", WS)[0] is None
+    cancelled = make_run()
+    set_run(db_url, cancelled, cancel_requested=True)  # queued + cancel -> cancelled, never started
+    assert acquire(db_url, cancelled, "me:1:1", WS)[0] is None
+    r = get_run(db_url, cancelled)
+    assert r.status == "cancelled" and r.attempts == 0 and r.started_at is None
+    assert acquire(db_url, 999_999, "me:1:1", WS) == (None, "run 999999 does not exist")
+
+
+def test_redelivered_run_with_dead_owner_is_taken_over_at_once(db_url, make_run):
+    rid = make_run()
+    dead = f"{socket.gethostname()}:{dead_pid()}:1"
+    set_run(db_url, rid, status="running", worker=dead, heartbeat_at=utcnow(), attempts=1)
+    run, why = acquire(db_url, rid, "me:1:1", WS, sleep=lambda s: pytest.fail("must not wait"))
+    assert run.worker == "me:1:1" and run.attempts == 2 and run.status == "running"
+    assert "gone" in why
+
+
+def test_dead_owner_out_of_attempts_fails(db_url, make_run):
+    rid = make_run()
+    set_run(db_url, rid, status="running", worker=f"{socket.gethostname()}:{dead_pid()}:1",
+            heartbeat_at=utcnow(), attempts=3)
+    assert acquire(db_url, rid, "me:1:1", WS)[0] is None
+    r = get_run(db_url, rid)
+    assert r.status == "failed" and "worker lost" in r.error and "3 attempt" in r.error and r.finished_at
+
+
+def test_remote_owner_whose_heartbeat_moves_keeps_its_run(db_url, make_run):
+    rid = make_run()
+    set_run(db_url, rid, status="running", worker="remote-host:7:7", heartbeat_at=utcnow(), attempts=1)
+    waits = []
+
+    def owner_beats(s):  # the live owner writes a heartbeat while we wait
+        waits.append(s)
+        set_run(db_url, rid, heartbeat_at=utcnow() + timedelta(microseconds=len(waits)))
+
+    run, why = acquire(db_url, rid, "me:1:1", WS, sleep=owner_beats)
+    assert run is None and "heartbeat moved" in why and len(waits) == 1 and waits[0] == 5.0
+    assert get_run(db_url, rid).worker == "remote-host:7:7"
+
+
+def test_remote_owner_that_stops_beating_is_taken_over_after_the_stale_timeout(db_url, make_run):
+    rid = make_run()
+    set_run(db_url, rid, status="running", worker="remote-host:7:7", heartbeat_at=utcnow() - timedelta(seconds=52),
+            attempts=1)
+    waits = []
+    clock = lambda: utcnow() + timedelta(seconds=sum(waits))  # noqa: E731  (time passes only in sleep)
+
+    run, why = acquire(db_url, rid, "me:1:1", WS, sleep=waits.append, now=clock)
+    assert run is not None and run.worker == "me:1:1" and run.attempts == 2
+    assert len(waits) == 2 and waits[0] == 5.0  # waits a heartbeat interval at a time
+    # ...and a stale remote owner is taken over without waiting at all.
+    set_run(db_url, rid, worker="remote-host:8:8", heartbeat_at=utcnow() - timedelta(seconds=61))
+    run, _ = acquire(db_url, rid, "me:2:2", WS, sleep=lambda s: pytest.fail("must not wait"))
+    assert run.worker == "me:2:2" and run.attempts == 3
+
+
+# ---------------------------------------------------------------- while running
+
+
+def test_run_control_progress_cancel_and_lost_ownership(db_url, make_run, tmp_path):
+    rid = make_run()
+    run, _ = acquire(db_url, rid, "me:1:1", WS)
+    ctl = RunControl(db_url, rid, "me:1:1", tmp_path, poll_s=0.0)
+    assert ctl.should_stop() is False
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "latest").write_text("step_000002")
+    ctl.progress(2, 4, {})
+    r = get_run(db_url, rid)
+    assert (r.current_step, r.total_steps, r.progress) == (2, 4, 0.5)
+    from backend.db.metrics import list_checkpoints
+
+    with session_scope(db_url) as s:
+        assert [(c.step, c.path.endswith("step_000002")) for c in list_checkpoints(s, rid)] == [(2, True)]
+    set_run(db_url, rid, cancel_requested=True)
+    assert ctl.should_stop() is True and ctl.cancel and not ctl.lost
+    set_run(db_url, rid, cancel_requested=False, worker="thief:9:9")
+    ctl.cancel = False
+    assert ctl.should_stop() is True and ctl.lost
+    ctl.progress(3, 4, {})  # a lost worker writes nothing
+    assert get_run(db_url, rid).current_step == 2
+
+
+def test_error_text_keeps_the_message_and_the_traceback_tail():
+    try:
+        raise ValueError("x" * 10 + " boom")
+    except ValueError as e:
+        text = error_text(e)
+    assert text.startswith("ValueError: xxxxxxxxxx boom") and "Traceback" in text and "raise ValueError" in text
