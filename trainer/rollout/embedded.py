@@ -5,7 +5,8 @@ One ``generate`` call samples every row (sum of ``n_per_prompt``) in one batch:
 1. expand prompts into rows (prompt-major, so outputs come back ordered by prompt then sample),
 2. LEFT-pad, attention mask m, position ids ``clamp(cumsum(m) - 1, 0)`` (so a padded row gets
    the same positions as an unpadded one and the numbers match right-padded training),
-3. prefill once with ``use_cache=True`` keeping only the last position's logits,
+3. prefill once per DISTINCT prompt with ``use_cache=True`` keeping only the last position's
+   logits, then copy each prompt's KV cache to its rows (n samples share one prefill),
 4. decode one token per step for all rows from the KV cache.
 
 Conventions (the open points, decided here):
@@ -173,43 +174,60 @@ class EmbeddedEngine:
     def _generate_rows(self, prompts, row_prompt: list[int], sampling: SamplingParams,
                        generator) -> list[Rollout]:
         """Prefill + decode for one chunk of rows (row r samples prompt ``row_prompt[r]``)."""
-        rows = [list(prompts[i]) for i in row_prompt]
-        tokens, logprobs, lengths, finished = self._decode(rows, sampling, generator)
+        tokens, logprobs, lengths, finished = self._decode(prompts, row_prompt, sampling, generator)
         tokens, logprobs = tokens.tolist(), logprobs.tolist()
         lengths, finished = lengths.tolist(), finished.tolist()
-        return [Rollout(prompt_index=p, prompt_ids=rows[r], response_ids=tokens[r][:lengths[r]],
+        return [Rollout(prompt_index=p, prompt_ids=list(prompts[p]), response_ids=tokens[r][:lengths[r]],
                         logprobs=logprobs[r][:lengths[r]], finished=bool(finished[r]))
                 for r, p in enumerate(row_prompt)]
 
-    def _decode(self, rows: list[list[int]], sampling: SamplingParams, generator):
+    def _prefill(self, prompts, row_prompt: list[int]):
+        """Run each distinct prompt once, then copy its KV cache to its rows.
+
+        Rows that share a prompt (n samples per prompt) would recompute identical keys and
+        values, so the prefill costs (distinct prompts) instead of (rows); the copy is
+        ``Cache.reorder_cache`` (an index_select on the batch dim). Returns the last-position
+        logits [B, V], the cache, the attention mask [B, L] and position ids [B, L]."""
+        uniq = sorted(set(row_prompt))
+        ids, mask, pos = left_pad([list(prompts[i]) for i in uniq], self.pad_id, self.device)
+        kw = {self._keep_kw: 1} if self._keep_kw else {}
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **kw)
+        cache, logits = _output_cache(out), out.logits[:, -1]
+        if len(uniq) != len(row_prompt):
+            slot = {p: u for u, p in enumerate(uniq)}
+            expand = torch.tensor([slot[p] for p in row_prompt], dtype=torch.long, device=ids.device)
+            cache.reorder_cache(expand)
+            logits, mask, pos = logits[expand], mask[expand], pos[expand]
+        return logits, cache, mask, pos
+
+    def _decode(self, prompts, row_prompt: list[int], sampling: SamplingParams, generator):
         """The vectorised sampling loop. Returns tokens [B, S], logprobs [B, S], lengths [B],
         finished [B] (on CPU), S <= max_new_tokens the number of decode steps taken."""
-        dev, B, S = self.device, len(rows), int(sampling.max_new_tokens)
-        ids, mask, pos = left_pad(rows, self.pad_id, dev)
-        L = ids.shape[1]
+        dev, B, S = self.device, len(row_prompt), int(sampling.max_new_tokens)
+        if S <= 0:
+            empty = torch.zeros((B, 0))
+            return empty.long(), empty, torch.zeros(B, dtype=torch.long), torch.zeros(B, dtype=torch.bool)
+        logits, cache, mask, pos = self._prefill(prompts, row_prompt)
+        L = mask.shape[1]
         full_mask = torch.cat([mask, torch.zeros((B, S), dtype=mask.dtype, device=dev)], dim=1)
         tokens = torch.full((B, S), self.pad_id, dtype=torch.long, device=dev)
         logprobs = torch.zeros((B, S), dtype=torch.float32, device=dev)
         done = torch.zeros(B, dtype=torch.bool, device=dev)
         lengths = torch.zeros(B, dtype=torch.long, device=dev)
-        kw = {self._keep_kw: 1} if self._keep_kw else {}
-        logits = cache = None
+        pos = pos[:, -1:] + 1
         steps = 0
         for t in range(S):
-            if t == 0:
-                out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **kw)
-            else:
-                alive = (~done).long()
-                full_mask[:, L + t - 1] = alive  # the token fed now; finished rows are masked out
+            if t > 0:
+                full_mask[:, L + t - 1] = (~done).long()  # the token fed now; finished rows are masked out
                 out = self.model(input_ids=tok[:, None], attention_mask=full_mask[:, :L + t],
                                  position_ids=pos, use_cache=True, **{self._cache_kw: cache})
-            cache, logits = _output_cache(out), out.logits[:, -1]
+                cache, logits = _output_cache(out), out.logits[:, -1]
+                pos = pos + 1
             tok, lp = sample_next(logits, sampling, generator)
             tok = tok.masked_fill(done, self.pad_id)
             tokens[:, t], logprobs[:, t] = tok, lp.masked_fill(done, 0.0)
             lengths += (~done).long()
             done = done | (tok == self.eos_id)
-            pos = pos[:, -1:] + 1
             steps = t + 1
             if bool(done.all()):
                 break
