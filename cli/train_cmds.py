@@ -1,3 +1,147 @@
 """Trainer commands: pretrain, train, eval, bench."""
 
-from cli.main import app  # noqa: F401
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from cli.common import console, deep_merge, fail_config, parse_sets
+from cli.main import app
+from trainer.config import METHODS, ConfigError, parse_run_config
+
+SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Config override key=value, dotted for nested (aero.k=2). Repeatable.")]
+
+
+def _progress() -> Progress:
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    TimeRemainingColumn(), TextColumn("{task.fields[info]}"), console=console)
+
+
+def _step_info(m: dict) -> str:
+    return (f"reward {m.get('reward/mean', 0):.3f}  zero-acc {m.get('zero_acc/after_rescue', 0):.2f}  "
+            f"step {m.get('time/step_s', 0):.2f}s")
+
+
+@app.command()
+def pretrain(
+    out: Annotated[Path, typer.Option(help="Output directory (HF model + char tokenizer).")] = Path("trainer/assets/tiny"),
+    steps: Annotated[int, typer.Option(help="Supervised steps.")] = 500,
+    batch: Annotated[int, typer.Option(help="Sequences per step.")] = 256,
+    lr: Annotated[float, typer.Option(help="Peak AdamW learning rate (cosine decay to 10%).")] = 1e-3,
+    seed: int = 0,
+):
+    """Warm-start the embedded tiny policy on arithmetic (the `tiny` preset's base checkpoint)."""
+    from trainer.pretrain import pretrain as run
+
+    with _progress() as bar:
+        task = bar.add_task("pretrain", total=steps, info="")
+        report = run(out, steps=steps, batch=batch, lr=lr, seed=seed,
+                     progress=lambda s, loss: bar.update(task, completed=s, info=f"loss {loss:.4f}"))
+    console.print_json(json.dumps(report))
+    console.print(f"saved to {out}")
+
+
+@app.command()
+def train(
+    method: Annotated[str, typer.Option(help=f"One of {', '.join(METHODS)}.")] = "aero",
+    preset: Annotated[Optional[str], typer.Option(help="Embedded preset (tiny).")] = "tiny",
+    model_path: Annotated[Optional[str], typer.Option(help="Local HF model directory instead of a preset.")] = None,
+    steps: Annotated[Optional[int], typer.Option(help="Training steps.")] = None,
+    seed: Annotated[Optional[int], typer.Option()] = None,
+    out: Annotated[Path, typer.Option(help="Run directory: metrics.jsonl, evals.jsonl, config.json, checkpoints/.")] = Path("runs/latest"),
+    config: Annotated[Optional[Path], typer.Option(help="JSON run config; --set and flags override it.")] = None,
+    sets: SetOpt = None,
+):
+    """Train one run (resumes from OUT/checkpoints if present) with a live progress bar."""
+    from trainer.loop import run_training
+    from trainer.metrics import JsonlSink
+
+    data = json.loads(config.read_text()) if config else {}
+    flags = {k: v for k, v in {"method": method, "steps": steps, "seed": seed, "preset": preset}.items() if v is not None}
+    if model_path:
+        flags.update(model_path=model_path, preset=None)
+    data = deep_merge(deep_merge(data, flags), parse_sets(sets))
+    try:
+        cfg = parse_run_config(data)
+        with _progress() as bar:
+            task = bar.add_task(cfg.method, total=cfg.steps, info="")
+            summary = run_training(cfg, out, JsonlSink(out),
+                                   progress=lambda s, n, m: bar.update(task, completed=s, info=_step_info(m)))
+    except ConfigError as e:
+        fail_config(e)
+    final = (summary.get("final_eval") or {}).get("overall")
+    if final:
+        console.print(f"final Avg@{final['k']} {final['avg_at_k']:.3f}  Pass@{final['k']} {final['pass_at_k']:.3f}")
+    console.print(f"{summary['status']} at step {summary['last_step']}; metrics in {out / 'metrics.jsonl'}")
+
+
+@app.command("eval")
+def eval_cmd(
+    preset: Annotated[Optional[str], typer.Option(help="Evaluate a preset's base checkpoint.")] = "tiny",
+    run_dir: Annotated[Optional[Path], typer.Option(help="Evaluate a run's latest checkpoint instead.")] = None,
+    n: Annotated[int, typer.Option(help="Samples per problem (k of Avg@k / Pass@k).")] = 8,
+    problems: Annotated[int, typer.Option(help="Problems per benchmark.")] = 64,
+    seed: int = 0,
+):
+    """Avg@k and Pass@k (with 95% bootstrap CIs) per held-out benchmark."""
+    from trainer.checkpoint import load_latest_checkpoint
+    from trainer.evaluate import evaluate
+    from trainer.presets import load_setup
+    from trainer.rollout.base import SamplingParams
+
+    data = json.loads((run_dir / "config.json").read_text()) if run_dir else {"preset": preset}
+    try:
+        cfg = parse_run_config({**data, "eval_n": n, "eval_problems": problems})
+    except ConfigError as e:
+        fail_config(e)
+    setup = load_setup(cfg)
+    if run_dir:
+        ckpt = load_latest_checkpoint(run_dir)
+        if ckpt is None:
+            console.print(f"[red]no checkpoint in {run_dir}/checkpoints[/]")
+            raise typer.Exit(1)
+        setup.model.load_state_dict(ckpt["model"])
+    res = evaluate(setup.engine, setup.task, SamplingParams(cfg.temperature, cfg.top_p, cfg.max_new_tokens), n,
+                   problems, seed, cfg.verifier_timeout_s)
+    table = Table(title=f"Evaluation ({problems} problems per benchmark, n={n})")
+    for col in ("benchmark", f"Avg@{n}", "95% CI", f"Pass@{n}"):
+        table.add_column(col)
+    for name, r in res.items():
+        table.add_row(name, f"{r['avg_at_k']:.3f}", f"[{r['avg_ci'][0]:.3f}, {r['avg_ci'][1]:.3f}]", f"{r['pass_at_k']:.3f}")
+    console.print(table)
+
+
+@app.command()
+def bench(
+    preset: str = "tiny",
+    steps: Annotated[int, typer.Option(help="Training steps per method.")] = 60,
+    seed: int = 0,
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the full report here.")] = None,
+    ablations: Annotated[bool, typer.Option(help="Also run aero-s1 and aero-s1s2 (measured waterfall).")] = False,
+    out: Annotated[Path, typer.Option(help="Scratch directory for the runs.")] = Path("runs/bench"),
+    sets: SetOpt = None,
+):
+    """Train GRPO, DAPO and AERO side by side from the same base and seed; print one table."""
+    from trainer.bench import ABLATIONS, MAIN_METHODS, run_bench
+
+    methods = MAIN_METHODS + (ABLATIONS if ablations else ())
+    with _progress() as bar:
+        def on_method(method, cfg):
+            task = bar.add_task(method, total=cfg.steps, info="")
+            return lambda s, n, m: bar.update(task, completed=s, info=_step_info(m))
+
+        try:
+            report = run_bench(preset, steps, seed, methods, parse_sets(sets), out, on_method=on_method)
+        except ConfigError as e:
+            fail_config(e)
+    if json_out:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(report, indent=2))
+    from trainer.bench_table import render_markdown
+
+    print(render_markdown(report))

@@ -1,0 +1,51 @@
+"""Helpers shared by the CLI commands: `--set key=value` overrides and config errors."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import typer
+from rich.console import Console
+
+from trainer.config import ConfigError
+
+console = Console(stderr=True)
+
+
+def parse_value(text: str) -> Any:
+    """JSON when it parses (numbers, booleans, lists, null), else the plain string."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def parse_sets(sets: list[str] | None) -> dict[str, Any]:
+    """['aero.k=2', 'steps=100'] -> {'aero': {'k': 2}, 'steps': 100}."""
+    out: dict[str, Any] = {}
+    for item in sets or []:
+        if "=" not in item:
+            raise typer.BadParameter(f"--set expects key=value (e.g. aero.k=2); got {item!r}")
+        key, _, value = item.partition("=")
+        node = out
+        *parents, leaf = key.strip().split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = parse_value(value.strip())
+    return out
+
+
+def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in extra.items():
+        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def fail_config(err: ConfigError) -> None:
+    """Print each bad field and what to do, then exit with status 2."""
+    console.print("[bold red]Invalid run config[/] (nothing was run):")
+    for loc, msg in err.issues:
+        console.print(f"  [red]{loc}[/]: {msg}")
+    raise typer.Exit(2)

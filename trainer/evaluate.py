@@ -1,0 +1,49 @@
+"""Held-out evaluation: eval_n samples per problem, per-problem (n, c) stored so any k <= n
+can be recomputed later; Avg@k, unbiased Pass@k and bootstrap CIs (DESIGN.md §3)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from trainer.core.passk import avg_at_k, bootstrap_ci, pass_at_k
+from trainer.rollout.base import RolloutEngine, SamplingParams
+from trainer.tasks.base import Task
+from trainer.tasks.verify import score_batch
+
+
+def summarize(per_problem: list[tuple[int, int]], k: int, seed: int = 0) -> dict[str, Any]:
+    """Avg@k, Pass@k and their bootstrap CIs from per-problem (n, c)."""
+    n = np.array([p[0] for p in per_problem])
+    c = np.array([p[1] for p in per_problem])
+    avg_each, pass_each = c / n, pass_at_k(n, c, k)
+    return {
+        "n": int(n.max()), "k": k, "problems": len(per_problem),
+        "avg_at_k": float(avg_at_k(n, c)), "pass_at_k": float(np.mean(pass_each)),
+        "avg_ci": list(bootstrap_ci(avg_each, seed=seed)), "pass_ci": list(bootstrap_ci(pass_each, seed=seed)),
+        "per_problem": [[int(a), int(b)] for a, b in zip(n, c)],
+    }
+
+
+def evaluate(engine: RolloutEngine, task: Task, sampling: SamplingParams, n: int, max_problems: int,
+             seed: int, timeout_s: float) -> dict[str, dict[str, Any]]:
+    """Sample n responses per benchmark problem and score them. Uses its own generator so an
+    eval never moves the training RNG (exact resume). Adds an 'overall' row (all problems pooled)."""
+    gen = torch.Generator(device=getattr(engine, "device", "cpu")).manual_seed(seed)
+    results, pooled = {}, []
+    for name, problems in task.benchmarks().items():
+        problems = problems[:max_problems]
+        rollouts = engine.generate([task.encode_prompt(p) for p in problems], n, sampling, gen)
+        rewards, _ = score_batch(task, [task.tokenizer.decode(r.response_ids) for r in rollouts],
+                                 [problems[r.prompt_index] for r in rollouts], timeout_s)
+        correct = np.zeros(len(problems), dtype=int)
+        for r, rew in zip(rollouts, rewards):
+            correct[r.prompt_index] += int(rew > 0.5)
+        per_problem = [(n, int(c)) for c in correct]
+        results[name] = summarize(per_problem, n, seed)
+        pooled += per_problem
+    results["overall"] = summarize(pooled, n, seed)
+    results["overall"]["avg_at_k_macro"] = float(np.mean([v["avg_at_k"] for k, v in results.items() if k != "overall"]))
+    return results
