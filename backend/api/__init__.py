@@ -1,0 +1,1 @@
+"""HTTP layer: thin routes over backend.db and backend.services."""

@@ -1,0 +1,151 @@
+"""Error mapping: domain exceptions -> HTTP, and the request body size limit.
+
+* ConfigError -> 422 with pydantic-style detail items whose ``loc`` names the field
+  (``["body", "config", "aero", "n_explore"]``).
+* RunNotFound / SweepNotFound -> 404; RunConflict -> 409; EnqueueError -> 503.
+* Bodies over ``max_body_bytes`` -> 413 (by Content-Length, or while streaming a chunked body).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from backend.db.runs import RunConflict, RunNotFound
+from backend.db.sweeps import SweepNotFound
+from backend.services.submit import EnqueueError
+from trainer.config import ConfigError, RunConfig
+
+NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "Unknown id."}}
+
+
+def conflict_responses(why: str) -> dict[int | str, dict[str, Any]]:
+    return {**NOT_FOUND, 409: {"description": f"Conflict: {why}."}}
+
+
+def _loc_part(p: str) -> str | int:
+    return int(p) if p.isdigit() else p
+
+
+def config_validation_error(err: ConfigError, prefix: Sequence[str | int]) -> RequestValidationError:
+    """A ConfigError as FastAPI's 422: one detail item per issue, ``loc`` = prefix + dotted path."""
+    items = []
+    for path, msg in err.issues:
+        loc = [*prefix, *(_loc_part(p) for p in path.split("."))] if path != "config" else list(prefix)
+        items.append({"type": "config_error", "loc": loc, "msg": f"{'.'.join(map(str, loc[len(prefix):])) or 'config'}: {msg}", "input": None})
+    return RequestValidationError(items)
+
+
+def _field(path: Sequence[str | int]):
+    """(model owning the last part, its FieldInfo or None) for a RunConfig path."""
+    model, info = RunConfig, None
+    for i, part in enumerate(path):
+        fields = getattr(model, "model_fields", None)
+        if not fields or part not in fields:
+            return (model if i == len(path) - 1 and fields else None), None
+        info = fields[part]
+        if i < len(path) - 1:
+            model = info.annotation
+    return model, info
+
+
+def field_hint(path: Sequence[str | int], error_type: str = "") -> str | None:
+    """What to do about a bad RunConfig field: its meaning and default, or for an unknown
+    field the valid names. None when the path is not a RunConfig field."""
+    model, info = _field(path)
+    name = ".".join(map(str, path))
+    if error_type == "extra_forbidden" and model is not None:
+        return f"unknown field {name!r}: remove it or fix its spelling (valid here: {', '.join(model.model_fields)})"
+    if info is None or not info.description:
+        return None
+    default = "" if info.is_required() or info.default_factory is not None else f"; default {info.default!r}"
+    return f"{name}: {info.description.rstrip('.')}{default}"
+
+
+async def validation_error_handler(_: Request, exc: RequestValidationError) -> JSONResponse:
+    """FastAPI's 422 body, with a hint naming the config field, what it means and its default."""
+    errors = []
+    for err in exc.errors():
+        err = dict(err)
+        loc = list(err.get("loc", ()))
+        if len(loc) > 2 and loc[0] == "body" and loc[1] in ("config", "base") and err.get("type") != "config_error":
+            hint = field_hint(loc[2:], err.get("type", ""))
+            if hint:
+                err["msg"] = f"{err['msg']}. {hint}"
+        errors.append(err)
+    return JSONResponse({"detail": jsonable_encoder(errors)}, status_code=422)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    def detail(status: int):
+        async def handler(_: Request, exc: Exception) -> JSONResponse:
+            return JSONResponse({"detail": str(exc)}, status_code=status)
+        return handler
+
+    app.add_exception_handler(RunNotFound, detail(404))
+    app.add_exception_handler(SweepNotFound, detail(404))
+    app.add_exception_handler(RunConflict, detail(409))
+    app.add_exception_handler(EnqueueError, detail(503))
+
+    async def bare_config_error(_: Request, exc: ConfigError) -> JSONResponse:  # a route forgot its prefix
+        return JSONResponse({"detail": config_validation_error(exc, ["body"]).errors()}, status_code=422)
+
+    app.add_exception_handler(ConfigError, bare_config_error)
+    app.add_exception_handler(RequestValidationError, validation_error_handler)
+
+
+class _TooLarge(HTTPException):
+    """Raised while a chunked body is being read: FastAPI renders it as 413."""
+
+    def __init__(self, max_bytes: int):
+        super().__init__(413, f"request body larger than {max_bytes} bytes")
+
+
+class BodySizeLimit:
+    """Pure ASGI middleware: 413 for request bodies larger than ``max_bytes``."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int):
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = dict(scope["headers"]).get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
+            await self._reject(send)
+            return
+        seen, started = 0, False
+
+        async def counting_receive() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise _TooLarge(self.max_bytes)
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counting_receive, tracking_send)
+        except _TooLarge:
+            if not started:
+                await self._reject(send)
+
+    async def _reject(self, send: Send) -> None:
+        body = f'{{"detail":"request body larger than {self.max_bytes} bytes"}}'.encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,50 @@
+"""/api/sweeps: grids of runs (methods x seeds x overrides)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, status
+from fastapi.exceptions import RequestValidationError
+
+from backend.api.deps import EnqueueDep, ReadAccess, SessionDep, SettingsDep, TokenDep
+from backend.api.errors import NOT_FOUND, config_validation_error
+from backend.db import sweeps as repo
+from backend.db.models import RUN_STATUSES
+from backend.schemas import RunPublic, SweepCreate, SweepPublic
+from backend.services.submit import enqueue_or_fail
+from backend.services.sweep_submit import SweepConfigError, SweepTooLarge, build_sweep
+
+router = APIRouter(prefix="/sweeps", tags=["sweeps"])
+
+SweepId = Annotated[int, Path(ge=1, le=2**63 - 1)]
+
+
+def _public(sweep, runs) -> SweepPublic:
+    counts = dict.fromkeys(RUN_STATUSES, 0)
+    for r in runs:
+        counts[r.status] += 1
+    return SweepPublic(id=sweep.id, name=sweep.name, created_at=sweep.created_at, spec=sweep.spec, status_counts=counts,
+                       runs=[RunPublic.model_validate(r) for r in runs])
+
+
+@router.post("", response_model=SweepPublic, status_code=status.HTTP_201_CREATED)
+def create_sweep(body: SweepCreate, session: SessionDep, settings: SettingsDep, enqueue: EnqueueDep, _: TokenDep):
+    """One run per (override, method, seed); every config is validated before anything is stored
+    (422 names the field, under ``base`` or ``overrides[i]``)."""
+    try:
+        sweep, runs = build_sweep(session, name=body.name, base=body.base, methods=list(body.methods), seeds=body.seeds,
+                                  overrides=body.overrides, tags=body.tags, cpu_queue=settings.cpu_queue, gpu_queue=settings.gpu_queue)
+    except SweepConfigError as e:
+        raise config_validation_error(e.error, e.loc) from None
+    except SweepTooLarge as e:
+        raise RequestValidationError([{"type": "too_large", "loc": ["body"], "msg": str(e), "input": None}]) from None
+    session.commit()
+    enqueue_or_fail(session, enqueue, runs)
+    return _public(sweep, runs)
+
+
+@router.get("/{sweep_id}", response_model=SweepPublic, dependencies=[ReadAccess], responses=NOT_FOUND)
+def get_sweep(sweep_id: SweepId, session: SessionDep):
+    """The sweep's spec and its runs (with a count per status)."""
+    return _public(repo.get_sweep(session, sweep_id), repo.sweep_runs(session, sweep_id))

@@ -1,0 +1,148 @@
+"""SQLAlchemy 2 models of the store. The schema itself is created by Alembic migrations
+(backend/alembic/versions); a test checks that autogenerate finds no difference.
+
+Portable across SQLite and PostgreSQL: JSON columns become JSONB on PostgreSQL, and ids are
+BIGINT on PostgreSQL but INTEGER on SQLite (where only ``INTEGER PRIMARY KEY`` autoincrements).
+Timestamps are stored as naive UTC (``utcnow()``), the same on both dialects.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# Named constraints keep migrations deterministic on both dialects.
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+Id = BigInteger().with_variant(Integer(), "sqlite")
+Json = JSON().with_variant(JSONB(), "postgresql")
+
+RUN_STATUSES: tuple[str, ...] = ("queued", "running", "succeeded", "failed", "cancelled")
+FINISHED_STATUSES: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
+
+
+def utcnow() -> datetime:
+    """Naive UTC now: what every timestamp column stores."""
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class Sweep(Base):
+    """A grid of runs (methods x seeds x overrides) submitted together."""
+
+    __tablename__ = "sweeps"
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(200))
+    spec: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class Run(Base):
+    """One training run. ``config`` is the validated RunConfig as JSON; ``status`` changes only
+    through the guarded transitions in :mod:`backend.db.runs`."""
+
+    __tablename__ = "runs"
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(200))
+    method: Mapped[str] = mapped_column(String(32), index=True)
+    engine: Mapped[str] = mapped_column(String(32))
+    config: Mapped[dict[str, Any]] = mapped_column(Json)
+    status: Mapped[str] = mapped_column(String(16), default="queued", index=True)
+    queue: Mapped[str] = mapped_column(String(64), default="cpu")
+    progress: Mapped[float] = mapped_column(Float, default=0.0)
+    current_step: Mapped[int] = mapped_column(Integer, default=0)
+    total_steps: Mapped[int] = mapped_column(Integer, default=0)
+    error: Mapped[str | None] = mapped_column(Text, default=None)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime, default=None)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime, default=None)
+    worker: Mapped[str | None] = mapped_column(String(200), default=None)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime, default=None)
+    tags: Mapped[list[str]] = mapped_column(Json, default=list)
+    notes: Mapped[str] = mapped_column(Text, default="")
+    sweep_id: Mapped[int | None] = mapped_column(Id, ForeignKey("sweeps.id", ondelete="SET NULL"), index=True, default=None)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class StepMetric(Base):
+    """One training step's metrics (slash-namespaced keys, docs/metrics.md). The primary key
+    (run_id, step) is the uniqueness that makes re-logging a resumed step idempotent."""
+
+    __tablename__ = "step_metrics"
+    run_id: Mapped[int] = mapped_column(Id, ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    step: Mapped[int] = mapped_column(Integer, primary_key=True)
+    metrics: Mapped[dict[str, Any]] = mapped_column(Json)
+    logged_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow, index=True)
+
+
+class EvalResult(Base):
+    """Per-benchmark evaluation at one step. ``per_problem`` holds [[n, c], ...] so any k can be
+    recomputed; unique on (run, step, benchmark) so a re-logged eval replaces the old one."""
+
+    __tablename__ = "eval_results"
+    __table_args__ = (UniqueConstraint("run_id", "step", "benchmark", name="uq_eval_results_run_step_benchmark"),)
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    run_id: Mapped[int] = mapped_column(Id, ForeignKey("runs.id", ondelete="CASCADE"))
+    step: Mapped[int] = mapped_column(Integer)
+    benchmark: Mapped[str] = mapped_column(String(200))
+    n: Mapped[int | None] = mapped_column(Integer, default=None)
+    k: Mapped[int] = mapped_column(Integer)
+    avg_at_k: Mapped[float | None] = mapped_column(Float, default=None)
+    pass_at_k: Mapped[float | None] = mapped_column(Float, default=None)
+    avg_ci_lo: Mapped[float | None] = mapped_column(Float, default=None)
+    avg_ci_hi: Mapped[float | None] = mapped_column(Float, default=None)
+    pass_ci_lo: Mapped[float | None] = mapped_column(Float, default=None)
+    pass_ci_hi: Mapped[float | None] = mapped_column(Float, default=None)
+    per_problem: Mapped[list[list[int]]] = mapped_column(Json, default=list)
+    logged_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class Checkpoint(Base):
+    """A checkpoint a worker wrote (model + optimizer + RNG + data position) at ``step``."""
+
+    __tablename__ = "checkpoints"
+    __table_args__ = (UniqueConstraint("run_id", "step", name="uq_checkpoints_run_step"),)
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    run_id: Mapped[int] = mapped_column(Id, ForeignKey("runs.id", ondelete="CASCADE"))
+    step: Mapped[int] = mapped_column(Integer)
+    path: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class ApiToken(Base):
+    """An API token. Only its SHA-256 hex digest is stored; the token is shown once at creation."""
+
+    __tablename__ = "api_tokens"
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(200))
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    last_used_at: Mapped[datetime | None] = mapped_column(DateTime, default=None)
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime, default=None)
+

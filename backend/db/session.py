@@ -1,0 +1,71 @@
+"""Engines and sessions.
+
+SQLite gets WAL (readers never block the one writer), foreign keys, a 30 s busy timeout,
+and SQLAlchemy-controlled ``BEGIN`` (pysqlite's own transaction handling would defer BEGIN
+and break transactional DDL in migrations). Keep write transactions short and write first:
+under WAL a read transaction that later tries to write can fail at once if another writer
+committed in between.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import lru_cache
+from pathlib import Path
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+
+def _sqlite_pragmas(dbapi_conn, _record) -> None:
+    dbapi_conn.isolation_level = None  # let SQLAlchemy emit BEGIN (see module docstring)
+    cur = dbapi_conn.cursor()
+    for pragma in ("journal_mode=WAL", "foreign_keys=ON", "synchronous=NORMAL", "busy_timeout=30000"):
+        cur.execute(f"PRAGMA {pragma}")
+    cur.close()
+
+
+def _sqlite_begin(conn) -> None:
+    conn.exec_driver_sql("BEGIN")
+
+
+def make_engine(url: str, **kwargs) -> Engine:
+    """An engine for ``url``; creates the parent directory of a SQLite file.
+
+    ``postgresql://`` URLs use psycopg 3 (``postgresql+psycopg``)."""
+    u = make_url(url)
+    if u.drivername == "postgresql":
+        u = u.set(drivername="postgresql+psycopg")
+    if u.get_backend_name() == "sqlite":
+        if u.database and u.database != ":memory:":
+            Path(u.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        kwargs.setdefault("connect_args", {"check_same_thread": False, "timeout": 30})
+        engine = create_engine(u, **kwargs)
+        event.listen(engine, "connect", _sqlite_pragmas)
+        event.listen(engine, "begin", _sqlite_begin)
+        return engine
+    kwargs.setdefault("pool_pre_ping", True)
+    kwargs.setdefault("pool_size", 10)
+    kwargs.setdefault("max_overflow", 20)
+    return create_engine(u, **kwargs)
+
+
+@lru_cache(maxsize=16)
+def get_engine(url: str) -> Engine:
+    """One shared engine (and connection pool) per URL in this process."""
+    return make_engine(url)
+
+
+def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
+    # expire_on_commit=False: objects stay readable after commit (routes serialise them then).
+    return sessionmaker(engine, expire_on_commit=False)
+
+
+@contextmanager
+def session_scope(url: str) -> Iterator[Session]:
+    """``with session_scope(settings.database_url) as s:`` commits on success, rolls back on error.
+    For workers and scripts; the API uses ``SessionDep``."""
+    with make_sessionmaker(get_engine(url))() as session, session.begin():
+        yield session

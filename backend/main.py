@@ -1,0 +1,57 @@
+"""The FastAPI app. ``uvicorn backend.main:app`` (settings from the environment), or
+``create_app(settings)`` for an app on another store / queue (tests, benchmarks).
+
+Routes live under ``/api``; OpenAPI at ``/docs`` (``/openapi.json``); Prometheus at ``/metrics``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from backend.api.errors import BodySizeLimit, install_error_handlers
+from backend.api.routes import compare, health, metrics, runs, sweeps
+from backend.db.migrate import migrate
+from backend.db.session import get_engine, make_sessionmaker
+from backend.queue import Enqueuer, celery_enqueuer
+from backend.settings import Settings, get_settings
+
+API_PREFIX = "/api"
+
+
+def create_app(settings: Settings | None = None, *, enqueue: Enqueuer | None = None) -> FastAPI:
+    """Build the app. ``enqueue(run_id, queue)`` defaults to sending the Celery task by name."""
+    settings = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if settings.migrate_on_start:
+            migrate(settings.database_url)
+        yield
+
+    app = FastAPI(
+        title="AERO Lab API",
+        version="0.1.0",
+        description="Submit, watch and compare GRPO, DAPO and AERO training runs. State-changing calls need "
+        "`Authorization: Bearer <token>` (`aero token create NAME`).",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.sessionmaker = make_sessionmaker(get_engine(settings.database_url))
+    app.state.enqueue = enqueue or celery_enqueuer(settings)
+    install_error_handlers(app)
+    for router in (runs.router, metrics.router, sweeps.router, compare.router, health.router, health.metrics_router):
+        app.include_router(router, prefix=API_PREFIX)
+    app.include_router(health.metrics_router)  # Prometheus' conventional /metrics
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    return app
+
+
+def __getattr__(name: str):
+    # `backend.main:app` is built on first access, so importing this module has no side effects.
+    if name == "app":
+        globals()["app"] = create_app()
+        return globals()["app"]
+    raise AttributeError(name)

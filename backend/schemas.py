@@ -1,0 +1,190 @@
+"""Request and response bodies (full-stack-fastapi-template's ladder: XCreate / XUpdate /
+XPublic / XsPublic). Run configs are trainer.config.RunConfig, so the OpenAPI schema documents
+every hyperparameter with its paper default."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from trainer.config import Method, RunConfig
+
+RunStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+# No control characters in short labels; no NUL anywhere (PostgreSQL rejects it in text).
+Tag = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[^\x00-\x1f\x7f]+$")]
+Label = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")]
+Notes = Annotated[str, StringConstraints(max_length=10_000, pattern=r"^[^\x00]*$")]
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# ----------------------------------------------------------------------------- runs
+
+
+class RunCreate(_In):
+    """POST /api/runs. ``config`` omitted = all defaults (AERO on the tiny preset)."""
+
+    config: RunConfig = Field(default_factory=RunConfig)
+    name: Label | None = Field(None, description="Display name; default: config.name, else '<method>-seed<seed>'.")
+    tags: list[Tag] = Field(default_factory=list, max_length=32)
+    notes: Notes = ""
+
+
+class RunUpdate(_In):
+    """PATCH /api/runs/{id}: replace tags and/or notes."""
+
+    tags: list[Tag] | None = Field(None, max_length=32)
+    notes: Notes | None = None
+
+
+class RunPublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    name: str
+    method: str
+    engine: str
+    status: RunStatus
+    queue: str
+    progress: float = Field(description="current_step / total_steps, 0..1.")
+    current_step: int
+    total_steps: int
+    error: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    worker: str | None
+    heartbeat_at: datetime | None
+    tags: list[str]
+    notes: str
+    sweep_id: int | None
+    cancel_requested: bool
+    attempts: int
+    config: dict[str, Any]
+
+
+class RunsPublic(BaseModel):
+    data: list[RunPublic]
+    count: int = Field(description="Runs matching the filters, before limit/offset.")
+    limit: int
+    offset: int
+
+
+# ----------------------------------------------------------------------------- sweeps
+
+
+class SweepCreate(_In):
+    """POST /api/sweeps: one run per (override, method, seed)."""
+
+    name: Label = "sweep"
+    base: RunConfig = Field(default_factory=RunConfig, description="Config every run starts from.")
+    methods: list[Method] = Field(min_length=1, max_length=8)
+    seeds: list[Annotated[int, Field(ge=0, le=2**31 - 1)]] | None = Field(
+        None, min_length=1, max_length=64, description="Default: [base.seed]."
+    )
+    overrides: list[dict[str, Any]] = Field(
+        default_factory=lambda: [{}],
+        min_length=1,
+        max_length=64,
+        description='Config changes, one grid row each: dotted keys ({"aero.n_explore": 4}) or nested dicts.',
+    )
+    tags: list[Tag] = Field(default_factory=list, max_length=32)
+
+
+class SweepPublic(BaseModel):
+    id: int
+    name: str
+    created_at: datetime
+    spec: dict[str, Any]
+    status_counts: dict[str, int]
+    runs: list[RunPublic]
+
+
+# ----------------------------------------------------------------------------- metrics & evals
+
+
+class MetricsPublic(BaseModel):
+    """Columnar: ``series[key][i]`` is ``key`` at ``steps[i]`` (null when that step lacks it)."""
+
+    run_id: int
+    steps: list[int]
+    series: dict[str, list[float | None]]
+    stored_steps: int = Field(description="Steps stored in the requested range, before downsampling.")
+    last_step: int | None = Field(description="Last stored step of the run (any range).")
+    run_status: RunStatus
+
+
+class EvalPublic(BaseModel):
+    run_id: int
+    step: int
+    benchmark: str
+    n: int | None = Field(description="Samples per problem.")
+    k: int
+    avg_at_k: float | None
+    pass_at_k: float | None
+    avg_ci: list[float | None]
+    pass_ci: list[float | None]
+    per_problem: list[list[int]] | None = Field(description="[[n, c], ...] per problem (omitted with per_problem=false).")
+
+
+class EvalsPublic(BaseModel):
+    data: list[EvalPublic]
+    count: int
+
+
+# ----------------------------------------------------------------------------- compare
+
+
+class RunStatsPublic(BaseModel):
+    run_id: int
+    name: str
+    method: str
+    status: str
+    sweep_id: int | None
+    seed: int | None
+    steps: int
+    mean: dict[str, float | None] = Field(description="Per-step means (time, FLOPs, rollouts, tokens, ratios).")
+    total: dict[str, float | None] = Field(description="Sums over steps of the additive metrics.")
+    savings_mean: dict[str, float | None]
+    evals: dict[str, dict[str, Any]] = Field(description="Last evaluation per benchmark.")
+    ratios: dict[str, Any] = Field(description="Each number divided by the baseline run's (null if undefined).")
+
+
+class WaterfallPublic(BaseModel):
+    source: Literal["counterfactual", "measured"]
+    label: str
+    run_id: int | None = None
+    method: str | None = None
+    sweep_id: int | None = None
+    runs_per_method: dict[str, int] | None = None
+    per_step: dict[str, dict[str, float | None]] | None = Field(
+        description="unit -> {baseline, s1, s2, s3, final} with baseline - s1 - s2 - s3 = final."
+    )
+
+
+class WaterfallsPublic(BaseModel):
+    counterfactual: list[WaterfallPublic]
+    measured: list[WaterfallPublic]
+
+
+class ComparePublic(BaseModel):
+    baseline: int
+    runs: list[RunStatsPublic]
+    waterfall: WaterfallsPublic
+
+
+# ----------------------------------------------------------------------------- misc
+
+
+class HealthPublic(BaseModel):
+    status: Literal["ok"]
+    database: str
+    broker: str
+
+
+class Message(BaseModel):
+    detail: str

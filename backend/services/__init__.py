@@ -1,0 +1,1 @@
+"""Plain functions behind the routes: downsampling, compare, waterfall, sweeps, export, Prometheus."""

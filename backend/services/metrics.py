@@ -1,0 +1,70 @@
+"""Reading a run's step metrics for plots: key selection, ``since_step``, downsampling, and
+the polling behind the SSE stream."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from backend.db.metrics import read_step_metrics
+from backend.db.models import Run, StepMetric
+from backend.db.runs import RunNotFound
+from backend.services.downsample import downsample_indices, take
+
+
+def parse_keys(raw: Iterable[str] | None) -> list[str] | None:
+    """``keys=a,b&keys=c`` -> ["a", "b", "c"] (order kept, duplicates and blanks dropped); None = all."""
+    if not raw:
+        return None
+    keys = [k.strip() for part in raw for k in part.split(",") if k.strip()]
+    return list(dict.fromkeys(keys)) or None
+
+
+def _run_status(session: Session, run_id: int) -> str:
+    status = session.scalar(select(Run.status).where(Run.id == run_id))
+    if status is None:
+        raise RunNotFound(run_id)
+    return status
+
+
+def metrics_payload(
+    session: Session, run_id: int, keys: Sequence[str] | None, since_step: int | None, every: int, max_points: int | None
+) -> dict[str, Any]:
+    """The GET /runs/{id}/metrics body (schemas.MetricsPublic) as a plain dict."""
+    status = _run_status(session, run_id)
+    cols = read_step_metrics(session, run_id, keys, since_step)
+    idx = downsample_indices(len(cols.steps), every, max_points)
+    whole = len(idx) == len(cols.steps)
+    last_step = cols.steps[-1] if cols.steps else None
+    if last_step is None and since_step is not None:
+        last_step = session.scalar(select(StepMetric.step).where(StepMetric.run_id == run_id).order_by(StepMetric.step.desc()).limit(1))
+    return {
+        "run_id": run_id,
+        "steps": cols.steps if whole else take(cols.steps, idx),
+        "series": {k: (v if whole else take(v, idx)) for k, v in cols.series.items()},
+        "stored_steps": len(cols.steps),
+        "last_step": last_step,
+        "run_status": status,
+    }
+
+
+def poll_new_steps(session: Session, run_id: int, after_step: int | None, keys: Sequence[str] | None) -> tuple[str, dict[str, Any], list[tuple[int, dict[str, Any]]]]:
+    """One SSE poll: (status, progress fields, [(step, metrics)] stored after ``after_step``).
+
+    The run is read before its steps: a worker stores a step before it finishes the run, so a
+    finished status seen here means every step is already visible to the next query.
+    """
+    run = session.execute(select(Run.status, Run.progress, Run.current_step, Run.error).where(Run.id == run_id)).first()
+    if run is None:
+        raise RunNotFound(run_id)
+    stmt = select(StepMetric.step, StepMetric.metrics).where(StepMetric.run_id == run_id)
+    if after_step is not None:
+        stmt = stmt.where(StepMetric.step > after_step)
+    rows = session.execute(stmt.order_by(StepMetric.step)).all()
+    if keys is not None:
+        rows = [(s, {k: m.get(k) for k in keys}) for s, m in rows]
+    info = {"status": run.status, "progress": run.progress, "current_step": run.current_step, "error": run.error}
+    return run.status, info, [(s, m) for s, m in rows]

@@ -1,0 +1,55 @@
+"""POST /api/sweeps: validate every grid point, then store the sweep and its runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from backend.db import runs as repo
+from backend.db.models import Run, Sweep
+from backend.db.sweeps import create_sweep
+from backend.services.configs import queue_for, validate_config
+from backend.services.sweeps import MAX_RUNS_PER_SWEEP, expand_grid, run_name
+from trainer.config import ConfigError, RunConfig
+
+
+class SweepConfigError(Exception):
+    """A grid point's config is invalid. ``loc`` is the body location it came from."""
+
+    def __init__(self, error: ConfigError, loc: list[str | int]):
+        self.error, self.loc = error, loc
+        super().__init__(f"{loc}: {error}")
+
+
+class SweepTooLarge(ValueError):
+    pass
+
+
+def build_sweep(session: Session, *, name: str, base: RunConfig, methods: list[str], seeds: list[int] | None,
+                overrides: list[dict[str, Any]], tags: list[str], cpu_queue: str = "cpu", gpu_queue: str = "gpu") -> tuple[Sweep, list[Run]]:
+    """Expand and validate the grid (all points, before writing anything), then insert the sweep
+    and one queued run per point. The caller commits and enqueues."""
+    seeds = seeds or [base.seed]
+    n = len(methods) * len(seeds) * len(overrides)
+    if n > MAX_RUNS_PER_SWEEP:
+        raise SweepTooLarge(f"{n} runs; at most {MAX_RUNS_PER_SWEEP} per sweep")
+    try:
+        validate_config(base)
+    except ConfigError as e:
+        raise SweepConfigError(e, ["body", "base"]) from None
+    base_json = base.model_dump(mode="json")
+    points, configs = expand_grid(base_json, methods, seeds, overrides), []
+    for p in points:
+        try:
+            configs.append(validate_config(p.config))
+        except ConfigError as e:
+            raise SweepConfigError(e, ["body", "overrides", p.override_index]) from None
+    spec = {"base": base_json, "methods": methods, "seeds": seeds, "overrides": overrides, "tags": tags}
+    sweep = create_sweep(session, name, spec)
+    runs = [
+        repo.create_run(session, cfg.model_dump(mode="json"), queue=queue_for(cfg, cpu_queue, gpu_queue),
+                        name=run_name(name, p, len(overrides)), tags=tags, sweep_id=sweep.id)
+        for p, cfg in zip(points, configs)
+    ]
+    return sweep, runs
