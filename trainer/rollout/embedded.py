@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import numbers
 from typing import Sequence
 
 import torch
@@ -40,7 +41,10 @@ from trainer.rollout.base import Rollout, SamplingParams
 
 def expand_counts(n_prompts: int, n_per_prompt: Sequence[int] | int) -> list[int]:
     """Normalise ``n_per_prompt`` (an int or one count per prompt, 0 allowed) to a list."""
-    counts = [int(n_per_prompt)] * n_prompts if isinstance(n_per_prompt, int) else [int(n) for n in n_per_prompt]
+    if isinstance(n_per_prompt, numbers.Integral):
+        counts = [int(n_per_prompt)] * n_prompts
+    else:
+        counts = [int(n) for n in n_per_prompt]
     if len(counts) != n_prompts:
         raise ValueError(f"n_per_prompt has {len(counts)} entries for {n_prompts} prompts")
     if any(n < 0 for n in counts):
@@ -152,8 +156,8 @@ class EmbeddedEngine:
         if not row_prompt:
             return []
         step = self.max_batch_rows or len(row_prompt)
-        was_training = self.model.training
-        if was_training:  # toggling walks every module: skip it when already in eval mode
+        modes = [m.training for m in self.model.modules()] if self.model.training else None
+        if modes is not None:  # toggling walks every module: skip it when already in eval mode
             self.model.eval()
         try:
             with torch.inference_mode(), self._autocast():
@@ -161,8 +165,9 @@ class EmbeddedEngine:
                 for start in range(0, len(row_prompt), step):
                     out += self._generate_rows(prompts, row_prompt[start:start + step], sampling, generator)
         finally:
-            if was_training:
-                self.model.train()
+            if modes is not None:  # restore each submodule's own mode (some may be frozen in eval)
+                for m, mode in zip(self.model.modules(), modes):
+                    m.training = mode
         return out
 
     def _autocast(self):

@@ -44,7 +44,7 @@ def gen(seed):
 
 def test_expand_counts_and_left_pad():
     assert expand_counts(3, 2) == [2, 2, 2]
-    assert expand_counts(2, [0, 3]) == [0, 3]
+    assert expand_counts(2, [0, 3]) == [0, 3] == expand_counts(2, torch.tensor([0, 3]))
     with pytest.raises(ValueError):
         expand_counts(2, [1])
     with pytest.raises(ValueError):
@@ -170,8 +170,9 @@ def test_mode_restored_and_weights_shared():
     model = small_model()
     eng, sp = engine(model), SamplingParams(max_new_tokens=3)
     model.train()
+    model.model.layers[0].eval()  # a frozen block keeps its own mode
     eng.generate(PROMPTS, 1, sp, gen(0))
-    assert model.training
+    assert model.training and model.model.layers[1].training and not model.model.layers[0].training
     model.eval()
     eng.generate(PROMPTS, 1, sp, gen(0))
     assert not model.training
