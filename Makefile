@@ -1,0 +1,18 @@
+# One command each: `make up` starts the platform (embedded defaults + demo sweep);
+# `make test` runs the whole test suite. Both install into .venv on first use.
+.PHONY: install up test bench
+
+.venv/.installed: pyproject.toml scripts/install.sh
+	bash scripts/install.sh
+
+install: .venv/.installed
+
+up: .venv/.installed
+	.venv/bin/aero up --demo
+
+test: .venv/.installed
+	bash scripts/services.sh
+	.venv/bin/python -m pytest -q
+
+bench: .venv/.installed
+	.venv/bin/aero bench --preset tiny --steps 60 --seed 0 --ablations --json runs/bench.json

@@ -1,0 +1,61 @@
+"""Run-config validation: every bad field is refused by name before any compute."""
+
+import pytest
+
+from trainer.config import ConfigError, RunConfig, parse_run_config
+
+BAD = [
+    ({"aero": {"n_explore": 20}}, "aero.n_explore"),
+    ({"aero": {"k": 0.5}}, "aero.k"),
+    ({"aero": {"alpha0": 0}}, "aero.alpha0"),
+    ({"aero": {"beta0": -1}}, "aero.beta0"),
+    ({"aero": {"n_max": 4}}, "aero.n_max"),
+    ({"aero": {"S": 5}}, "aero.S"),
+    ({"aero": {"tau": 1.5}}, "aero.tau"),
+    ({"aero": {"delta_n": 0}}, "aero.delta_n"),
+    ({"aero": {"negative_selection": "best"}}, "aero.negative_selection"),
+    ({"method": "ppo"}, "method"),
+    ({"optim": {"lr": -1e-4}}, "optim.lr"),
+    ({"n_total": 1}, "n_total"),
+    ({"steps": 0}, "steps"),
+    ({"temperature": 0}, "temperature"),
+    ({"top_p": 1.5}, "top_p"),
+    ({"dapo": {"eps_low": 0.3, "eps_high": 0.2}}, "dapo.eps_high"),
+    ({"dapo": {"overlong_buffer": 12}}, "dapo.overlong_buffer"),
+    ({"preset": None}, "model_path"),
+    ({"task": "math"}, "train_data"),
+    ({"unknown_field": 1}, "unknown_field"),
+    ({"aero": {"bogus": 1}}, "aero.bogus"),
+    ({"mini_batches": 64, "batch_prompts": 4}, "mini_batches"),
+]
+
+
+@pytest.mark.parametrize("override,field", BAD, ids=[f for _, f in BAD])
+def test_bad_config_names_the_field(override, field):
+    with pytest.raises(ConfigError) as err:
+        parse_run_config(override)
+    assert field in [loc for loc, _ in err.value.issues], err.value.issues
+
+
+def test_defaults_follow_the_paper():
+    cfg = parse_run_config({})
+    a = cfg.aero
+    assert (cfg.n_total, a.n_explore, a.n_max, a.delta_n, a.k_max, a.tau, a.S, a.k, a.alpha0, a.beta0) == (
+        16, 8, 32, 2, 10, 0.5, 0, 1.0, 1.0, 1.0)
+    assert (cfg.clip_eps, cfg.entropy_coef, cfg.optim.grad_clip, cfg.optim.warmup_ratio) == (0.2, 1e-3, 1.0, 0.03)
+    assert (cfg.dapo.eps_low, cfg.dapo.eps_high) == (0.2, 0.28)
+
+
+def test_method_defaults_and_strategies():
+    assert parse_run_config({"method": "dapo"}).effective_loss_agg == "token-mean"
+    assert parse_run_config({"method": "grpo"}).effective_loss_agg == "seq-mean-token-mean"
+    assert parse_run_config({"method": "aero"}).strategies == (True, True, True)
+    assert parse_run_config({"method": "aero-s1s2"}).strategies == (True, True, False)
+    assert parse_run_config({"method": "aero-s1"}).strategies == (True, False, False)
+    assert parse_run_config({"method": "grpo"}).strategies == (False, False, False)
+
+
+def test_config_round_trips_through_json():
+    cfg = parse_run_config({"method": "aero", "aero": {"k": 2}, "seed": 3})
+    again = parse_run_config(RunConfig.model_validate_json(cfg.model_dump_json()).model_dump())
+    assert again == cfg
