@@ -1,0 +1,31 @@
+"""Tasks: datasets + verifiers, selected by name (``make_task("arithmetic")``).
+
+``arithmetic``: the embedded synthetic task (levels L1-L6 + OOD), char tokenizer, exact match.
+``math``: verl parquet / JSONL problems, the paper's prompt, math-verify reward.
+Both modules import their heavy dependencies (math-verify, pyarrow, transformers) lazily.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainer.tasks.arithmetic import ArithmeticTask
+from trainer.tasks.base import Problem, Task, Tokenizer
+from trainer.tasks.math import MathTask
+from trainer.tasks.tokenizer import CharTokenizer
+from trainer.tasks.verify import safe_score, score_batch
+
+TASKS: dict[str, type] = {"arithmetic": ArithmeticTask, "math": MathTask}
+
+
+def make_task(name: str, **kw: Any) -> Task:
+    """Build a task by name; keyword arguments go to its constructor."""
+    try:
+        cls = TASKS[name]
+    except KeyError:
+        raise ValueError(f"unknown task {name!r}; known: {sorted(TASKS)}") from None
+    return cls(**kw)
+
+
+__all__ = ["TASKS", "make_task", "ArithmeticTask", "MathTask", "CharTokenizer", "Problem", "Task", "Tokenizer",
+           "safe_score", "score_batch"]
