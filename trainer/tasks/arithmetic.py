@@ -115,7 +115,8 @@ def normalize_weights(weights: Mapping[str, float] | None) -> dict[str, float]:
     if any(w < 0 for w in weights.values()) or sum(weights.values()) <= 0:
         raise ValueError(f"level_weights: weights must be >= 0 with a positive sum; got {dict(weights)}")
     total = float(sum(weights.values()))
-    return {k: w / total for k, w in weights.items() if w > 0}
+    # Canonical level order, so {"L2": 1, "L1": 1} and {"L1": 1, "L2": 1} give the same stream.
+    return {k: weights[k] / total for k in ALL_LEVELS if weights.get(k, 0) > 0}
 
 
 def _pick_level(probs: dict[str, float], word: int) -> str:

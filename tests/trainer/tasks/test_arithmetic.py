@@ -55,6 +55,9 @@ def test_default_mix_is_uniform_over_six_levels(task):
 def test_level_weights_select_levels():
     only = ArithmeticTask(level_weights={"L6-mul2x2": 1.0, "L1-add1": 0.0})
     assert {p.source for p in only.train_problems(0, 50, seed=0)} == {"L6-mul2x2"}
+    a = ArithmeticTask(level_weights={"L2-add2": 1, "L5-mul2x1": 3}).train_problems(0, 30, 0)
+    assert a == ArithmeticTask(level_weights={"L5-mul2x1": 3, "L2-add2": 1}).train_problems(0, 30, 0)
+    assert 15 < sum(p.source == "L5-mul2x1" for p in a) < 30
     with pytest.raises(ValueError, match="L9"):
         ArithmeticTask(level_weights={"L9": 1.0})
     with pytest.raises(ValueError, match="positive sum"):
