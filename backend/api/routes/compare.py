@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Query
+from pydantic import StringConstraints
 from fastapi.exceptions import RequestValidationError
 
 from backend.api.deps import ReadAccess, SessionDep
@@ -38,7 +39,8 @@ def parse_ids(raw: list[str]) -> list[int]:
 @router.get("/compare", response_model=ComparePublic, responses=NOT_FOUND)
 def compare(
     session: SessionDep,
-    run_ids: Annotated[list[str], Query(max_length=50, description="Run ids, comma-separated and/or repeated.")],
+    run_ids: Annotated[list[Annotated[str, StringConstraints(pattern=r"^ *[0-9]{1,18}( *, *[0-9]{1,18}){0,49} *$")]],
+                       Query(min_length=1, max_length=50, description="Run ids, comma-separated and/or repeated.")],
     baseline: Annotated[int | None, Query(ge=1, le=2**63 - 1, description="Default: the first GRPO run, else the first run.")] = None,
 ):
     """Per run: mean step/rollout/train time, FLOPs, rollouts and tokens generated and trained,

@@ -1,0 +1,91 @@
+"""/api/runs/{id}/metrics (keys, since_step, every, max_points), /evals and /export, and the
+Prometheus endpoint, on seeded rows in SQLite and PostgreSQL."""
+
+import csv
+import io
+
+import pyarrow.parquet as pq
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from backend.db import runs as repo
+from backend.db.metrics import upsert_eval_results, upsert_step_metrics
+from trainer.config import RunConfig
+
+
+@pytest.fixture
+def run_id(session):
+    run = repo.create_run(session, RunConfig(steps=100).model_dump(mode="json"), queue="cpu")
+    # steps 1..100; "b" only on even steps; one None
+    upsert_step_metrics(session, run.id, {s: {"a": s * 1.5, **({"b": -s} if s % 2 == 0 else {}), "c": None if s == 3 else 1.0}
+                                          for s in range(1, 101)})
+    session.commit()
+    return run.id
+
+
+def test_all_keys_columnar(client, run_id):
+    m = client.get(f"/api/runs/{run_id}/metrics").json()
+    assert m["steps"] == list(range(1, 101)) and m["stored_steps"] == 100 and m["last_step"] == 100
+    assert sorted(m["series"]) == ["a", "b", "c"] and m["run_status"] == "queued"
+    assert m["series"]["a"][:3] == [1.5, 3.0, 4.5] and m["series"]["b"][:4] == [None, -2, None, -4]
+    assert m["series"]["c"][2] is None
+
+
+def test_keys_since_step_every_max_points(client, run_id):
+    get = lambda q: client.get(f"/api/runs/{run_id}/metrics{q}").json()  # noqa: E731
+    m = get("?keys=a&keys=b,nope&since_step=95")
+    assert m["steps"] == [96, 97, 98, 99, 100] and list(m["series"]) == ["a", "b", "nope"]
+    assert m["series"]["b"] == [-96, None, -98, None, -100] and m["series"]["nope"] == [None] * 5
+    m = get("?keys=a&every=30")  # positions 0, 30, 60, 90 + last
+    assert m["steps"] == [1, 31, 61, 91, 100] and m["series"]["a"] == [1.5, 46.5, 91.5, 136.5, 150.0]
+    m = get("?keys=a&max_points=4")  # stride ceil(99/3) = 33
+    assert m["steps"] == [1, 34, 67, 100] and m["stored_steps"] == 100
+    m = get("?keys=a&since_step=100")
+    assert (m["steps"], m["series"], m["last_step"]) == ([], {"a": []}, 100)
+    for bad in ("?every=0", "?max_points=0", "?since_step=-2", f"?since_step={2**40}"):
+        assert client.get(f"/api/runs/{run_id}/metrics{bad}").status_code == 422
+
+
+def test_evals(client, session, run_id):
+    upsert_eval_results(session, run_id, 50, {"arith": {"n": 8, "k": 4, "avg_at_k": 0.5, "pass_at_k": 0.8, "avg_ci": [0.4, 0.6],
+                                                         "pass_ci": [0.7, 0.9], "per_problem": [[8, 4], [8, 1]]}})
+    upsert_eval_results(session, run_id, 100, {"arith": {"n": 8, "k": 4, "avg_at_k": 0.6, "pass_at_k": 0.9}, "overall": {"k": 4, "avg_at_k": 0.6}})
+    session.commit()
+    ev = client.get(f"/api/runs/{run_id}/evals").json()
+    assert ev["count"] == 3
+    first = ev["data"][0]
+    assert (first["step"], first["benchmark"], first["avg_ci"], first["per_problem"]) == (50, "arith", [0.4, 0.6], [[8, 4], [8, 1]])
+    assert [e["step"] for e in client.get(f"/api/runs/{run_id}/evals?benchmark=arith").json()["data"]] == [50, 100]
+    assert client.get(f"/api/runs/{run_id}/evals?step=100&per_problem=false").json()["data"][0]["per_problem"] is None
+
+
+def test_export_csv_and_parquet_are_readable(client, run_id):
+    r = client.get(f"/api/runs/{run_id}/export?format=csv")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/csv")
+    assert f"run-{run_id}.csv" in r.headers["content-disposition"]
+    rows = list(csv.DictReader(io.StringIO(r.text)))
+    assert len(rows) == 100 and list(rows[0]) == ["step", "a", "b", "c"]
+    assert (rows[1]["step"], float(rows[1]["a"]), float(rows[1]["b"]), rows[0]["b"], rows[2]["c"]) == ("2", 3.0, -2.0, "", "")
+    r = client.get(f"/api/runs/{run_id}/export?format=parquet")
+    t = pq.read_table(io.BytesIO(r.content))
+    assert t.column_names == ["step", "a", "b", "c"] and t.num_rows == 100
+    assert t.column("step").to_pylist()[:2] == [1, 2] and t.column("b").to_pylist()[:2] == [None, -2.0]
+    assert client.get(f"/api/runs/{run_id}/export?format=xlsx").status_code == 422
+
+
+def test_prometheus_text_parses(client, session, run_id):
+    repo.create_run(session, RunConfig().model_dump(mode="json"), queue="cpu")
+    done = repo.create_run(session, RunConfig().model_dump(mode="json"), queue="cpu")
+    repo.claim_run(session, done.id, "w")
+    repo.mark_succeeded(session, done.id)
+    session.commit()
+    r = client.get("/metrics")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain; version=0.0.4")
+    fams = {f.name: f for f in text_string_to_metric_families(r.text)}
+    value = lambda name, **labels: next(s.value for s in fams[name].samples if s.labels == labels)  # noqa: E731
+    assert value("aero_queue_depth") == 2
+    assert value("aero_runs", status="queued") == 2 and value("aero_runs", status="succeeded") == 1
+    assert value("aero_runs", status="failed") == 0
+    assert value("aero_steps_per_second") == pytest.approx(100 / 60, rel=1e-5)  # 100 steps stored just now
+    assert value("aero_steps_stored") == 100
+    assert client.get("/api/metrics").text == r.text

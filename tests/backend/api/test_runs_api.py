@@ -1,0 +1,175 @@
+"""/api/runs over HTTP (TestClient), on SQLite and PostgreSQL: create, list with filters and
+pages, read, patch, cancel, delete; auth; 404/409/413/422/503."""
+
+import pytest
+from fastapi.testclient import TestClient
+
+from backend.db import runs as repo
+from backend.main import create_app
+
+TINY = {"method": "grpo", "steps": 3, "batch_prompts": 4, "eval_every": 0, "eval_problems": 8}
+
+
+def _create(client, auth, **body):
+    r = client.post("/api/runs", json={"config": TINY, **body}, headers=auth)
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+def test_create_stores_validated_config_and_enqueues(client, auth, enqueued):
+    run = _create(client, auth, name="first", tags=["a", "b", "a"], notes="hello")
+    assert run["status"] == "queued" and run["name"] == "first" and run["method"] == "grpo"
+    assert run["tags"] == ["a", "b"] and run["notes"] == "hello" and run["total_steps"] == 3
+    assert run["config"]["aero"]["n_explore"] == 8 and run["config"]["steps"] == 3  # defaults filled in
+    assert run["queue"] == "cpu" and enqueued.sent == [(run["id"], "cpu")]
+    assert client.get(f"/api/runs/{run['id']}").json() == run
+
+
+def test_gpu_runs_go_to_the_gpu_queue(client, auth, enqueued):
+    run = _create(client, auth, config={**TINY, "device": "cuda"})
+    assert run["queue"] == "gpu" and enqueued.sent[-1] == (run["id"], "gpu")
+
+
+def test_default_name_and_empty_body_defaults(client, auth):
+    run = client.post("/api/runs", json={}, headers=auth).json()
+    assert run["method"] == "aero" and run["name"] == "aero-seed0"
+
+
+def test_list_filters_and_pagination(client, auth, session):
+    ids = [_create(client, auth, config={**TINY, "method": m, "seed": i}, tags=t)["id"]
+           for i, (m, t) in enumerate([("grpo", ["x"]), ("aero", ["x", "y"]), ("aero", []), ("dapo", ["y"]), ("aero", ["y"])])]
+    repo.claim_run(session, ids[1], "w")
+    session.commit()
+    get = lambda q: client.get("/api/runs" + q).json()  # noqa: E731
+    page = get("?limit=2&offset=0")
+    assert ([r["id"] for r in page["data"]], page["count"], page["limit"]) == ([ids[4], ids[3]], 5, 2)
+    assert [r["id"] for r in get("?limit=2&offset=4")["data"]] == [ids[0]]
+    assert get("?limit=2&offset=10") == {"data": [], "count": 5, "limit": 2, "offset": 10}
+    aero = get("?method=aero")
+    assert ([r["id"] for r in aero["data"]], aero["count"]) == ([ids[4], ids[2], ids[1]], 3)
+    assert [r["id"] for r in get("?tag=y&status=queued")["data"]] == [ids[4], ids[3]]
+    assert [r["id"] for r in get("?status=running")["data"]] == [ids[1]]
+    assert get("?status=queued&status=running")["count"] == 5
+    assert get("?method=aero&method=grpo&tag=x")["count"] == 2
+    for bad in ("?limit=0", "?limit=501", "?offset=-1", "?status=done", "?sweep_id=0"):
+        assert client.get("/api/runs" + bad).status_code == 422, bad
+
+
+def test_patch_tags_and_notes(client, auth):
+    run = _create(client, auth)
+    r = client.patch(f"/api/runs/{run['id']}", json={"tags": ["best"], "notes": "n1"}, headers=auth)
+    assert r.status_code == 200 and (r.json()["tags"], r.json()["notes"]) == (["best"], "n1")
+    r = client.patch(f"/api/runs/{run['id']}", json={"notes": "n2"}, headers=auth)
+    assert (r.json()["tags"], r.json()["notes"]) == (["best"], "n2")
+    assert client.patch(f"/api/runs/{run['id']}", json={"status": "succeeded"}, headers=auth).status_code == 422
+    assert client.patch(f"/api/runs/{run['id']}", json={"tags": ["a\x00"]}, headers=auth).status_code == 422
+    assert client.patch("/api/runs/9999", json={"notes": "x"}, headers=auth).status_code == 404
+
+
+def test_cancel_queued_then_delete(client, auth):
+    run = _create(client, auth)
+    assert client.delete(f"/api/runs/{run['id']}", headers=auth).status_code == 409  # not finished
+    r = client.post(f"/api/runs/{run['id']}/cancel", headers=auth)
+    assert r.status_code == 200 and r.json()["status"] == "cancelled" and r.json()["finished_at"]
+    assert client.post(f"/api/runs/{run['id']}/cancel", headers=auth).status_code == 409
+    assert client.delete(f"/api/runs/{run['id']}", headers=auth).status_code == 204
+    assert client.get(f"/api/runs/{run['id']}").status_code == 404
+    assert client.delete(f"/api/runs/{run['id']}", headers=auth).status_code == 404
+
+
+def test_cancel_running_sets_flag(client, auth, session):
+    run = _create(client, auth)
+    repo.claim_run(session, run["id"], "w")
+    session.commit()
+    r = client.post(f"/api/runs/{run['id']}/cancel", headers=auth).json()
+    assert (r["status"], r["cancel_requested"]) == ("running", True)
+    assert client.delete(f"/api/runs/{run['id']}", headers=auth).status_code == 409
+
+
+@pytest.mark.parametrize("path", ["/api/runs/424242", "/api/runs/424242/metrics", "/api/runs/424242/evals",
+                                  "/api/runs/424242/export", "/api/sweeps/424242", "/api/compare?run_ids=424242",
+                                  "/api/runs/424242/metrics/stream"])
+def test_unknown_ids_are_404(client, path):
+    assert client.get(path).status_code == 404
+
+
+def test_out_of_range_ids_are_422_not_500(client, auth):
+    for path in ("/api/runs/0", "/api/runs/-1", f"/api/runs/{2**63}", "/api/runs/abc"):
+        assert client.get(path).status_code == 422, path
+    assert client.post(f"/api/runs/{2**64}/cancel", headers=auth).status_code == 422
+
+
+WRITES = [("post", "/api/runs", {"config": TINY}), ("patch", "/api/runs/1", {"notes": "x"}), ("post", "/api/runs/1/cancel", None),
+          ("delete", "/api/runs/1", None), ("post", "/api/sweeps", {"methods": ["grpo"], "base": TINY})]
+
+
+@pytest.mark.parametrize("method,path,body", WRITES)
+def test_writes_need_a_valid_token(client, auth, method, path, body, enqueued):
+    _create(client, auth)  # run 1 exists
+    sent = list(enqueued.sent)
+    bad_headers = [{}, {"Authorization": "Bearer aero_wrong"}, {"Authorization": "Basic dXNlcjpwYXNz"},
+                   {"Authorization": auth["Authorization"] + "x"}, {"Authorization": "Bearer"}]
+    for headers in bad_headers:
+        r = client.request(method, path, json=body, headers=headers)
+        assert r.status_code == 401, (headers, r.status_code)
+        assert r.headers["www-authenticate"] == "Bearer"
+    assert enqueued.sent == sent  # nothing happened
+    assert client.get("/api/runs/1").json()["status"] == "queued"
+
+
+def test_revoked_token_is_refused(client, auth, session):
+    from backend.db.tokens import revoke_token
+
+    assert client.post("/api/runs", json={"config": TINY}, headers=auth).status_code == 201
+    assert revoke_token(session, "test") == 1
+    session.commit()
+    assert client.post("/api/runs", json={"config": TINY}, headers=auth).status_code == 401
+
+
+def test_token_hash_only_and_last_used(client, auth, session, token):
+    from backend.db.tokens import hash_token, list_tokens
+
+    _create(client, auth)
+    (row,) = list_tokens(session)
+    assert row.token_hash == hash_token(token) and token not in row.token_hash and len(row.token_hash) == 64
+    session.refresh(row)
+    assert row.last_used_at is not None
+
+
+def test_reads_open_by_default_and_protected_with_the_setting(make_settings, enqueued, auth):
+    with TestClient(create_app(make_settings(auth_protect_reads=True), enqueue=enqueued)) as c:
+        for path in ("/api/runs", "/api/runs/1", "/api/runs/1/metrics", "/api/compare?run_ids=1", "/metrics", "/api/sweeps/1"):
+            assert c.get(path).status_code == 401, path
+        assert c.get("/api/runs", headers=auth).status_code == 200
+        assert c.get("/api/runs/1", headers=auth).status_code == 404  # past auth
+        assert c.get("/metrics", headers=auth).status_code == 200
+        assert c.get("/api/health").status_code == 200  # health never needs a token
+
+
+def test_malformed_and_oversized_bodies(client, auth, make_settings, enqueued):
+    hj = {**auth, "content-type": "application/json"}
+    for raw in ('{"config": ', "not json", "[1, 2]", '{"config": {"steps": "many"}}', '{"config": [1]}'):
+        r = client.post("/api/runs", content=raw, headers=hj)
+        assert r.status_code == 422, raw
+    assert client.post("/api/runs", content='{"config": {"steps": 3}, "extra": 1}', headers=hj).status_code == 422
+    with TestClient(create_app(make_settings(max_body_bytes=2000), enqueue=enqueued)) as small:
+        big = {"config": TINY, "notes": "x" * 5000}
+        assert small.post("/api/runs", json=big, headers=auth).status_code == 413
+        chunks = (b" " * 1000 for _ in range(5))  # chunked: no Content-Length
+        assert small.post("/api/runs", content=chunks, headers=hj).status_code == 413
+        assert small.post("/api/runs", json={"config": TINY}, headers=auth).status_code == 201
+
+
+def test_broker_failure_marks_the_run_failed_and_answers_503(client, auth, enqueued):
+    enqueued.fail = ConnectionError("broker down")
+    r = client.post("/api/runs", json={"config": TINY}, headers=auth)
+    assert r.status_code == 503 and "broker down" in r.json()["detail"]
+    (run,) = client.get("/api/runs").json()["data"]
+    assert run["status"] == "failed" and "could not enqueue" in run["error"]
+
+
+def test_health_and_openapi(client):
+    assert client.get("/api/health").json()["status"] == "ok"
+    spec = client.get("/openapi.json").json()
+    assert {"/api/runs", "/api/runs/{run_id}", "/api/sweeps", "/api/compare", "/api/runs/{run_id}/metrics/stream"} <= set(spec["paths"])
+    assert client.get("/docs").status_code == 200

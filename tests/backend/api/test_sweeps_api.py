@@ -1,0 +1,59 @@
+"""POST /api/sweeps expands methods x seeds x overrides into one run each; GET returns them."""
+
+from backend.services.sweeps import apply_override, expand_grid, run_name
+
+BASE = {"steps": 3, "batch_prompts": 4, "eval_every": 0}
+
+
+def test_apply_override_dotted_and_nested():
+    base = {"a": 1, "aero": {"n_explore": 8, "k": 1.0}}
+    assert apply_override(base, {"aero.n_explore": 4, "a": 2}) == {"a": 2, "aero": {"n_explore": 4, "k": 1.0}}
+    assert apply_override(base, {"aero": {"k": 2.0}}) == {"a": 1, "aero": {"n_explore": 8, "k": 2.0}}
+    assert apply_override(base, {"aero": {}}) == base
+    assert base == {"a": 1, "aero": {"n_explore": 8, "k": 1.0}}  # not mutated
+
+
+def test_expand_grid_order_and_names():
+    pts = expand_grid({"seed": 9, "method": "x"}, ["grpo", "aero"], [0, 1], [{}, {"steps": 5}])
+    assert [(p.override_index, p.method, p.seed) for p in pts] == [
+        (0, "grpo", 0), (0, "grpo", 1), (0, "aero", 0), (0, "aero", 1),
+        (1, "grpo", 0), (1, "grpo", 1), (1, "aero", 0), (1, "aero", 1)]
+    assert pts[-1].config == {"seed": 1, "method": "aero", "steps": 5}
+    assert run_name("sw", pts[-1], 2) == "sw/aero/s1/o1" and run_name("sw", pts[0], 1) == "sw/grpo/s0"
+
+
+def test_sweep_creates_one_run_per_grid_point(client, auth, enqueued):
+    body = {"name": "cmp", "base": BASE, "methods": ["grpo", "dapo", "aero"], "seeds": [0, 1],
+            "overrides": [{}, {"aero.n_explore": 4, "optim": {"lr": 5e-5}}], "tags": ["demo"]}
+    r = client.post("/api/sweeps", json=body, headers=auth)
+    assert r.status_code == 201, r.text
+    sw = r.json()
+    assert len(sw["runs"]) == 12 and sw["status_counts"]["queued"] == 12
+    combos = {(x["method"], x["config"]["seed"], x["config"]["aero"]["n_explore"], x["config"]["optim"]["lr"]) for x in sw["runs"]}
+    assert combos == {(m, s, n, lr) for m in ("grpo", "dapo", "aero") for s in (0, 1) for n, lr in ((8, 1e-4), (4, 5e-5))}
+    assert all(x["sweep_id"] == sw["id"] and x["tags"] == ["demo"] and x["config"]["steps"] == 3 for x in sw["runs"])
+    assert sorted(i for i, _ in enqueued.sent) == sorted(x["id"] for x in sw["runs"])
+    got = client.get(f"/api/sweeps/{sw['id']}").json()
+    assert [x["id"] for x in got["runs"]] == [x["id"] for x in sw["runs"]] and got["spec"]["seeds"] == [0, 1]
+    assert client.get(f"/api/runs?sweep_id={sw['id']}&method=aero").json()["count"] == 4
+
+
+def test_seeds_default_to_the_base_seed(client, auth):
+    sw = client.post("/api/sweeps", json={"base": {**BASE, "seed": 7}, "methods": ["grpo", "aero"]}, headers=auth).json()
+    assert [(x["method"], x["config"]["seed"]) for x in sw["runs"]] == [("grpo", 7), ("aero", 7)]
+
+
+def test_invalid_grid_point_is_422_naming_override_and_field_and_stores_nothing(client, auth, enqueued):
+    body = {"base": BASE, "methods": ["aero"], "overrides": [{}, {"aero.n_explore": 32}]}
+    r = client.post("/api/sweeps", json=body, headers=auth)
+    assert r.status_code == 422
+    assert r.json()["detail"][0]["loc"] == ["body", "overrides", 1, "aero", "n_explore"]
+    r = client.post("/api/sweeps", json={"base": {**BASE, "aero": {"k": 0.5}}, "methods": ["aero"]}, headers=auth)
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "base", "aero", "k"]
+    r = client.post("/api/sweeps", json={"base": {**BASE, "optim": {"lr": -1}}, "methods": ["aero"]}, headers=auth)
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "base", "optim", "lr"]
+    for bad in ({"methods": []}, {"methods": ["ppo"]}, {"methods": ["grpo"], "seeds": [-1]}, {"methods": ["grpo"], "overrides": []}):
+        assert client.post("/api/sweeps", json={"base": BASE, **bad}, headers=auth).status_code == 422, bad
+    too_big = {"base": BASE, "methods": ["grpo", "aero"], "seeds": list(range(64)), "overrides": [{}] * 5}
+    assert client.post("/api/sweeps", json=too_big, headers=auth).status_code == 422
+    assert client.get("/api/runs").json()["count"] == 0 and enqueued.sent == []
