@@ -1,3 +1,433 @@
-"""Platform commands: up, submit, runs, token (filled in by the platform work)."""
+"""Platform commands: ``aero up``, ``submit``, ``runs``, ``token``, ``worker``, ``reaper``.
 
-from cli.main import app  # noqa: F401
+``aero up`` is the embedded default: one command starts the API (uvicorn), one Celery worker,
+the reaper and the dashboard as child processes, on a SQLite store and a serverless SQLite
+broker under the data directory (DATABASE_URL / REDIS_URL override both). ``submit`` and
+``runs`` are thin clients of the REST API (``--api`` / AERO_API_URL, token from ``--token``,
+AERO_API_TOKEN or the admin token file that ``aero up`` writes).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import httpx
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from cli.common import parse_sets
+from cli.main import app
+
+out = Console()
+err = Console(stderr=True)
+ROOT = Path(__file__).resolve().parent.parent
+TOKEN_FILE = "admin.token"
+DEMO_METHODS = ("grpo", "dapo", "aero")
+
+token_app = typer.Typer(help="API tokens (stored hashed; each is printed once).", no_args_is_help=True)
+app.add_typer(token_app, name="token")
+
+ApiOpt = Annotated[Optional[str], typer.Option("--api", help="API base URL [env AERO_API_URL; default http://127.0.0.1:8000].")]
+TokenOpt = Annotated[Optional[str], typer.Option("--token", help="API token [env AERO_API_TOKEN; default: <data dir>/admin.token].")]
+
+
+# ---------------------------------------------------------------- REST client helpers
+
+
+def token_path(settings=None) -> Path:
+    from backend.settings import get_settings
+
+    return (settings or get_settings()).data_path / TOKEN_FILE
+
+
+def resolve_api(api: str | None) -> str:
+    return (api or os.environ.get("AERO_API_URL") or "http://127.0.0.1:8000").rstrip("/")
+
+
+def resolve_token(token: str | None) -> str | None:
+    if token or os.environ.get("AERO_API_TOKEN"):
+        return token or os.environ["AERO_API_TOKEN"]
+    path = token_path()
+    return path.read_text().strip() if path.exists() else None
+
+
+def client(api: str | None, token: str | None, timeout: float = 30.0) -> httpx.Client:
+    tok = resolve_token(token)
+    headers = {"Authorization": f"Bearer {tok}"} if tok else {}
+    return httpx.Client(base_url=resolve_api(api) + "/api", headers=headers, timeout=timeout)
+
+
+def call(c: httpx.Client, method: str, path: str, **kw) -> Any:
+    """One API call; on an error prints the API's answer (e.g. the 422 naming the field) and exits 1."""
+    try:
+        r = c.request(method, path, **kw)
+    except httpx.HTTPError as e:
+        err.print(f"[red]cannot reach the API at {c.base_url}[/]: {e}  (is `aero up` running? set --api / AERO_API_URL)")
+        raise typer.Exit(1) from None
+    if r.status_code >= 400:
+        try:
+            detail = r.json().get("detail", r.text)
+        except ValueError:
+            detail = r.text
+        err.print(f"[red]{method} {path} -> {r.status_code}[/]")
+        for item in detail if isinstance(detail, list) else [detail]:
+            if isinstance(item, dict):
+                err.print(f"  [red]{'.'.join(str(x) for x in item.get('loc', []))}[/]: {item.get('msg')}")
+            else:
+                err.print(f"  {item}")
+        raise typer.Exit(1)
+    return r.json() if r.content else None
+
+
+def runs_table(runs: list[dict], title: str | None = None) -> Table:
+    t = Table(title=title)
+    for col in ("id", "name", "method", "status", "progress", "step", "queue", "sweep", "tags"):
+        t.add_column(col, justify="right" if col in ("id", "progress", "step", "sweep") else "left")
+    colors = {"succeeded": "green", "failed": "red", "running": "cyan", "cancelled": "yellow", "queued": "white"}
+    for r in runs:
+        st = r["status"]
+        t.add_row(str(r["id"]), r["name"], r["method"], f"[{colors.get(st, 'white')}]{st}[/]", f"{100 * r['progress']:.0f}%",
+                  f"{r['current_step']}/{r['total_steps']}", r["queue"], str(r["sweep_id"] or ""), ",".join(r["tags"]))
+    return t
+
+
+# ---------------------------------------------------------------- submit / runs / token
+
+
+def submission(methods: list[str], seeds: list[int], sets: dict, name: str | None, tags: list[str]) -> tuple[str, dict]:
+    """(path, body): one run -> POST /runs; several methods or seeds -> POST /sweeps (a grid)."""
+    if len(methods) == 1 and len(seeds) <= 1:
+        config = {**sets, "method": methods[0], **({"seed": seeds[0]} if seeds else {})}
+        return "/runs", {"config": config, "tags": tags, **({"name": name} if name else {})}
+    body: dict[str, Any] = {"base": sets, "methods": methods, "tags": tags}
+    if seeds:
+        body["seeds"] = seeds
+    if name:
+        body["name"] = name
+    return "/sweeps", body
+
+
+def _csv(text: str | None) -> list[str]:
+    return [x.strip() for x in (text or "").split(",") if x.strip()]
+
+
+@app.command()
+def submit(
+    method: Annotated[list[str], typer.Option("--method", "-m", help="grpo|dapo|aero|aero-s1|aero-s1s2; repeat or comma-separate for a sweep.")] = ["aero"],  # noqa: B006
+    seeds: Annotated[Optional[str], typer.Option("--seeds", help="Comma-separated seeds, e.g. 0,1,2.")] = None,
+    sets: Annotated[Optional[list[str]], typer.Option("--set", help="Config override key=value (aero.k=2, steps=100). Repeatable.")] = None,
+    name: Annotated[Optional[str], typer.Option(help="Run name (one run) or sweep name (several).")] = None,
+    tag: Annotated[Optional[list[str]], typer.Option("--tag", help="Tag; repeatable.")] = None,
+    api: ApiOpt = None,
+    token: TokenOpt = None,
+):
+    """Submit runs over the REST API: one run, or a methods x seeds sweep."""
+    methods = [m for item in method for m in _csv(item)]
+    seed_list = [int(s) for s in _csv(seeds)]
+    path, body = submission(methods, seed_list, parse_sets(sets), name, tag or [])
+    with client(api, token) as c:
+        created = call(c, "POST", path, json=body)
+    runs = [created] if path == "/runs" else created["runs"]
+    title = f"sweep {created['id']} ({created['name']})" if path == "/sweeps" else None
+    out.print(runs_table(runs, title))
+
+
+@app.command("runs")
+def list_runs_cmd(
+    status: Annotated[Optional[list[str]], typer.Option("--status", "-s", help="queued|running|succeeded|failed|cancelled; repeatable.")] = None,
+    method: Annotated[Optional[list[str]], typer.Option("--method", "-m")] = None,
+    tag: Annotated[Optional[str], typer.Option("--tag")] = None,
+    sweep: Annotated[Optional[int], typer.Option("--sweep", help="Sweep id.")] = None,
+    limit: Annotated[int, typer.Option(help="Newest N runs.")] = 50,
+    api: ApiOpt = None,
+    token: TokenOpt = None,
+):
+    """List runs (newest first) as a table."""
+    params: dict[str, Any] = {"limit": limit}
+    for key, val in (("status", status), ("method", method), ("tag", tag), ("sweep_id", sweep)):
+        if val:
+            params[key] = val
+    with client(api, token) as c:
+        page = call(c, "GET", "/runs", params=params)
+    out.print(runs_table(page["data"], f"{len(page['data'])} of {page['count']} run(s)"))
+
+
+@token_app.command("create")
+def token_create(name: Annotated[str, typer.Argument(help="A label for the token (who or what uses it).")]):
+    """Create an API token in the configured store and print it (only now: it is stored hashed)."""
+    from backend.cli_token import create_token
+
+    tok = create_token(name)
+    err.print(f"token [bold]{name}[/] created; it is shown only once:")
+    print(tok)
+
+
+@token_app.command("list")
+def token_list():
+    """Token names and dates (never the tokens)."""
+    from backend.db.migrate import migrate
+    from backend.db.session import session_scope
+    from backend.db.tokens import list_tokens
+    from backend.settings import get_settings
+
+    url = get_settings().database_url
+    migrate(url)
+    t = Table("id", "name", "created", "last used", "revoked")
+    with session_scope(url) as s:
+        for row in list_tokens(s):
+            t.add_row(str(row.id), row.name, str(row.created_at)[:19], str(row.last_used_at or "")[:19], str(row.revoked_at or "")[:19])
+    out.print(t)
+
+
+@token_app.command("revoke")
+def token_revoke(name: str):
+    """Revoke every live token called NAME."""
+    from backend.db.session import session_scope
+    from backend.db.tokens import revoke_token
+    from backend.settings import get_settings
+
+    with session_scope(get_settings().database_url) as s:
+        n = revoke_token(s, name)
+    err.print(f"revoked {n} token(s) named {name}")
+
+
+# ---------------------------------------------------------------- worker / reaper
+
+
+def worker_argv(queues: list[str], concurrency: int, embedded: bool, hostname: str = "aero@%h") -> list[str]:
+    argv = [sys.executable, "-m", "celery", "-A", "worker.celery_app", "worker", "-Q", ",".join(queues),
+            "--concurrency", str(concurrency), "--loglevel", "INFO", "--hostname", hostname]
+    if embedded:
+        # The SQLAlchemy transport has no fanout exchange: skip the broadcast features.
+        argv += ["--without-gossip", "--without-mingle", "--without-heartbeat"]
+    return argv
+
+
+@app.command()
+def worker(
+    queues: Annotated[Optional[str], typer.Option("--queues", "-Q", help="Comma-separated queues [AERO_WORKER_QUEUES; default cpu, plus gpu with CUDA].")] = None,
+    concurrency: Annotated[Optional[int], typer.Option("--concurrency", "-c", help="Runs at once [AERO_WORKER_CONCURRENCY; 1].")] = None,
+):
+    """Start a Celery worker in the foreground (``aero up`` starts one for you)."""
+    from backend.settings import broker_url, get_settings
+    from worker.celery_app import default_queues, is_embedded
+    from worker.settings import WorkerSettings
+
+    settings, ws = get_settings(), WorkerSettings()
+    qs = _csv(queues) or default_queues(settings, ws)
+    argv = worker_argv(qs, concurrency or ws.concurrency, is_embedded(broker_url(settings)))
+    os.chdir(ROOT)
+    os.execv(argv[0], argv)
+
+
+@app.command()
+def reaper(interval: Annotated[Optional[float], typer.Option(help="Seconds between sweeps [AERO_REAPER_INTERVAL_S; 10].")] = None):
+    """Re-queue or fail runs whose worker vanished (``aero up`` starts one for you)."""
+    from worker.reaper import main
+
+    main([] if interval is None else ["--interval", str(interval)])
+
+
+# ---------------------------------------------------------------- aero up
+
+
+def ensure_admin_token(settings) -> tuple[str, bool]:
+    """The local admin token from <data dir>/admin.token, created (and the file written, mode 0600)
+    on first start or when the stored one no longer verifies (e.g. a fresh database)."""
+    from backend.db.session import session_scope
+    from backend.db.tokens import create_token, verify_token
+
+    path = token_path(settings)
+    with session_scope(settings.database_url) as s:
+        if path.exists() and verify_token(s, path.read_text().strip()) is not None:
+            return path.read_text().strip(), False
+    with session_scope(settings.database_url) as s:
+        _, tok = create_token(s, "admin (aero up)")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(tok + "\n")
+    return tok, True
+
+
+def _die_with_parent() -> None:
+    """Child pre-exec (Linux): receive SIGTERM if `aero up` dies without cleaning up."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+@dataclass
+class Child:
+    name: str
+    argv: list[str]
+    stop_signal: int = signal.SIGTERM
+    env: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen | None = None
+    log: Path | None = None
+
+
+@dataclass
+class Supervisor:
+    """Starts children in their own sessions (Ctrl-C reaches only `aero up`, which stops them in
+    order) with logs in <data dir>/logs, and stops them all on exit."""
+
+    log_dir: Path
+    children: list[Child] = field(default_factory=list)
+
+    def start(self, child: Child) -> Child:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        child.log = self.log_dir / f"{child.name}.log"
+        f = open(child.log, "ab")
+        child.proc = subprocess.Popen(child.argv, cwd=ROOT, env={**os.environ, **child.env}, stdout=f, stderr=subprocess.STDOUT,
+                                      stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent)
+        f.close()
+        self.children.append(child)
+        return child
+
+    def dead(self) -> list[Child]:
+        return [c for c in self.children if c.proc.poll() is not None]
+
+    def stop(self, grace_s: float = 15.0) -> None:
+        for c in self.children:
+            if c.proc.poll() is None:
+                # The leader only: Celery's main process stops its pool itself (a SIGQUIT that
+                # also reaches the pool children leaves the cold shutdown hanging).
+                c.proc.send_signal(c.stop_signal)
+        deadline = time.monotonic() + grace_s
+        for c in self.children:
+            try:
+                c.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                err.print(f"[yellow]{c.name} did not stop in {grace_s:.0f}s: killing it[/]")
+                try:
+                    os.killpg(c.proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                c.proc.wait()
+
+
+def wait_healthy(url: str, sup: Supervisor, timeout_s: float = 90.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if sup.dead():
+            return False
+        try:
+            if httpx.get(url, timeout=2.0).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    return False
+
+
+def tail(path: Path | None, n: int = 25) -> str:
+    if path is None or not path.exists():
+        return ""
+    return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+
+
+def demo_sweep(steps: int = 30) -> dict:
+    """GRPO vs DAPO vs AERO on the tiny preset, one seed, evaluated every 10 steps."""
+    return {"name": "demo", "methods": list(DEMO_METHODS), "seeds": [0], "tags": ["demo"],
+            "base": {"preset": "tiny", "steps": steps, "eval_every": 10, "checkpoint_every": 10}}
+
+
+@app.command()
+def up(
+    demo: Annotated[bool, typer.Option("--demo", help="Also submit a GRPO/DAPO/AERO sweep on the tiny preset.")] = False,
+    host: Annotated[str, typer.Option(help="Interface the API and dashboard listen on.")] = "127.0.0.1",
+    api_port: Annotated[int, typer.Option(help="API port.")] = 8000,
+    dashboard_port: Annotated[int, typer.Option(help="Dashboard port.")] = 8501,
+    no_dashboard: Annotated[bool, typer.Option("--no-dashboard", help="Do not start the dashboard.")] = False,
+    demo_steps: Annotated[int, typer.Option(help="Steps per demo run.")] = 30,
+):
+    """Start the platform on this machine: API, one worker, the reaper and the dashboard.
+
+    Embedded by default (SQLite store and SQLite broker under AERO_DATA_DIR); DATABASE_URL and
+    REDIS_URL switch to PostgreSQL and Redis. Ctrl-C stops everything; a run that was training
+    resumes from its last checkpoint on the next start.
+    """
+    from backend.db.migrate import migrate
+    from backend.settings import broker_url, get_settings
+    from worker.celery_app import default_queues, is_embedded
+    from worker.settings import WorkerSettings
+
+    settings, ws = get_settings(), WorkerSettings()
+    data = settings.data_path
+    data.mkdir(parents=True, exist_ok=True)
+    broker = broker_url(settings)
+    embedded = is_embedded(broker)
+    err.print(f"data dir  {data}")
+    err.print(f"store     {'SQLite ' + settings.database_url if settings.database_url.startswith('sqlite') else 'DATABASE_URL'}")
+    err.print(f"broker    {'embedded SQLite (' + broker + ')' if embedded else 'REDIS_URL'}")
+    migrate(settings.database_url)
+    token, created = ensure_admin_token(settings)
+
+    # Children see the same (absolute) data dir whatever their working directory.
+    env = {"AERO_DATA_DIR": str(data), "AERO_MIGRATE_ON_START": "false", "PYTHONUNBUFFERED": "1"}
+    show_host = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    api_url = f"http://{show_host}:{api_port}"
+    sup = Supervisor(data / "logs")
+    stopping = {"sig": None}
+
+    def on_signal(sig, _frame):
+        stopping["sig"] = sig
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    code = 0
+    try:
+        sup.start(Child("api", [sys.executable, "-m", "uvicorn", "backend.main:app", "--host", host, "--port", str(api_port)], env=env))
+        # SIGQUIT = Celery's cold shutdown: it hands the unfinished run's message back to the
+        # broker at once (a warm shutdown would wait for the whole run to finish).
+        sup.start(Child("worker", worker_argv(default_queues(settings, ws), ws.concurrency, embedded), signal.SIGQUIT, env))
+        sup.start(Child("reaper", [sys.executable, "-m", "worker.reaper"], env=env))
+        dash = ROOT / "dashboard" / "app.py"
+        dash_url = None
+        if no_dashboard:
+            pass
+        elif dash.exists():
+            dash_url = f"http://{show_host}:{dashboard_port}"
+            sup.start(Child("dashboard", [sys.executable, "-m", "streamlit", "run", str(dash), "--server.port", str(dashboard_port),
+                                          "--server.address", host, "--server.headless", "true",
+                                          "--browser.gatherUsageStats", "false"],
+                            env={**env, "AERO_API_URL": api_url, "AERO_API_TOKEN": token}))
+        else:
+            err.print("[yellow]dashboard/app.py not found: starting without the dashboard[/]")
+        if not wait_healthy(f"{api_url}/api/health", sup):
+            bad = sup.dead() or [c for c in sup.children if c.name == "api"]
+            for c in bad:
+                err.print(f"[red]{c.name} failed[/] (log {c.log}):\n{tail(c.log)}")
+            raise typer.Exit(1)
+        out.print(f"[bold green]AERO Lab is up[/]\n  API        {api_url}/api   (docs {api_url}/docs)")
+        if dash_url:
+            out.print(f"  dashboard  {dash_url}")
+        out.print(f"  token      {token}" + ("   (new; saved in " + str(token_path(settings)) + ")" if created else ""))
+        out.print(f"  logs       {sup.log_dir}\nCtrl-C to stop.")
+        if demo:
+            with client(api_url, token) as c:
+                sweep = call(c, "POST", "/sweeps", json=demo_sweep(demo_steps))
+            out.print(runs_table(sweep["runs"], f"demo sweep {sweep['id']}: GRPO vs DAPO vs AERO, {demo_steps} steps"))
+        while stopping["sig"] is None:
+            dead = sup.dead()
+            if dead:
+                for c in dead:
+                    err.print(f"[red]{c.name} exited with {c.proc.returncode}[/] (log {c.log}):\n{tail(c.log)}")
+                code = 1
+                break
+            time.sleep(0.5)
+    finally:
+        err.print("stopping ...")
+        sup.stop()
+    raise typer.Exit(code)
