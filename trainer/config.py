@@ -98,6 +98,15 @@ class RunConfig(_Strict):
     model_path: str | None = Field(None, description="Local Hugging Face model directory (used instead of a preset).")
     task: Literal["arithmetic", "math"] = "arithmetic"
     train_data: str | None = Field(None, description="Math task: local verl parquet or JSONL file.")
+    benchmarks: dict[str, str] = Field(
+        default_factory=dict,
+        description="Math task: held-out benchmarks as {name: local parquet/JSONL/JSON file}, e.g. "
+        "{'MATH-500': '/data/math500.jsonl', 'AIME24': '/data/aime24.parquet'}; evaluated and reported per name, "
+        "in the given order. Flat layouts of AIME24, AMC23, MATH-500, Minerva and OlympiadBench are read as shipped.",
+    )
+    gradient_checkpointing: bool = Field(
+        False, description="Recompute activations in the backward pass (HF gradient checkpointing): less memory for "
+        "long responses on real models, ~30% more train time. The verl engine maps it to enable_gradient_checkpointing.")
     seed: int = Field(0, ge=0)
     steps: int = Field(60, ge=1, le=1_000_000)
     batch_prompts: int = Field(16, ge=1, le=65_536, description="Prompts per step P (paper: 256).")
@@ -119,7 +128,9 @@ class RunConfig(_Strict):
     eval_problems: int = Field(64, ge=1, description="Problems per benchmark at eval.")
     checkpoint_every: int = Field(20, ge=0, description="Checkpoint every K steps (0 = only at the end).")
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    dtype: Literal["auto", "float32", "bfloat16"] = Field("auto", description="auto: bfloat16 on CUDA, float32 on CPU.")
+    dtype: Literal["auto", "float32", "bfloat16"] = Field("auto", description="auto: bfloat16 on CUDA, float32 on CPU. On CUDA, "
+                                                             "bfloat16 is bf16 compute (autocast) over float32 master weights, so small "
+                                                             "updates (lr 5e-6) are not rounded away; on CPU it stores the weights in bf16.")
     verifier_timeout_s: float = Field(5.0, gt=0.0, le=600.0)
     aero: AEROConfig = Field(default_factory=AEROConfig)
     dapo: DAPOConfig = Field(default_factory=DAPOConfig)
@@ -176,6 +187,11 @@ def cross_field_issues(cfg: RunConfig) -> list[tuple[str, str]]:
         issues.append(("task", "the tiny preset is trained on the arithmetic task"))
     if cfg.mini_batches > cfg.batch_prompts:
         issues.append(("mini_batches", f"must be <= batch_prompts ({cfg.batch_prompts})"))
+    if cfg.benchmarks and cfg.task != "math":
+        issues.append(("benchmarks", "benchmark files are for the math task; the arithmetic task has its own held-out sets"))
+    for name, path in cfg.benchmarks.items():
+        if not name.strip() or not str(path).strip():
+            issues.append(("benchmarks", f"each benchmark needs a name and a local file path; got {name!r}: {path!r}"))
     if cfg.engine == "verl" and cfg.preset is not None:
         issues.append(("engine", "the verl engine needs model_path (a real model), not a preset"))
     return issues

@@ -101,11 +101,12 @@ def run_training(cfg: RunConfig | dict, out_dir: str | Path, sink: MetricSink,
         t1 = time.perf_counter()
         train_stats = {}
         if collected.train:
-            train_stats = policy_update(
-                model, optimizer, scheduler, collected.train, collected.advantages, pad_id=task.tokenizer.pad_id,
-                temperature=cfg.temperature, eps_low=eps_low, eps_high=eps_high, loss_agg=cfg.effective_loss_agg,
-                entropy_coef=cfg.entropy_coef, kl_coef=cfg.kl_coef, ref_model=ref_model, grad_clip=cfg.optim.grad_clip,
-                epochs=cfg.ppo_epochs, mini_batches=cfg.mini_batches, device=setup.device)
+            with setup.autocast():  # bf16 compute over fp32 master weights on CUDA; no-op on CPU
+                train_stats = policy_update(
+                    model, optimizer, scheduler, collected.train, collected.advantages, pad_id=task.tokenizer.pad_id,
+                    temperature=cfg.temperature, eps_low=eps_low, eps_high=eps_high, loss_agg=cfg.effective_loss_agg,
+                    entropy_coef=cfg.entropy_coef, kl_coef=cfg.kl_coef, ref_model=ref_model, grad_clip=cfg.optim.grad_clip,
+                    epochs=cfg.ppo_epochs, mini_batches=cfg.mini_batches, device=setup.device)
         setup.engine.sync_weights(model)
         t2 = time.perf_counter()
         elapsed += t2 - t0

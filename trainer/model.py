@@ -25,13 +25,43 @@ def build_model(config: Qwen2Config, seed: int = 0) -> torch.nn.Module:
     return AutoModelForCausalLM.from_config(config)
 
 
-def load_policy(path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> torch.nn.Module:
-    """Load a local HF causal-LM directory. A missing/unreadable directory is a clear error, never a download."""
+def load_policy(path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
+                gradient_checkpointing: bool = False) -> torch.nn.Module:
+    """Load a local HF causal-LM directory (config.json + weights), never downloading.
+
+    ``dtype`` is the dtype the weights are stored in (the caller keeps float32 master weights
+    for bf16 autocast on CUDA, see trainer.presets). A missing directory, a directory without
+    config.json, or weights that cannot be read raise FileNotFoundError naming the path.
+    ``gradient_checkpointing`` turns on HF activation recomputation (non-reentrant, so the
+    inputs need no requires_grad and frozen embeddings still work).
+    """
     p = Path(path)
+    if not p.is_dir():
+        raise FileNotFoundError(f"model_path: {p} is not a local directory; nothing is downloaded")
     if not (p / "config.json").is_file():
         raise FileNotFoundError(f"model_path: {p} is not a local model directory (no config.json); nothing is downloaded")
-    model = AutoModelForCausalLM.from_pretrained(p, local_files_only=True, dtype=dtype)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(p, local_files_only=True, dtype=dtype)
+    except Exception as e:  # noqa: BLE001  (safetensors, OSError, ValueError...: each loader raises its own)
+        # weights missing/corrupt, unknown architecture, bad config: say which directory and why
+        raise FileNotFoundError(f"model_path: {p} could not be loaded as a causal LM ({type(e).__name__}: "
+                                f"{str(e).splitlines()[0] if str(e) else e!r}); nothing is downloaded") from e
+    if gradient_checkpointing:
+        enable_gradient_checkpointing(model)
     return model.to(device)
+
+
+def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
+    """HF activation checkpointing, non-reentrant (transformers 5.x renamed the method and its kwarg)."""
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
+def is_gradient_checkpointing(model: torch.nn.Module) -> bool:
+    flag = getattr(type(model), "is_activation_checkpointing", None)
+    return bool(model.is_activation_checkpointing if flag is not None else model.is_gradient_checkpointing)
 
 
 def count_parameters(model: torch.nn.Module) -> int:

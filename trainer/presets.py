@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,11 @@ PRESETS = {"tiny": ASSETS / "tiny"}  # `aero pretrain` writes it; shipped in the
 
 @dataclass
 class Setup:
-    """Everything built from a config before any compute: task, policy, engine."""
+    """Everything built from a config before any compute: task, policy, engine.
+
+    ``compute_dtype`` is the dtype of the forward passes; ``autocast()`` is the context the
+    update runs in (bf16 autocast over float32 master weights on CUDA, else a no-op). The
+    engine autocasts its own forwards with the same dtype."""
 
     task: Any
     model: torch.nn.Module
@@ -26,9 +31,16 @@ class Setup:
     n_params: int
     n_layers: int
     d_model: int
+    compute_dtype: torch.dtype = torch.float32
+
+    def autocast(self):
+        if self.device.type == "cuda" and self.compute_dtype in (torch.bfloat16, torch.float16):
+            return torch.autocast("cuda", dtype=self.compute_dtype)
+        return contextlib.nullcontext()
 
 
 def resolve_device(cfg: RunConfig) -> tuple[torch.device, torch.dtype]:
+    """(device, compute dtype): bf16 for dtype=bfloat16, or auto on CUDA; float32 otherwise."""
     if cfg.device == "cuda" and not torch.cuda.is_available():
         raise ConfigError([("device", "cuda requested but no CUDA device is visible; use device=auto or cpu")])
     dev = torch.device("cuda" if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available()) else "cpu")
@@ -37,15 +49,23 @@ def resolve_device(cfg: RunConfig) -> tuple[torch.device, torch.dtype]:
     return dev, torch.float32
 
 
+def weight_dtype(device: torch.device, compute_dtype: torch.dtype) -> torch.dtype:
+    """Storage dtype of the trained weights. On CUDA always float32 (master weights; bf16 runs
+    as autocast): AdamW steps of lr 5e-6 are far below bf16's resolution (2^-8 relative) and
+    would round to no change. On CPU the engine cannot autocast, so bf16 means bf16 weights."""
+    return torch.float32 if device.type == "cuda" else compute_dtype
+
+
 def load_setup(cfg: RunConfig) -> Setup:
     from trainer.rollout import make_engine
 
     device, dtype = resolve_device(cfg)
-    path = PRESETS[cfg.preset] if cfg.preset else Path(cfg.model_path)
+    path = PRESETS[cfg.preset] if cfg.preset else Path(cfg.model_path).expanduser()
     if cfg.preset and not (path / "config.json").is_file():
         raise ConfigError([("preset", f"preset '{cfg.preset}' has no checkpoint at {path}; run `aero pretrain`")])
     try:
-        model = load_policy(path, device=device, dtype=dtype)
+        model = load_policy(path, device=device, dtype=weight_dtype(device, dtype),
+                            gradient_checkpointing=cfg.gradient_checkpointing)
     except FileNotFoundError as e:
         raise ConfigError([("model_path", str(e))]) from None
     task = build_task(cfg, path)
@@ -53,11 +73,15 @@ def load_setup(cfg: RunConfig) -> Setup:
                          device=device, dtype=dtype)
     mc = model.config
     return Setup(task=task, model=model, engine=engine, device=device, n_params=count_parameters(model),
-                 n_layers=mc.num_hidden_layers, d_model=mc.hidden_size)
+                 n_layers=mc.num_hidden_layers, d_model=mc.hidden_size, compute_dtype=dtype)
 
 
 def build_task(cfg: RunConfig, model_dir: Path):
-    """The run's task, with the tokenizer that ships in the model directory."""
+    """The run's task, with the tokenizer that ships in the model directory.
+
+    Math: training problems longer than ``max_prompt_tokens`` are dropped at load (as verl's
+    filter_overlong_prompts); benchmarks come from ``cfg.benchmarks``. A missing data file or a
+    model directory without a usable tokenizer is a ConfigError naming the field."""
     if cfg.task == "arithmetic":
         from trainer.tasks.arithmetic import ArithmeticTask
         from trainer.tasks.tokenizer import CharTokenizer
@@ -65,4 +89,35 @@ def build_task(cfg: RunConfig, model_dir: Path):
         return ArithmeticTask(tokenizer=CharTokenizer.load(model_dir), benchmark_size=cfg.eval_problems)
     from trainer.tasks.math import MathTask
 
-    return MathTask.from_model_dir(cfg.train_data, model_dir)
+    for name, bench in cfg.benchmarks.items():
+        if not Path(bench).expanduser().is_file():
+            raise ConfigError([("benchmarks", f"benchmark {name!r}: {bench} is not a local file")])
+    if not Path(cfg.train_data).expanduser().is_file():
+        raise ConfigError([("train_data", f"{cfg.train_data} is not a local file (nothing is downloaded)")])
+    tokenizer = load_model_tokenizer(model_dir)
+    try:
+        return MathTask(Path(cfg.train_data).expanduser(), tokenizer=tokenizer,
+                        benchmark_paths={k: Path(v).expanduser() for k, v in cfg.benchmarks.items()},
+                        max_prompt_tokens=cfg.max_prompt_tokens)
+    except ValueError as e:  # a bad row (file + line + field), or every prompt over max_prompt_tokens
+        raise ConfigError([("train_data", str(e))]) from None
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tiktoken.model")
+
+
+def load_model_tokenizer(model_dir: Path):
+    """The HF tokenizer shipped in ``model_dir``, or a ConfigError. transformers 5 builds an
+    EMPTY tokenizer (one token) from a directory holding only config.json instead of failing,
+    so the vocabulary files are checked first, and the result must have an EOS token."""
+    from trainer.tasks.math import load_hf_tokenizer
+
+    if not any((model_dir / f).is_file() for f in TOKENIZER_FILES):
+        raise ConfigError([("model_path", f"{model_dir} has no tokenizer files (one of {', '.join(TOKENIZER_FILES)})")])
+    try:
+        tokenizer = load_hf_tokenizer(model_dir)
+    except Exception as e:  # noqa: BLE001  (OSError, ValueError, sentencepiece/tiktoken import errors...)
+        raise ConfigError([("model_path", f"{model_dir}: the tokenizer could not be loaded ({type(e).__name__}: {e})")]) from None
+    if tokenizer.eos_token_id is None:
+        raise ConfigError([("model_path", f"{model_dir}: the tokenizer has no EOS token (set eos_token in tokenizer_config.json)")])
+    return tokenizer
