@@ -1,0 +1,168 @@
+"""Platform CLI: request bodies of `aero submit`, and a real `aero up` (embedded broker, SQLite)
+that trains a run submitted with `aero submit`, lists it with `aero runs`, accepts a token from
+`aero token create`, submits the demo sweep, and stops every child on SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+from cli.main import app
+from cli.platform_cmds import demo_sweep, submission, worker_argv
+
+ROOT = Path(__file__).resolve().parents[2]
+runner = CliRunner()
+
+
+def test_one_method_and_seed_is_one_run():
+    path, body = submission(["aero"], [3], {"aero": {"k": 2}, "steps": 10}, "mine", ["t"])
+    assert path == "/runs"
+    assert body == {"config": {"aero": {"k": 2}, "steps": 10, "method": "aero", "seed": 3}, "tags": ["t"], "name": "mine"}
+
+
+def test_several_seeds_or_methods_is_a_sweep():
+    path, body = submission(["aero"], [0, 1], {"aero": {"k": 2}}, None, [])
+    assert path == "/sweeps" and body == {"base": {"aero": {"k": 2}}, "methods": ["aero"], "tags": [], "seeds": [0, 1]}
+    path, body = submission(["grpo", "aero"], [], {}, "s", [])
+    assert path == "/sweeps" and body == {"base": {}, "methods": ["grpo", "aero"], "tags": [], "name": "s"}
+
+
+def test_demo_sweep_is_grpo_dapo_aero_on_tiny():
+    body = demo_sweep(30)
+    assert body["methods"] == ["grpo", "dapo", "aero"] and body["base"]["preset"] == "tiny" and body["base"]["steps"] == 30
+
+
+def test_worker_argv_skips_broadcast_features_on_the_embedded_broker():
+    assert "--without-mingle" in worker_argv(["cpu"], 1, embedded=True)
+    argv = worker_argv(["cpu", "gpu"], 2, embedded=False)
+    assert argv[argv.index("-Q") + 1] == "cpu,gpu" and argv[argv.index("--concurrency") + 1] == "2"
+    assert "--without-mingle" not in argv
+
+
+def test_submit_reports_unreachable_api():
+    res = runner.invoke(app, ["submit", "--api", "http://127.0.0.1:9", "--token", "x"])
+    assert res.exit_code == 1 and "cannot reach the API" in res.output
+
+
+# ---------------------------------------------------------------- a real `aero up`
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(x) for x in path.read_text().split()] if path.exists() else []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is dead for our purposes
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _wait_output(proc, log: Path, pattern: str, timeout: float) -> re.Match:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        m = re.search(pattern, log.read_text(errors="replace"))
+        if m:
+            return m
+        assert proc.poll() is None, f"aero up exited {proc.returncode}:\n{log.read_text()}"
+        time.sleep(0.2)
+    raise AssertionError(f"no {pattern!r} within {timeout}s:\n{log.read_text()}")
+
+
+def _cli(*args: str, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cli", *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=60)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_aero_up_end_to_end(tmp_path):
+    conftest_env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
+    env = {**conftest_env, "AERO_DATA_DIR": str(tmp_path / "data"), "AERO_BROKER_POLL_S": "0.2", "AERO_HEARTBEAT_S": "1",
+           "COLUMNS": "200", "OMP_NUM_THREADS": "1"}
+    port = _free_port()
+    api = f"http://127.0.0.1:{port}"
+    log = tmp_path / "up.log"
+    with open(log, "w") as f:
+        up = subprocess.Popen([sys.executable, "-m", "cli", "up", "--no-dashboard", "--api-port", str(port), "--demo",
+                               "--demo-steps", "2"], cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT,
+                              start_new_session=True)
+    try:
+        token = _wait_output(up, log, r"token\s+(aero_\S+)", 90).group(1)
+        _wait_output(up, log, r"demo sweep \d+", 30)
+        # The admin token is stored for the dashboard and the CLI, readable by its owner only.
+        token_file = tmp_path / "data" / "admin.token"
+        assert token_file.read_text().strip() == token
+        assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+        children = _children(up.pid)
+        assert len(children) == 3  # api, worker, reaper (no dashboard)
+        # The demo sweep is there: GRPO, DAPO, AERO on the tiny preset.
+        runs = httpx.get(f"{api}/api/runs", params={"tag": "demo"}).json()["data"]
+        assert sorted(r["method"] for r in runs) == ["aero", "dapo", "grpo"]
+        for r in runs:  # free the single worker for the run below
+            httpx.post(f"{api}/api/runs/{r['id']}/cancel", headers={"Authorization": f"Bearer {token}"})
+
+        # `aero submit` + `aero runs`, over REST, with the token from the data dir.
+        sets = ["--set", "steps=3", "--set", "batch_prompts=4", "--set", "n_total=4", "--set", "max_new_tokens=8",
+                "--set", "eval_every=0", "--set", "eval_problems=4", "--set", "eval_n=2", "--set", "aero.n_explore=2",
+                "--set", "aero.n_max=4", "--set", "aero.k_max=1", "--set", "aero.k=2"]
+        if os.environ.get("AERO_TEST_MODEL_PATH"):
+            sets += ["--set", "preset=null", "--set", f"model_path={os.environ['AERO_TEST_MODEL_PATH']}"]
+        res = _cli("submit", "--api", api, "--method", "aero", "--name", "cli-run", "--tag", "cli", *sets, env=env)
+        assert res.returncode == 0, res.stderr
+        assert "cli-run" in res.stdout and "queued" in res.stdout
+        mine = httpx.get(f"{api}/api/runs", params={"tag": "cli"}).json()["data"][0]
+        assert mine["config"]["aero"]["k"] == 2
+        res = _cli("submit", "--api", api, "--set", "aero.k=0.5", env=env)  # the API's 422 names the field
+        assert res.returncode == 1 and "aero.k" in res.stderr
+        rid = mine["id"]
+        deadline = time.monotonic() + 120
+        while httpx.get(f"{api}/api/runs/{rid}").json()["status"] not in ("succeeded", "failed"):
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.5)
+        assert httpx.get(f"{api}/api/runs/{rid}").json()["status"] == "succeeded"
+        res = _cli("runs", "--api", api, "--status", "succeeded", "--tag", "cli", env=env)
+        assert res.returncode == 0 and "cli-run" in res.stdout and "succeeded" in res.stdout and "3/3" in res.stdout
+
+        # `aero token create` prints a new token once; it authenticates state-changing calls.
+        res = _cli("token", "create", "ci-bot", env=env)
+        new_token = res.stdout.strip()
+        assert res.returncode == 0 and new_token.startswith("aero_") and new_token != token
+        r = httpx.patch(f"{api}/api/runs/{rid}", json={"notes": "ok"}, headers={"Authorization": f"Bearer {new_token}"})
+        assert r.status_code == 200 and r.json()["notes"] == "ok"
+        assert httpx.patch(f"{api}/api/runs/{rid}", json={"notes": "x"}).status_code == 401
+    finally:
+        children = _children(up.pid) if up.poll() is None else []
+        t0 = time.monotonic()
+        up.send_signal(signal.SIGTERM)
+        try:
+            up.wait(timeout=40)
+        finally:
+            stop_s = time.monotonic() - t0
+            if up.poll() is None:
+                os.killpg(up.pid, signal.SIGKILL)
+    assert children and not [c for c in children if _alive(c)], "children left running"
+    assert "stopping" in log.read_text()
+    print(f"\n[aero up] stopped {len(children)} children in {stop_s:.1f}s")

@@ -1,0 +1,136 @@
+"""docker-compose.yml (no Docker engine here): services, ports, env wiring and healthchecks agree
+with each other, with docker/Dockerfile, and with the settings the code actually reads."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+SERVICES = COMPOSE["services"]
+APP_SERVICES = ("api", "worker", "worker-cpu", "reaper", "dashboard")
+
+
+def env(name: str) -> dict[str, str]:
+    return {k: str(v) for k, v in (SERVICES[name].get("environment") or {}).items()}
+
+
+def command(name: str) -> list[str]:
+    return [str(x) for x in SERVICES[name]["command"]]
+
+
+def arg(cmd: list[str], flag: str) -> str:
+    return cmd[cmd.index(flag) + 1]
+
+
+def container_ports(name: str) -> set[int]:
+    return {int(str(p).rsplit(":", 1)[1]) for p in SERVICES[name].get("ports", [])}
+
+
+def resolve_default(text: str) -> str:
+    """Expand ${VAR:-default} to its default, as compose does when VAR is unset."""
+    return re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", text)
+
+
+def test_services_present():
+    assert {"redis", "postgres", "api", "worker", "dashboard", "reaper"} <= set(SERVICES)
+
+
+def test_every_service_has_a_healthcheck_and_depends_only_on_healthy_services():
+    for name, svc in SERVICES.items():
+        assert "healthcheck" in svc and svc["healthcheck"]["test"], name
+        for dep, cond in (svc.get("depends_on") or {}).items():
+            assert dep in SERVICES and cond["condition"] == "service_healthy", (name, dep)
+
+
+def test_database_url_points_at_the_postgres_service_with_its_credentials():
+    pg = {k: str(v) for k, v in SERVICES["postgres"]["environment"].items()}
+    for name in ("api", "worker", "worker-cpu", "reaper"):
+        url = urlsplit(resolve_default(env(name)["DATABASE_URL"]))
+        assert url.scheme == "postgresql+psycopg"
+        assert (url.hostname, url.port or 5432) == ("postgres", 5432)
+        assert url.username == pg["POSTGRES_USER"] and url.path == "/" + pg["POSTGRES_DB"]
+        assert url.password == resolve_default(pg["POSTGRES_PASSWORD"])
+    assert "pg_isready" in " ".join(SERVICES["postgres"]["healthcheck"]["test"])
+
+
+def test_redis_url_points_at_the_redis_service():
+    for name in ("api", "worker", "worker-cpu", "reaper"):
+        url = urlsplit(env(name)["REDIS_URL"])
+        assert (url.scheme, url.hostname, url.port) == ("redis", "redis", 6379)
+    # Every process that sends or consumes tasks must see the same broker and store.
+    assert len({env(n)["REDIS_URL"] for n in ("api", "worker", "worker-cpu", "reaper")}) == 1
+    assert len({env(n)["DATABASE_URL"] for n in ("api", "worker", "worker-cpu", "reaper")}) == 1
+
+
+def test_ports_match_what_the_processes_listen_on():
+    api_cmd = command("api")
+    assert api_cmd[:2] == ["uvicorn", "backend.main:app"] and arg(api_cmd, "--host") == "0.0.0.0"
+    assert container_ports("api") == {int(arg(api_cmd, "--port"))} == {8000}
+    dash_cmd = command("dashboard")
+    assert dash_cmd[:3] == ["streamlit", "run", "dashboard/app.py"] and arg(dash_cmd, "--server.address") == "0.0.0.0"
+    assert container_ports("dashboard") == {int(arg(dash_cmd, "--server.port"))} == {8501}
+    # Healthchecks probe those ports; the dashboard reaches the API by service name and port.
+    assert "localhost:8000/api/health" in " ".join(SERVICES["api"]["healthcheck"]["test"])
+    assert "localhost:8501/_stcore/health" in " ".join(SERVICES["dashboard"]["healthcheck"]["test"])
+    api_url = urlsplit(env("dashboard")["AERO_API_URL"])
+    assert (api_url.hostname, api_url.port) == ("api", 8000)
+
+
+def test_api_health_route_exists(tmp_path):
+    from backend.main import create_app
+    from backend.settings import Settings
+
+    app = create_app(Settings(data_dir=tmp_path, database_url=f"sqlite:///{tmp_path}/x.sqlite"))
+    assert "/api/health" in app.openapi()["paths"]
+
+
+def test_workers_consume_the_queues_the_api_routes_to():
+    from backend.settings import Settings
+
+    s = Settings()
+    gpu = command("worker")
+    assert gpu[:4] == ["celery", "-A", "worker.celery_app", "worker"]
+    assert set(arg(gpu, "-Q").split(",")) == {s.cpu_queue, s.gpu_queue}
+    assert arg(command("worker-cpu"), "-Q") == s.cpu_queue
+    assert command("reaper")[:3] == ["python", "-m", "worker.reaper"]
+    assert "--alive-file" in command("reaper")
+    assert arg(command("reaper"), "--alive-file") in " ".join(SERVICES["reaper"]["healthcheck"]["test"])
+
+
+def test_gpu_reservation_on_the_worker_only():
+    devices = SERVICES["worker"]["deploy"]["resources"]["reservations"]["devices"]
+    assert devices[0]["driver"] == "nvidia" and devices[0]["capabilities"] == ["gpu"]
+    assert "cu" in resolve_default(SERVICES["worker"]["build"]["args"]["TORCH_INDEX"])
+    for name in ("api", "reaper", "dashboard", "worker-cpu"):
+        assert "deploy" not in SERVICES[name], name
+        assert SERVICES[name]["build"]["args"]["TORCH_INDEX"] == "cpu"
+
+
+def test_app_services_share_the_image_build_and_data_volume():
+    dockerfile = ROOT / SERVICES["api"]["build"]["dockerfile"]
+    assert dockerfile.exists()
+    text = dockerfile.read_text()
+    assert re.search(r'pip install "torch==\$\{TORCH_VERSION\}" --index-url', text)
+    assert re.search(r"^ARG TORCH_VERSION=\d+\.\d+\.\d+$", text, re.M) and re.search(r"^ARG TORCH_INDEX=cpu$", text, re.M)
+    for name in APP_SERVICES:
+        svc = SERVICES[name]
+        assert svc["build"]["dockerfile"] == "docker/Dockerfile" and svc["build"]["context"] == "."
+        assert set(svc["build"]["args"]) <= set(re.findall(r"^ARG (\w+)", text, re.M))
+        assert "aero-data:/data" in svc["volumes"] and env(name)["AERO_DATA_DIR"] == "/data"
+    assert set(COMPOSE["volumes"]) >= {"aero-data", "pg-data"}
+
+
+@pytest.mark.parametrize("name", APP_SERVICES)
+def test_every_aero_variable_is_one_the_code_reads(name):
+    known = set()
+    for path in ("backend/settings.py", "worker/settings.py"):
+        known |= set(re.findall(r"\b(AERO_[A-Z_]+|DATABASE_URL|REDIS_URL)\b", (ROOT / path).read_text()))
+    known |= {"AERO_API_URL", "AERO_API_TOKEN"}  # read by the dashboard and the CLI
+    for key in env(name):
+        assert key in known, f"{name}: {key} is not read by any settings module"
