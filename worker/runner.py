@@ -216,6 +216,7 @@ class RunControl:
         self.url, self.run_id, self.me, self.out_dir, self.poll_s = url, run_id, me, out_dir, poll_s
         self.cancel = self.lost = False
         self.last_poll = float("-inf")
+        self.blocked_s = 0.0  # time the training thread spent in progress/should_stop
         self.recorded_ckpt: str | None = None
 
     def _touch(self, **values: Any) -> None:
@@ -246,12 +247,16 @@ class RunControl:
         self._touch()
 
     def progress(self, step: int, total: int, metrics: dict) -> None:
+        t0 = time.perf_counter()
         self._touch(current_step=step, total_steps=total, progress=min(1.0, step / total) if total else 0.0)
+        self.blocked_s += time.perf_counter() - t0
 
     def should_stop(self) -> bool:
         # progress() polled right after the last step; query again only if that is not recent.
         if time.monotonic() - self.last_poll > self.poll_s:
+            t0 = time.perf_counter()
             self._touch()
+            self.blocked_s += time.perf_counter() - t0
         return self.cancel or self.lost
 
 
@@ -294,8 +299,10 @@ def execute_run(run_id: int, settings: Settings | None = None, ws: WorkerSetting
     try:
         cfg = parse_run_config(run.config)
         sink = DbSink(url, run_id, checkpoint_every=cfg.checkpoint_every, flush_s=ws.sink_flush_s)
+        t_train = time.perf_counter()
         with Heartbeat(control.beat, ws.heartbeat_s):
             summary = run_training(cfg, out_dir, sink, should_stop=control.should_stop, progress=control.progress)
+        t_train = time.perf_counter() - t_train
     except Exception as exc:  # noqa: BLE001  (any training error, ConfigError included, fails the run)
         log.exception("run %s failed", run_id)
         if sink is not None:
@@ -310,7 +317,9 @@ def execute_run(run_id: int, settings: Settings | None = None, ws: WorkerSetting
     fields = {"cancel_requested": True} if status == "cancelled" else {"progress": 1.0}
     with session_scope(url) as s:
         ok = _finish_if_owner(s, run_id, me, status, **fields)
-    log.info("run %s %s at step %s (sink: %s)", run_id, status, summary.get("last_step"), sink.stats() if sink else {})
+    overhead = (sink.blocked_s + control.blocked_s) / max(t_train, 1e-9)
+    log.info("run %s %s at step %s in %.1fs; store writes blocked training %.2f%% of it (sink %s, progress %.4fs)",
+             run_id, status, summary.get("last_step"), t_train, 100 * overhead, sink.stats(), control.blocked_s)
     return status if ok else "lost"
 
 

@@ -1,23 +1,31 @@
 """The database metric sink: a trainer ``MetricSink`` that writes to the platform's store.
 
-Writes are buffered and sent as one batched upsert (``backend.db.metrics.upsert_step_metrics``,
-idempotent on (run, step)), so a resumed run that re-logs steps after its checkpoint leaves
-each step stored exactly once. When a buffer is flushed:
+Steps are buffered and written as one batched upsert (``backend.db.metrics.upsert_step_metrics``,
+idempotent on (run, step)), so a resumed run that re-logs the steps after its checkpoint leaves
+each step stored exactly once.
 
-- at a checkpoint step (``step % checkpoint_every == 0``): the trainer logs step s *before*
-  it writes the checkpoint of step s, so every step a checkpoint covers is durable before the
-  checkpoint exists; a crash can only lose steps that the resume will redo;
-- when ``flush_s`` seconds passed since the last flush (live curves; 1 s by default, so
-  steps slower than that are written one by one, and fast steps are batched);
-- when ``max_rows`` steps are waiting; at every eval; and at ``close()``.
+When a batch is written, and by whom:
 
-Cost: one short transaction per flush (~1-3 ms on SQLite WAL, similar on PostgreSQL);
-``stats()`` reports it so the overhead relative to step time can be checked (target < 1%).
+- every ``flush_s`` seconds (1 s by default: steps slower than that are written one by one, so
+  curves are live; faster steps are batched), or when ``max_rows`` steps wait: *in the
+  background*, on one writer thread, so the training thread only appends to a dict;
+- at a checkpoint step (``step % checkpoint_every == 0``), at an eval, on ``truncate_after`` and
+  at ``close()``: *synchronously*, after the background writes drained. The trainer logs step s
+  before it writes the checkpoint of step s, so every step a checkpoint covers is durable before
+  the checkpoint exists; a crash can only lose steps that the resume redoes.
+
+A failed background write (store briefly unreachable) puts its rows back in the buffer for the
+next flush; a failed synchronous write raises (the run cannot promise durability, so it fails).
+``stats()`` separates the time the training thread was blocked (the ingestion overhead that
+matters, target < 1% of step time) from the time spent writing in the background.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
 
 from sqlalchemy import delete
@@ -26,56 +34,110 @@ from backend.db.metrics import clean_metrics, upsert_eval_results, upsert_step_m
 from backend.db.models import EvalResult, StepMetric
 from backend.db.session import session_scope
 
+log = logging.getLogger(__name__)
+
 
 class DbSink:
     """Buffered, idempotent step-metric and eval writer for one run.
 
-    ``clock`` is injectable so tests can drive the time-based flush deterministically.
+    ``background=False`` writes inline (tests, tools). ``clock`` drives the time-based flush.
     """
 
     def __init__(self, database_url: str, run_id: int, *, checkpoint_every: int = 0, flush_s: float = 1.0,
-                 max_rows: int = 256, clock: Callable[[], float] = time.monotonic):
+                 max_rows: int = 256, background: bool = True, clock: Callable[[], float] = time.monotonic):
         self.url, self.run_id = database_url, run_id
         self.checkpoint_every, self.flush_s, self.max_rows, self.clock = checkpoint_every, flush_s, max_rows, clock
         self.buffer: dict[int, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix=f"aero-sink-{run_id}") if background else None
+        self._last: Future | None = None
         self.last_flush = clock()
-        self.flushes, self.rows_written, self.write_s = 0, 0, 0.0
+        self.flushes = self.rows_written = self.failed_writes = 0
+        self.write_s = self.blocked_s = 0.0
 
-    def _due(self, step: int) -> bool:
-        if self.checkpoint_every > 0 and step % self.checkpoint_every == 0:
-            return True
-        return len(self.buffer) >= self.max_rows or self.clock() - self.last_flush >= self.flush_s
+    # ------------------------------------------------------------ MetricSink
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
-        # Clean now (numpy/torch scalars, NaN -> None) so a bad value fails at its step, not later.
-        self.buffer[int(step)] = clean_metrics(metrics)
-        if self._due(step):
+        t0 = time.perf_counter()
+        row = clean_metrics(metrics)  # fails at its step if a value is not a number
+        with self._lock:
+            self.buffer[int(step)] = row
+            n = len(self.buffer)
+        if self.checkpoint_every > 0 and step % self.checkpoint_every == 0:
             self.flush()
+        elif n >= self.max_rows or self.clock() - self.last_flush >= self.flush_s:
+            self._flush_soon()
+        self.blocked_s += time.perf_counter() - t0
 
     def log_eval(self, step: int, results: dict[str, dict[str, Any]]) -> None:
         t0 = time.perf_counter()
+        self._drain()
+        batch = self._take()
         with session_scope(self.url) as s:
-            if self.buffer:
-                self._write_steps(s)
+            if batch:
+                self.rows_written += upsert_step_metrics(s, self.run_id, batch)
             upsert_eval_results(s, self.run_id, step, results)
-        self._account(t0)
-
-    def _write_steps(self, session) -> None:
-        self.rows_written += upsert_step_metrics(session, self.run_id, self.buffer)
-        self.buffer = {}
-
-    def _account(self, t0: float) -> None:
         self.write_s += time.perf_counter() - t0
         self.flushes += 1
+        self.blocked_s += time.perf_counter() - t0
+
+    def close(self) -> None:
+        t0 = time.perf_counter()
+        self.flush()
+        self.blocked_s += time.perf_counter() - t0
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    # ------------------------------------------------------------ flushing
+
+    def _take(self) -> dict[int, dict[str, Any]]:
+        with self._lock:
+            batch, self.buffer = self.buffer, {}
+        return batch
+
+    def _write(self, batch: dict[int, dict[str, Any]], *, background: bool) -> None:
+        t0 = time.perf_counter()
+        try:
+            with session_scope(self.url) as s:
+                n = upsert_step_metrics(s, self.run_id, batch)
+        except Exception:
+            self.failed_writes += 1
+            with self._lock:  # put the rows back, without overwriting newer logs of the same step
+                self.buffer = {**batch, **self.buffer}
+            if not background:
+                raise
+            log.warning("run %s: writing %d step(s) failed; retrying at the next flush", self.run_id, len(batch),
+                        exc_info=self.failed_writes == 1)
+            return
+        self.rows_written += n
+        self.flushes += 1
+        self.write_s += time.perf_counter() - t0
+
+    def _flush_soon(self) -> None:
+        """Hand the buffer to the writer thread (inline when there is none)."""
+        batch = self._take()
         self.last_flush = self.clock()
+        if not batch:
+            return
+        if self._pool is None:
+            self._write(batch, background=False)
+        else:
+            self._last = self._pool.submit(self._write, batch, background=True)
+
+    def _drain(self) -> None:
+        """Wait for the background writes handed out so far (they never raise)."""
+        if self._last is not None:
+            self._last.result()
+            self._last = None
 
     def flush(self) -> None:
-        if not self.buffer:
-            return
-        t0 = time.perf_counter()
-        with session_scope(self.url) as s:
-            self._write_steps(s)
-        self._account(t0)
+        """Write everything logged so far, now, and return when it is committed (raises on error)."""
+        self._drain()
+        batch = self._take()
+        self.last_flush = self.clock()
+        if batch:
+            self._write(batch, background=False)
 
     def truncate_after(self, step: int) -> None:
         """On resume from the checkpoint of ``step``: drop stored steps and evals after it.
@@ -83,15 +145,15 @@ class DbSink:
         The resumed run re-logs them (upserts would overwrite them anyway); deleting first means
         a run that is cancelled or fails before it gets there keeps no rows from the lost future.
         """
-        self.buffer = {s: m for s, m in self.buffer.items() if s <= step}
+        with self._lock:
+            self.buffer = {s: m for s, m in self.buffer.items() if s <= step}
         self.flush()
         with session_scope(self.url) as s:
             for model in (StepMetric, EvalResult):
                 s.execute(delete(model).where(model.run_id == self.run_id, model.step > step))
 
-    def close(self) -> None:
-        self.flush()
-
     def stats(self) -> dict[str, float]:
-        """Flush count, rows written and seconds spent writing (for the <1% overhead check)."""
-        return {"flushes": self.flushes, "rows": self.rows_written, "write_s": self.write_s}
+        """Writes, rows, seconds the training thread was blocked in the sink (the ingestion
+        overhead) and seconds spent writing (mostly in the background)."""
+        return {"flushes": self.flushes, "rows": self.rows_written, "failed_writes": self.failed_writes,
+                "blocked_s": round(self.blocked_s, 4), "write_s": round(self.write_s, 4)}

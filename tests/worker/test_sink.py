@@ -29,7 +29,7 @@ EVAL = {"arith": {"n": 4, "k": 1, "avg_at_k": 0.5, "pass_at_k": 0.5, "avg_ci": [
 
 def test_buffers_until_checkpoint_step_or_interval(db_url, make_run):
     rid, clock = make_run(), Clock()
-    sink = DbSink(db_url, rid, checkpoint_every=4, flush_s=10.0, clock=clock)
+    sink = DbSink(db_url, rid, checkpoint_every=4, flush_s=10.0, clock=clock, background=False)
     sink.log(1, {"loss/policy": 1.0})
     sink.log(2, {"loss/policy": 2.0})
     assert stored(db_url, rid) == ([], []) and sink.flushes == 0
@@ -41,16 +41,16 @@ def test_buffers_until_checkpoint_step_or_interval(db_url, make_run):
     sink.log(5, {"loss/policy": 5.0})
     sink.close()
     assert stored(db_url, rid)[0] == [1, 2, 3, 4, 5]
-    assert sink.stats()["rows"] == 5 and sink.stats()["write_s"] > 0
+    assert sink.stats()["rows"] == 5 and sink.stats()["write_s"] > 0 and sink.stats()["blocked_s"] >= sink.stats()["write_s"]
 
 
 def test_relogged_steps_are_stored_once_with_latest_values(db_url, make_run):
     rid = make_run()
-    sink = DbSink(db_url, rid, flush_s=0.0)
+    sink = DbSink(db_url, rid, flush_s=0.0, background=False)
     for step in (1, 2, 3):
         sink.log(step, {"loss/policy": float(step), "x": 1})
     # A resumed run (checkpoint at 1) re-logs 2 and 3 with new values and goes on.
-    resumed = DbSink(db_url, rid, flush_s=0.0)
+    resumed = DbSink(db_url, rid, flush_s=0.0, background=False)
     for step in (2, 3, 4):
         resumed.log(step, {"loss/policy": 10.0 * step})
     with session_scope(db_url) as s:
@@ -60,12 +60,12 @@ def test_relogged_steps_are_stored_once_with_latest_values(db_url, make_run):
 
 def test_truncate_after_drops_the_lost_future_and_non_finite_values_become_null(db_url, make_run):
     rid = make_run()
-    sink = DbSink(db_url, rid, flush_s=0.0)
+    sink = DbSink(db_url, rid, flush_s=0.0, background=False)
     for step in (1, 2, 3):
         sink.log(step, {"loss/policy": math.nan if step == 2 else 1.0})
     sink.log_eval(2, EVAL)
     sink.log_eval(3, EVAL)
-    resumed = DbSink(db_url, rid, flush_s=0.0)
+    resumed = DbSink(db_url, rid, flush_s=0.0, background=False)
     resumed.truncate_after(2)
     assert stored(db_url, rid) == ([1, 2], [1.0, None])
     with session_scope(db_url) as s:
@@ -82,3 +82,32 @@ def test_eval_flushes_pending_steps_first(db_url, make_run):
     assert stored(db_url, rid)[0] == [1]
     with session_scope(db_url) as s:
         assert len(list_evals(s, rid)) == 1
+
+
+def test_background_writes_keep_the_training_thread_unblocked_and_close_drains(db_url, make_run):
+    rid, clock = make_run(), Clock()
+    sink = DbSink(db_url, rid, checkpoint_every=0, flush_s=0.0, clock=clock)
+    for step in range(1, 51):
+        sink.log(step, {"loss/policy": float(step)})
+    blocked_while_training = sink.blocked_s
+    sink.close()
+    steps, values = stored(db_url, rid)
+    assert steps == list(range(1, 51)) and values == [float(s) for s in steps]
+    st = sink.stats()
+    assert st["rows"] == 50 and st["failed_writes"] == 0 and 1 <= st["flushes"] <= 50
+    # While training, log() only appended to a dict: far less time than the writes took.
+    assert blocked_while_training < st["write_s"] / 5
+
+
+def test_failed_background_write_is_retried_and_a_synchronous_one_raises(db_url, make_run):
+    import pytest
+
+    sink = DbSink(db_url, 987_654, flush_s=0.0)  # no such run: the foreign key rejects every write
+    sink.log(1, {"loss/policy": 1.0})
+    sink._drain()
+    sink.log(2, {"loss/policy": 2.0})
+    sink._drain()
+    assert sink.failed_writes >= 1 and sorted(sink.buffer) == [1, 2]  # rows kept for the next flush
+    with pytest.raises(Exception):
+        sink.flush()
+    assert sorted(sink.buffer) == [1, 2]
