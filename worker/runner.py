@@ -204,12 +204,18 @@ def acquire(url: str, run_id: int, me: str, ws: WorkerSettings,
 # ---------------------------------------------------------------- while it runs
 
 
+class RunLost(Exception):
+    """This process no longer owns its run (the reaper re-queued it, another worker took it)."""
+
+
 class RunControl:
     """The trainer's ``should_stop`` and ``progress`` callbacks and the heartbeat, for one owned run.
 
     Every write is ``UPDATE runs ... WHERE id = :id AND status = 'running' AND worker = :me
     RETURNING cancel_requested``: one statement that beats, reads the cancel flag and proves
-    ownership. No row back means the run is no longer ours (``lost``): stop at the next step.
+    ownership. No row back means the run is no longer ours (``lost``): the callbacks raise
+    :class:`RunLost`, which ends the trainer at once, without the checkpoint a normal stop writes
+    (the new owner is writing that directory now).
     """
 
     def __init__(self, url: str, run_id: int, me: str, out_dir: Path, poll_s: float = 0.5):
@@ -250,6 +256,8 @@ class RunControl:
         t0 = time.perf_counter()
         self._touch(current_step=step, total_steps=total, progress=min(1.0, step / total) if total else 0.0)
         self.blocked_s += time.perf_counter() - t0
+        if self.lost:
+            raise RunLost(self.run_id)
 
     def should_stop(self) -> bool:
         # progress() polled right after the last step; query again only if that is not recent.
@@ -257,7 +265,9 @@ class RunControl:
             t0 = time.perf_counter()
             self._touch()
             self.blocked_s += time.perf_counter() - t0
-        return self.cancel or self.lost
+        if self.lost:
+            raise RunLost(self.run_id)
+        return self.cancel
 
 
 # ---------------------------------------------------------------- the whole task
@@ -303,6 +313,9 @@ def execute_run(run_id: int, settings: Settings | None = None, ws: WorkerSetting
         with Heartbeat(control.beat, ws.heartbeat_s):
             summary = run_training(cfg, out_dir, sink, should_stop=control.should_stop, progress=control.progress)
         t_train = time.perf_counter() - t_train
+    except RunLost:
+        log.warning("run %s: lost ownership (re-queued or taken over elsewhere); stopping without writing", run_id)
+        return "lost"
     except Exception as exc:  # noqa: BLE001  (any training error, ConfigError included, fails the run)
         log.exception("run %s failed", run_id)
         if sink is not None:
@@ -323,5 +336,5 @@ def execute_run(run_id: int, settings: Settings | None = None, ws: WorkerSetting
     return status if ok else "lost"
 
 
-__all__ = ["worker_identity", "owner_state", "Decision", "decide", "acquire", "RunControl", "error_text",
+__all__ = ["worker_identity", "owner_state", "Decision", "decide", "acquire", "RunLost", "RunControl", "error_text",
            "run_dir", "execute_run"]

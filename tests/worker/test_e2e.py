@@ -6,6 +6,8 @@
 - crash: the worker's process group is SIGKILLed mid-run; over Redis the message is redelivered
   to a fresh worker, over the embedded broker the reaper re-queues it; either way the run resumes
   from its checkpoint and ends with steps 1..N each stored exactly once;
+- frozen worker (SIGSTOP): its heartbeat goes stale, the reaper re-queues the run, another worker
+  resumes it, and the thawed worker notices it lost the run and stops without writing;
 - cancel: honoured within one step.
 
 Measured timings are printed (run pytest with -s to see them).
@@ -14,6 +16,8 @@ Measured timings are printed (run pytest with -s to see them).
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 import threading
 import time
@@ -181,3 +185,34 @@ def test_cancel_is_honoured_within_one_step(platform, pg_url):
     assert step_at_cancel <= run.current_step <= step_at_cancel + 1
     assert [s for s, _ in stored_steps(pg_url, rid)] == list(range(1, run.current_step + 1))
     print(f"\n[cancel] stopped at step {run.current_step} (cancel at {step_at_cancel}) in {time.monotonic() - t0:.2f}s")
+
+
+def test_frozen_worker_stale_heartbeat_is_requeued_by_the_reaper(platform, pg_url):
+    # SIGSTOP freezes the owner: its process exists (so it is not "dead") but its heartbeat stops.
+    # After AERO_STALE_AFTER_S the reaper re-queues the run; the idle second worker resumes it.
+    # Thawed, the first worker finds it lost the run and stops without writing.
+    steps = 6
+    p = platform(pg_url, "redis", AERO_STALE_AFTER_S=3)
+    p.start_api()
+    w1, w2 = p.start_worker("worker1"), p.start_worker("worker2")
+    with p.client() as c:
+        rid = p.submit(c, method="aero", steps=steps, checkpoint_every=2)
+        p.wait(lambda: run_row(pg_url, rid).current_step >= 2, 90, "step 2", every=0.05)
+        owner_pid = int(run_row(pg_url, rid).worker.split(":")[1])
+        frozen = next(w for w in (w1, w2) if os.getpgid(owner_pid) == w.pid)
+        os.killpg(frozen.pid, signal.SIGSTOP)
+        t_stop = time.monotonic()
+        try:
+            p._spawn("reaper", [sys.executable, "-m", "worker.reaper", "--interval", "0.5"])
+            p.wait(lambda: run_row(pg_url, rid).attempts == 2, 60, "the reaper to re-queue and a worker to claim")
+            t_taken = time.monotonic() - t_stop
+            p.wait(lambda: run_row(pg_url, rid).status in ("succeeded", "failed"), 90, "the run to finish")
+        finally:
+            os.killpg(frozen.pid, signal.SIGCONT)
+    run = run_row(pg_url, rid)
+    assert run.status == "succeeded", run.error
+    assert f"run {rid}: worker lost -> queued" in (p.tmp / "reaper.log").read_text()
+    p.wait(lambda: "lost ownership" in frozen.log_path.read_text(), 30, "the thawed worker to notice")
+    assert [s for s, _ in stored_steps(pg_url, rid)] == list(range(1, steps + 1))
+    assert run_row(pg_url, rid).status == "succeeded" and run_row(pg_url, rid).attempts == 2
+    print(f"\n[frozen worker] re-queued and claimed {t_taken:.1f}s after SIGSTOP (stale after 3s, sweep 0.5s)")

@@ -12,7 +12,7 @@ from sqlalchemy import update
 
 from backend.db.models import Run, utcnow
 from backend.db.session import session_scope
-from worker.runner import RunControl, acquire, decide, error_text, owner_state, worker_identity
+from worker.runner import RunControl, RunLost, acquire, decide, error_text, owner_state, worker_identity
 from worker.settings import WorkerSettings
 
 WS = WorkerSettings(stale_after_s=60.0, heartbeat_s=5.0, max_attempts=3)
@@ -175,9 +175,11 @@ def test_run_control_progress_cancel_and_lost_ownership(db_url, make_run, tmp_pa
     assert ctl.should_stop() is True and ctl.cancel and not ctl.lost
     set_run(db_url, rid, cancel_requested=False, worker="thief:9:9")
     ctl.cancel = False
-    assert ctl.should_stop() is True and ctl.lost
-    ctl.progress(3, 4, {})  # a lost worker writes nothing
-    assert get_run(db_url, rid).current_step == 2
+    with pytest.raises(RunLost):  # ends the trainer at once: no stop checkpoint in the new owner's dir
+        ctl.should_stop()
+    with pytest.raises(RunLost):
+        ctl.progress(3, 4, {})  # and a lost worker writes nothing
+    assert ctl.lost and get_run(db_url, rid).current_step == 2
 
 
 def test_error_text_keeps_the_message_and_the_traceback_tail():
