@@ -1,0 +1,200 @@
+"""Compare runs or a whole sweep: overlaid curves on a chosen x axis, the savings waterfall
+(paper Fig. 8; measured from ablation runs when present, else counterfactual, and labelled
+which), zero-accuracy curves (Fig. 9) and a benchmark table (Table 1) with a CSV download."""
+
+import streamlit as st
+
+from dashboard import charts, tables, ui
+
+st.title("Compare")
+
+MAX_RUNS = 50  # the API's limit per /compare call
+MAX_POINTS = 400  # per curve, decimated by the API
+CURVES: dict[str, tuple[str, str | None]] = {  # key -> (y axis title with unit, tick format)
+    "reward/mean": ("mean reward (accuracy, 0–1)", None),
+    "zero_acc/after_rescue": ("zero-accuracy ratio after rescue", ".0%"),
+    "all_correct/ratio": ("all-correct ratio", ".0%"),
+    "rollout/trained": ("trained rollouts per step", None),
+    "tokens/trained": ("trained tokens per step", "~s"),
+    "time/step_s": ("seconds per step", None),
+    "time/train_s": ("training seconds per step", None),
+    "flops/total": ("FLOPs per step", "~s"),
+    "adv/abs_mean": ("mean |advantage|", None),
+    "adv/zero_frac": ("zero-advantage fraction of trained rollouts", ".0%"),
+    "train/entropy": ("entropy (nats/token)", None),
+    "train/grad_norm": ("gradient norm (before clipping)", None),
+}
+BASE_KEYS = ("flops/total", "time/step_s", "time/elapsed_s", "zero_acc/after_explore", "zero_acc/after_rescue")
+
+
+def choose_runs() -> list[dict]:
+    url, token = ui.api_url(), ui.api_token()
+    runs = ui.runs_page(url, token, limit=500)["data"]
+    if not runs:
+        st.info("**No runs yet.** Launch a sweep of GRPO, AERO S1, AERO S1+S2 and AERO to see every chart on this page.",
+                icon=":material/lightbulb:")
+        st.page_link(ui.PAGES["launch"], label="Launch a sweep", icon=":material/rocket_launch:")
+        return []
+    sweeps = tables.sweep_ids(runs)
+    qp_sweep, qp_runs = st.query_params.get("sweep"), st.query_params.get("runs")
+    default_mode = "Runs" if qp_runs or not sweeps else "A sweep"
+    mode = st.segmented_control("Compare", ["A sweep", "Runs"], default=default_mode, key="cmp_mode") or default_mode
+    if mode == "A sweep":
+        if not sweeps:
+            st.info("No sweeps yet: launch one from the Launch page (choose *Sweep*), or compare chosen runs.")
+            return []
+        default = int(qp_sweep) if qp_sweep and qp_sweep.isdigit() and int(qp_sweep) in sweeps else sweeps[0]
+        sid = st.selectbox("Sweep", sweeps, index=sweeps.index(default), key="cmp_sweep", format_func=lambda s: f"sweep #{s}")
+        st.query_params.update({"sweep": str(sid)})
+        st.query_params.pop("runs", None)
+        chosen = ui.sweep(url, token, sid)["runs"]
+    else:
+        by_id = {r["id"]: r for r in runs}
+        wanted = [int(x) for x in (qp_runs or "").split(",") if x.strip().isdigit() and int(x) in by_id]
+        default = wanted or [r["id"] for r in runs if r["current_step"] > 0][:4]
+        ids = st.multiselect("Runs", list(by_id), default=default, format_func=lambda i: tables.run_label(by_id[i]),
+                             key="cmp_runs", max_selections=MAX_RUNS)
+        st.query_params.update({"runs": ",".join(map(str, ids))})
+        st.query_params.pop("sweep", None)
+        chosen = [by_id[i] for i in ids]
+    if len(chosen) > MAX_RUNS:
+        st.warning(f"Showing the first {MAX_RUNS} of {len(chosen)} runs.")
+        chosen = chosen[:MAX_RUNS]
+    return chosen
+
+
+def run_name(r: dict) -> str:
+    seed = r.get("config", {}).get("seed")
+    return f"#{r['id']} {charts.method_label(r['method'])}" + (f" s{seed}" if seed is not None else "")
+
+
+def dashes(runs: list[dict]) -> dict[int, str]:
+    """Runs of one method share its colour and differ by dash."""
+    seen: dict[str, int] = {}
+    out = {}
+    for r in runs:
+        i = seen.get(r["method"], 0)
+        seen[r["method"]] = i + 1
+        out[r["id"]] = charts.DASHES[i % len(charts.DASHES)]
+    return out
+
+
+def curves_section(runs: list[dict], data: dict[int, dict]) -> str:
+    st.subheader("Training curves")
+    c1, c2, c3 = st.columns([2, 2, 1])
+    axis = c1.segmented_control("x axis", list(tables.X_AXES), default="step", format_func=tables.X_AXES.get, key="cmp_x") or "step"
+    key = c2.selectbox("Metric", list(CURVES), key="cmp_metric", help="Keys as in docs/metrics.md.")
+    window = c3.number_input("Smoothing (steps)", min_value=1, max_value=200, value=1, key="cmp_smooth",
+                             help="Trailing moving average over this many plotted points.")
+    dash = dashes(runs)
+    curves = [charts.Curve(run_name(r), r["method"], tables.x_values(data[r["id"]], axis),
+                           tables.smooth(data[r["id"]]["series"].get(key) or [], window), dash=dash[r["id"]])
+              for r in runs]
+    y_title, fmt = CURVES[key]
+    ui.plot(charts.lines_figure(curves, title=f"{key} per step", x_title=tables.X_AXES[axis], y_title=y_title, y_tickformat=fmt))
+    if axis != "step":
+        st.caption("Cumulative x values integrate the plotted points (exact when no step was decimated away); "
+                   "wall time is the run's logged training time `time/elapsed_s` (evaluation excluded).")
+    return axis
+
+
+def waterfall_section(cmp: dict) -> None:
+    st.subheader("Where AERO saves compute (paper Fig. 8)")
+    measured = [w for w in cmp["waterfall"]["measured"] if w.get("per_step")]
+    counterfactual = [w for w in cmp["waterfall"]["counterfactual"] if w.get("per_step")]
+    options = measured + counterfactual
+    if not options:
+        st.info("No waterfall yet. It needs either an AERO-family run that has logged steps (*counterfactual*: what "
+                "S1, S2, S3 saved against GRPO at the same budget, from its `savings/*` metrics) or a sweep with GRPO, "
+                "AERO S1, AERO S1+S2 and AERO runs (*measured*: the difference between the ablation runs).",
+                icon=":material/waterfall_chart:")
+        for w in cmp["waterfall"]["measured"]:
+            st.caption(w["label"])
+        return
+    labels = [("Measured" if w["source"] == "measured" else "Counterfactual") + f" — {w['label']}" for w in options]
+    i = st.selectbox("Source", range(len(options)), format_func=labels.__getitem__, key="cmp_wf") if len(options) > 1 else 0
+    wf = options[i]
+    whole = False
+    if wf["source"] == "measured":
+        whole = st.toggle("Whole step (generation included)", key="cmp_wf_whole",
+                          help="Measured runs also show seconds per step and rollout+train FLOPs: rescue rounds cost "
+                               "generation time that the training-only view cannot see.")
+    units = ("step_seconds", "total_flops") if whole else ("seconds", "flops")
+    kind = "Measured from ablation runs" if wf["source"] == "measured" else "Counterfactual accounting"
+    cols = st.columns(2)
+    for col, unit in zip(cols, units):
+        per = wf["per_step"].get(unit)
+        with col:
+            if per is None:
+                st.caption(f"No {charts.WATERFALL_UNITS[unit][0]} in this source.")
+                continue
+            what = "Time" if "seconds" in unit else "FLOPs"
+            where = f"sweep #{wf['sweep_id']}" if wf["source"] == "measured" else f"run #{wf['run_id']}"
+            ui.plot(charts.waterfall_figure(per, unit, title=f"{what} per step: GRPO → AERO", subtitle=f"{kind.lower()}, {where}"))
+    st.caption(f"**{kind}.** " + ("Each rung is the mean per step over the sweep's runs of that method (seeds averaged): "
+               "S1 = GRPO − AERO S1, S2 = AERO S1 − AERO S1+S2, S3 = AERO S1+S2 − AERO." if wf["source"] == "measured" else
+               "The run logs, each step, what rescue (S1), the Bayesian baseline (S2) and rejection sampling (S3) saved "
+               "against GRPO at the same rollout budget; GRPO = what the run trained + those savings."))
+
+
+def zero_acc_section(runs: list[dict], data: dict[int, dict], axis: str) -> None:
+    st.subheader("Prompts with no correct answer (paper Fig. 9)")
+    rows = []
+    for r in runs:
+        s = data[r["id"]]["series"]
+        if s.get("zero_acc/after_rescue"):
+            rows.append((run_name(r), r["method"], tables.x_values(data[r["id"]], axis),
+                         s.get("zero_acc/after_explore") or [], s["zero_acc/after_rescue"]))
+    if not rows:
+        st.caption("No zero-accuracy ratios logged yet.")
+        return
+    ui.plot(charts.zero_acc_compare_figure(rows, x_title=tables.X_AXES[axis]))
+
+
+def table_section(runs: list[dict], cmp: dict) -> None:
+    st.subheader("Benchmarks and cost (paper Table 1)")
+    url, token = ui.api_url(), ui.api_token()
+    stats = {s["run_id"]: s for s in cmp["runs"]}
+    entries = []
+    for r in runs:
+        st_ = stats.get(r["id"], {"mean": {}})
+        entries.append({"run_id": r["id"], "label": run_name(r), "method": r["method"],
+                        "time_s": st_["mean"].get("time/step_s"), "flops": st_["mean"].get("flops/total"),
+                        "evals": tables.latest_evals(ui.evals(url, token, r["id"], ui.version(r)))})
+    if not any(e["evals"] for e in entries):
+        st.info("No evaluations yet: each run evaluates its held-out benchmarks every `eval_every` steps and at the end. "
+                "The table fills in as results land.", icon=":material/table:")
+    bt = tables.benchmark_table(entries, cmp["baseline"])
+    widths = [2.2, 1.4, 1.6] + [1.4] * (len(bt.columns) - 3)
+    ui.plot(charts.table_figure(bt.columns, bt.rows, bt.bold, col_widths=widths), key="bench_table")
+    st.caption(f"Per step: mean seconds and FLOPs (rollout + train). Avg@{bt.k or 'k'} and Pass@{bt.k or 'k'}: the last "
+               "evaluation of each run, 95% bootstrap CI below each value; 'total' pools every benchmark. Best of each "
+               "column in **bold**; (×) = ratio to the baseline run.")
+    st.download_button("Download table (CSV)", bt.frame.to_csv(index=False).encode(), file_name="aero-compare.csv",
+                       mime="text/csv", icon=":material/download:", key="cmp_csv")
+
+
+@ui.guarded
+def main() -> None:
+    runs = choose_runs()
+    if not runs:
+        return
+    ids = [r["id"] for r in runs]
+    grpo = [r["id"] for r in runs if r["method"] == "grpo"]
+    baseline = st.selectbox("Baseline", ids, index=ids.index(grpo[0]) if grpo else 0, key="cmp_baseline",
+                            format_func=lambda i: run_name(next(r for r in runs if r["id"] == i)),
+                            help="Ratios in the table are against this run (default: the first GRPO run).")
+    url, token = ui.api_url(), ui.api_token()
+    versions = tuple(ui.version(r) for r in runs)
+    cmp = ui.compare(url, token, tuple(ids), baseline, versions)
+    key = st.session_state.get("cmp_metric", next(iter(CURVES)))
+    data = {r["id"]: ui.metrics(url, token, r["id"], tuple(dict.fromkeys((key, *BASE_KEYS))), MAX_POINTS, ui.version(r)) for r in runs}
+    if any(ui.is_live(r) for r in runs):
+        st.caption("Some runs are still training: reload the page (or change a control) for their newest steps.")
+    axis = curves_section(runs, data)
+    waterfall_section(cmp)
+    zero_acc_section(runs, data, axis)
+    table_section(runs, cmp)
+
+
+main()

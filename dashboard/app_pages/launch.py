@@ -1,0 +1,141 @@
+"""Launch: a form for one run or a sweep (methods x seeds). Defaults and help texts come from
+the API's schema (the paper's defaults); the API's validation errors appear under the field
+they name."""
+
+from typing import Any
+
+import streamlit as st
+
+from dashboard import forms, ui
+from dashboard.client import ApiError
+
+ERRORS = "launch_errors"  # session key: {dotted field: message} from the last rejected submit
+RESULT = "launch_result"  # session key: (kind, body) of the last accepted submit
+
+st.title("Launch")
+st.caption("Every hyperparameter starts at the paper's default (AERO, arXiv 2602.14338, Table 9); hover the (?) icons for "
+           "what it means. The *tiny* preset trains a ~1M-parameter model on synthetic arithmetic in seconds per step.")
+
+
+def field_error(path: str) -> None:
+    msg = st.session_state.get(ERRORS, {}).get(path)
+    if msg:
+        st.error(msg, icon=":material/error:")
+
+
+def widget(spec: forms.FieldSpec) -> Any:
+    """One input for a schema field, pre-filled with its default."""
+    key, help_ = f"f_{spec.path}", spec.help or None
+    if spec.type == "boolean":
+        value = st.checkbox(spec.label, value=bool(spec.default), help=help_, key=key)
+    elif spec.type == "choice":
+        opts = list(spec.choices)
+        value = st.selectbox(spec.label, opts, index=opts.index(spec.default) if spec.default in opts else 0, help=help_, key=key)
+    elif spec.type == "integer":
+        value = int(st.number_input(spec.label, value=int(spec.default or 0), step=1, help=help_, key=key))
+    elif spec.type == "number":
+        d = float(spec.default or 0.0)
+        value = float(st.number_input(spec.label, value=d, step=(abs(d) / 10 if d else 0.01), format="%g", help=help_, key=key))
+    else:
+        value = st.text_input(spec.label, value="" if spec.default is None else str(spec.default), help=help_, key=key) or None
+    field_error(spec.path)
+    return value
+
+
+def choose_methods() -> list[str]:
+    mode = st.segmented_control("What to launch", ["One run", "Sweep"], default="One run", key="launch_mode")
+    choices = list(forms.METHOD_CHOICES)
+    if mode == "Sweep":
+        st.caption("A sweep submits one run per method x seed. GRPO, AERO S1, AERO S1+S2 and AERO together give the "
+                   "*measured* savings waterfall on the Compare page.")
+        return st.multiselect("Methods", choices, default=["grpo", "aero-s1", "aero-s1s2", "aero"],
+                              format_func=forms.METHOD_CHOICES.get, key="launch_methods")
+    return [st.selectbox("Method", choices, format_func=forms.METHOD_CHOICES.get, key="launch_method")]
+
+
+def model_fields(local: bool, doc: dict) -> dict[str, Any]:
+    if not local:
+        return {"preset": "tiny", "model_path": None, "task": "arithmetic"}
+    specs = [forms.field_spec(doc, p, lab) for p, lab in (("model_path", "model path"), ("task", "task"),
+                                                            ("train_data", "dataset (parquet / JSONL)"))]
+    c1, c2, c3 = st.columns(3)
+    out: dict[str, Any] = {"preset": None}
+    for col, spec in zip((c1, c2, c3), specs):
+        with col:
+            out[spec.path] = widget(spec)
+    return out
+
+
+def submit(methods: list[str], config: dict, seeds_text: str, name: str, tags_text: str) -> None:
+    errors: dict[str, str] = {}
+    try:
+        seeds = forms.parse_list(seeds_text, int)
+    except ValueError:
+        errors["seeds"] = "seeds must be whole numbers separated by commas, e.g. 0, 1, 2"
+        seeds = []
+    if not methods:
+        errors["methods"] = "choose at least one method"
+    if errors:
+        st.session_state[ERRORS] = errors
+        return
+    kind, body = forms.submission(methods, seeds, config, name=name, tags=forms.parse_list(tags_text))
+    try:
+        created = ui.client().create_run(body) if kind == "run" else ui.client().create_sweep(body)
+    except ApiError as e:
+        st.session_state[ERRORS] = e.field_errors or {"": e.message}  # shown on the rerun, under the fields
+        return
+    st.session_state[ERRORS] = {}
+    st.session_state[RESULT] = (kind, created)
+    ui.clear_caches()
+
+
+def show_result() -> None:
+    kind, created = st.session_state.get(RESULT, (None, None))
+    if kind == "run":
+        st.success(f"Run #{created['id']} ({created['name']}) is queued.", icon=":material/check_circle:")
+        ui.run_link(created["id"], f"Watch run #{created['id']} live")
+    elif kind == "sweep":
+        ids = ",".join(str(r["id"]) for r in created["runs"])
+        st.success(f"Sweep #{created['id']} ({created['name']}) queued {len(created['runs'])} runs: {ids}.",
+                   icon=":material/check_circle:")
+        st.page_link(ui.PAGES["compare"], label=f"Compare the runs of sweep #{created['id']}",
+                     query_params={"sweep": str(created["id"])}, icon=":material/compare_arrows:")
+
+
+@ui.guarded
+def main() -> None:
+    doc = ui.openapi(ui.api_url())
+    if not ui.api_token():
+        st.warning("No API token is set, so the API will refuse to launch. Paste one under *Settings* in the sidebar "
+                   "(`aero up` passes its admin token to the dashboard automatically).", icon=":material/key:")
+    methods = choose_methods()
+    field_error("methods")
+    local = st.radio("Model", ["Tiny preset (synthetic arithmetic)", "Local model + dataset"], horizontal=True,
+                     key="launch_model") != "Tiny preset (synthetic arithmetic)"
+    with st.form("launch_form"):
+        config: dict[str, Any] = model_fields(local, doc)
+        for section, specs in forms.form_specs(doc, methods).items():
+            with st.expander(section, expanded=section != "Advanced"):
+                cols = st.columns(3)
+                for i, spec in enumerate(specs):
+                    with cols[i % 3]:
+                        config[spec.path] = widget(spec)
+        c1, c2, c3 = st.columns(3)
+        seeds_text = c1.text_input("Seeds", value="0", help="Comma-separated; several seeds make a sweep.", key="f_seeds")
+        with c1:
+            field_error("seeds")
+        name = c2.text_input("Name (optional)", key="f_name", help="Default: <method>-seed<seed>.")
+        tags_text = c3.text_input("Tags", key="f_tags", help="Comma-separated labels to filter runs by.")
+        general = st.session_state.get(ERRORS, {})
+        known = {s.path for specs in forms.form_specs(doc, methods).values() for s in specs} | {"seeds", "methods", "model_path", "task", "train_data"}
+        for path, msg in general.items():
+            if path not in known:
+                st.error(f"{path}: {msg}" if path else msg, icon=":material/error:")
+        submitted = st.form_submit_button("Launch", type="primary", icon=":material/rocket_launch:")
+    if submitted:
+        submit(methods, forms.nest(config), seeds_text, name, tags_text)
+        st.rerun()
+    show_result()
+
+
+main()

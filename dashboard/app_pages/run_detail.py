@@ -1,0 +1,152 @@
+"""Run detail: one run's live curves (a fragment re-polls the API every 2 s while the run is
+queued or running, without reloading the page), its evaluations, its config and, for a
+failed run, the error text."""
+
+import streamlit as st
+
+from dashboard import charts, tables, ui
+from dashboard.client import ApiError
+
+st.title("Run detail")
+
+KEYS = (
+    "reward/mean", "reward/trained_mean", "zero_acc/after_explore", "zero_acc/after_rescue",
+    "strata/rescue", "strata/low", "strata/high", "rollout/generated", "rollout/trained",
+    "time/step_s", "time/rollout_s", "time/reward_s", "time/train_s", "time/elapsed_s",
+    "flops/rollout", "flops/train", "flops/total", "train/grad_norm", "train/entropy", "train/kl",
+)
+MAX_POINTS = 600  # per curve; the API decimates (the last step is always kept)
+REFRESH_S = 2
+
+
+def pick_run() -> dict | None:
+    """The run named by ``?run=ID``, else a choice among the newest runs."""
+    runs = ui.runs_page(ui.api_url(), ui.api_token(), limit=200)["data"]
+    wanted = st.query_params.get("run")
+    if not runs and not wanted:
+        st.info("**No runs yet.** Launch one and its curves appear here while it trains.", icon=":material/lightbulb:")
+        st.page_link(ui.PAGES["launch"], label="Launch a run", icon=":material/rocket_launch:")
+        return None
+    by_id = {r["id"]: r for r in runs}
+    if wanted and wanted.isdigit() and int(wanted) not in by_id:
+        by_id = {int(wanted): ui.client().get_run(int(wanted)), **by_id}  # older than the list: 404 is explained
+    ids = list(by_id)
+    default = int(wanted) if wanted and wanted.isdigit() else ids[0]
+    chosen = st.selectbox("Run", ids, index=ids.index(default), format_func=lambda i: tables.run_label(by_id[i]), key="detail_run")
+    if st.query_params.get("run") != str(chosen):
+        st.query_params["run"] = str(chosen)
+    return ui.client().get_run(chosen)
+
+
+def header(run: dict) -> None:
+    st.html(f"<h3 style='margin:0'>#{run['id']} {run['name']}</h3>" + ui.method_chip(run["method"]))
+    if run["status"] == "failed":
+        st.error("**This run failed.** The worker reported:", icon=":material/error:")
+        st.code(run.get("error") or "(no error text was recorded)", language=None)
+    elif run["status"] == "cancelled":
+        st.warning(f"Cancelled at step {run['current_step']} of {run['total_steps']}.", icon=":material/stop_circle:")
+    elif run["status"] == "queued":
+        msg = "Queued: waiting for a free worker (`aero up` starts one; `aero worker` adds more)."
+        st.info(msg + (f" Note: {run['error']}" if run.get("error") else ""), icon=":material/hourglass_top:")
+    if run["status"] == "running" and run.get("cancel_requested"):
+        st.warning("Cancel requested: the worker stops within one step.", icon=":material/stop_circle:")
+    c1, c2, c3 = st.columns([2, 2, 5])
+    if ui.is_live(run) and not run.get("cancel_requested"):
+        if c3.button("Cancel run", icon=":material/stop_circle:", key="detail_cancel"):
+            try:
+                ui.client().cancel_run(run["id"])
+            except ApiError as e:
+                ui.show_error(e, "cancel the run")
+            else:
+                ui.clear_caches()
+                st.rerun()
+    c2.link_button("Metrics CSV", f"{ui.api_url()}/api/runs/{run['id']}/export?format=csv", icon=":material/download:")
+    with c1:
+        st.page_link(ui.PAGES["compare"], label="Compare with its sweep" if run.get("sweep_id") else "Compare",
+                     query_params={"sweep": str(run["sweep_id"])} if run.get("sweep_id") else {"runs": str(run["id"])},
+                     icon=":material/compare_arrows:")
+
+
+def progress(run: dict, last: dict) -> None:
+    c1, c2, c3, c4 = st.columns(4)
+    c1.metric("Step", f"{run['current_step']} / {run['total_steps']}")
+    c2.metric("Status", run["status"])
+    reward = last.get("reward/mean")
+    c3.metric("Reward (last step)", "–" if reward is None else f"{reward:.3f}")
+    step_s = last.get("time/step_s")
+    c4.metric("Step time", "–" if step_s is None else f"{step_s:.2f} s")
+    st.progress(float(run["progress"] or 0.0), text=f"{100 * float(run['progress'] or 0.0):.0f}% of {run['total_steps']} steps")
+
+
+def curves(run: dict, m: dict) -> None:
+    steps, s, method = m["steps"], m["series"], run["method"]
+    if m["stored_steps"] > len(steps):
+        st.caption(f"{m['stored_steps']} steps stored; curves show {len(steps)} evenly spaced ones (the last step always).")
+    figs = [charts.reward_figure(steps, s, method), charts.zero_acc_figure(steps, s, method)]
+    if charts.has_any(s, "strata/rescue", "strata/low", "strata/high"):
+        figs.append(charts.strata_figure(steps, s))
+    figs += [charts.rollouts_figure(steps, s, method), charts.time_split_figure(steps, s), charts.flops_figure(steps, s)]
+    for i in range(0, len(figs), 2):
+        cols = st.columns(2)
+        for col, fig in zip(cols, figs[i:i + 2]):
+            with col:
+                ui.plot(fig)
+    ui.plot(charts.health_figure(steps, s, method))
+
+
+def eval_section(run: dict) -> None:
+    st.subheader("Evaluation")
+    rows = ui.evals(ui.api_url(), ui.api_token(), run["id"], ui.version(run))
+    if not rows:
+        every = run["config"].get("eval_every")
+        when = f"every {every} steps and at the end" if every else "at the end of training"
+        st.caption(f"No evaluation yet: this run evaluates its held-out benchmarks {when}.")
+        return
+    df = tables.eval_frame(rows)
+    k = int(df["k"].iloc[0]) if len(df) else 0
+    st.caption(f"Latest evaluation per benchmark: Avg@{k} = mean fraction correct over the n samples of a problem; "
+               f"Pass@{k} = unbiased estimate that one of {k} samples is correct; 95% bootstrap CIs over problems.")
+    st.dataframe(df, hide_index=True, column_config={"Avg@k": st.column_config.NumberColumn(f"Avg@{k}", format="%.3f"),
+                                                     "Pass@k": st.column_config.NumberColumn(f"Pass@{k}", format="%.3f")})
+    overall = sorted((e for e in rows if e["benchmark"] == "overall"), key=lambda e: e["step"])
+    if len(overall) > 1:
+        x = [e["step"] for e in overall]
+        fig = charts.lines_figure([charts.Curve(f"Avg@{k}", run["method"], x, [e["avg_at_k"] for e in overall]),
+                                   charts.Curve(f"Pass@{k}", run["method"], x, [e["pass_at_k"] for e in overall], dash="dash")],
+                                  title="Held-out accuracy over training (all benchmarks pooled)", x_title="step",
+                                  y_title="accuracy (0–1)", y_range=[0, 1.02], height=300)
+        ui.plot(fig)
+
+
+def live_panel(run_id: int, was_live: bool) -> None:
+    run = ui.client().get_run(run_id)
+    if was_live and not ui.is_live(run):
+        st.rerun()  # finished: redraw the whole page once, without the timer
+    m = ui.metrics(ui.api_url(), ui.api_token(), run_id, KEYS, MAX_POINTS, ui.version(run))
+    progress(run, tables.last_values(m))
+    if not m["steps"]:
+        st.info("No training step has been logged yet." + (" Curves appear here as soon as the first step lands — "
+                "no need to reload." if ui.is_live(run) else ""), icon=":material/hourglass_empty:")
+    else:
+        curves(run, m)
+    eval_section(run)
+
+
+@ui.guarded
+def main() -> None:
+    run = pick_run()
+    if run is None:
+        return
+    header(run)
+    live = ui.is_live(run)
+    if live:
+        st.caption(f":green[●] Live: refreshing every {REFRESH_S} s.")
+    st.fragment(ui.guarded(live_panel), run_every=REFRESH_S if live else None)(run["id"], live)
+    with st.expander("Config", icon=":material/tune:"):
+        st.json(run["config"], expanded=True)
+    with st.expander("Run record", icon=":material/info:"):
+        st.json({k: run[k] for k in ("queue", "worker", "attempts", "created_at", "started_at", "finished_at",
+                                       "heartbeat_at", "tags", "notes", "sweep_id")}, expanded=True)
+
+
+main()

@@ -1,0 +1,117 @@
+"""Runs: every run with its status, progress, step time, latest reward and zero-accuracy
+ratio; filters; open, compare, cancel and delete. The table refreshes itself while runs train."""
+
+import streamlit as st
+
+from dashboard import charts, tables, ui
+from dashboard.client import ApiError
+
+st.title("Runs")
+
+STATUSES = ["queued", "running", "succeeded", "failed", "cancelled"]
+STATUS_ICONS = {"queued": "⏳", "running": "▶️", "succeeded": "✅", "failed": "❌", "cancelled": "⏹️"}
+COLUMNS = {
+    "id": st.column_config.NumberColumn("id", width="small"),
+    "progress": st.column_config.ProgressColumn("progress", min_value=0.0, max_value=1.0, format="percent"),
+    "step time (s)": st.column_config.NumberColumn("step time (s)", format="%.2f", help="Seconds, last step (time/step_s)."),
+    "reward": st.column_config.NumberColumn("reward", format="%.3f", help="Mean reward of the last step's rollouts (reward/mean)."),
+    "zero-acc ratio": st.column_config.NumberColumn("zero-acc ratio", format="percent",
+                                                    help="Prompts with no correct rollout after rescue, last step."),
+    "sweep": st.column_config.NumberColumn("sweep", format="%d"),
+    "open": st.column_config.LinkColumn("open", display_text="open ↗", help="Open the run's live page."),
+    "message": st.column_config.TextColumn("message", help="Why a run failed or was re-queued."),
+}
+
+
+def filters() -> dict:
+    c1, c2, c3, c4 = st.columns([3, 3, 2, 1])
+    status = c1.multiselect("Status", STATUSES, key="runs_status", format_func=lambda s: f"{STATUS_ICONS[s]} {s}")
+    method = c2.multiselect("Method", list(charts.METHOD_LABELS), key="runs_method", format_func=charts.method_label)
+    tag = c3.text_input("Tag", key="runs_tag", placeholder="e.g. demo")
+    sweep = c4.number_input("Sweep", min_value=0, value=0, step=1, key="runs_sweep", help="0 = any")
+    return {"status": tuple(status), "method": tuple(method), "tag": tag.strip(), "sweep_id": int(sweep) or None}
+
+
+def latest_of(runs: list[dict]) -> dict[int, dict]:
+    url, token = ui.api_url(), ui.api_token()
+    return {r["id"]: tables.last_values(ui.last_metrics(url, token, r["id"], r["current_step"], ui.version(r)))
+            for r in runs if r["current_step"] > 0}
+
+
+def styled(df):
+    colors = {charts.method_label(m): c for m, c in charts.METHOD_COLORS.items()}
+    return df.style.map(lambda v: f"color: {colors.get(v, charts.OTHER_COLOR)}; font-weight: 600", subset=["method"]).map(
+        lambda v: "color: #C62828" if str(v).startswith("failed") else "", subset=["status"])
+
+
+def table(f: dict) -> list[dict]:
+    page = ui.runs_page(ui.api_url(), ui.api_token(), **f)
+    runs = page["data"]
+    if not runs:
+        if any(f.values()):
+            st.info("No runs match these filters.", icon=":material/filter_alt_off:")
+        else:
+            st.info("**No runs yet.** Launch one: the tiny preset trains in seconds per step.", icon=":material/lightbulb:")
+            st.page_link(ui.PAGES["launch"], label="Launch a run", icon=":material/rocket_launch:")
+        return runs
+    df = tables.runs_frame(runs, latest_of(runs))
+    if not df["message"].any():
+        df = df.drop(columns=["message"])
+    st.dataframe(styled(df), column_config=COLUMNS, hide_index=True, key="runs_table", placeholder="–")
+    more = f" (newest {len(runs)} shown)" if page["count"] > len(runs) else ""
+    live = sum(ui.is_live(r) for r in runs)
+    st.caption(f"{page['count']} run(s){more}" + (f" · {live} queued or running: this table refreshes every 3 s" if live else ""))
+    return runs
+
+
+def actions(runs: list[dict]) -> None:
+    st.subheader("Act on runs")
+    by_id = {r["id"]: r for r in runs}
+    chosen = st.multiselect("Runs", list(by_id), format_func=lambda i: tables.run_label(by_id[i]), key="runs_chosen",
+                            placeholder="Choose one or more runs")
+    c1, c2, c3, c4 = st.columns([1, 1, 1, 2])
+    if len(chosen) == 1:
+        with c1:
+            ui.run_link(chosen[0], "Open")
+    if c2.button("Compare", disabled=len(chosen) < 1, icon=":material/compare_arrows:", key="runs_compare"):
+        st.switch_page(ui.PAGES["compare"], query_params={"runs": ",".join(map(str, chosen))})
+    if c3.button("Cancel", disabled=not any(ui.is_live(by_id[i]) for i in chosen), icon=":material/stop_circle:", key="runs_cancel"):
+        done = [i for i in chosen if ui.is_live(by_id[i])]
+        for i in done:
+            ui.client().cancel_run(i)
+        ui.clear_caches()
+        st.toast(f"Cancel requested for run(s) {', '.join(map(str, done))}: a running run stops within one step.")
+    with c4:
+        confirm = st.checkbox("Confirm deletion (metrics and evals are deleted too)", key="runs_confirm_delete")
+        finished = [i for i in chosen if not ui.is_live(by_id[i])]
+        if st.button("Delete", disabled=not (confirm and finished), type="primary", icon=":material/delete:", key="runs_delete"):
+            for i in finished:
+                ui.client().delete_run(i)
+            ui.clear_caches()
+            st.session_state.pop("runs_chosen", None)
+            st.toast(f"Deleted run(s) {', '.join(map(str, finished))}.")
+            st.rerun()
+        if chosen and not finished:
+            st.caption("Only finished runs can be deleted: cancel a queued or running run first.")
+
+
+@ui.guarded
+def main() -> None:
+    f = filters()
+    runs = ui.runs_page(ui.api_url(), ui.api_token(), **f)["data"]
+    interval = 3 if any(ui.is_live(r) for r in runs) else None
+
+    @st.fragment(run_every=interval)
+    @ui.guarded
+    def live_table() -> None:
+        table(f)
+
+    live_table()
+    if runs:
+        try:
+            actions(runs)
+        except ApiError as e:
+            ui.show_error(e, "change the run")
+
+
+main()

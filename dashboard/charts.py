@@ -1,0 +1,269 @@
+"""Plotly figure builders: pure functions over plain data (lists and dicts as the API returns
+them), no Streamlit and no HTTP, so tests can call them directly.
+
+One colour per method on every page (:data:`METHOD_COLORS`); a run's curves use its method's
+colour, seeds of one method differ by dash. Every axis names its unit.
+Metric keys are those of docs/metrics.md.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+METHOD_COLORS: dict[str, str] = {
+    "grpo": "#4C78A8",  # blue
+    "dapo": "#F58518",  # orange
+    "aero-s1": "#72B7B2",  # teal
+    "aero-s1s2": "#B279A2",  # purple
+    "aero": "#E45756",  # red
+}
+METHOD_LABELS: dict[str, str] = {
+    "grpo": "GRPO", "dapo": "DAPO", "aero-s1": "AERO S1 only", "aero-s1s2": "AERO S1+S2", "aero": "AERO",
+}
+OTHER_COLOR = "#7F7F7F"
+DASHES: tuple[str, ...] = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
+STRATA_COLORS = {"rescue": "#5B6770", "low": "#F2B447", "high": "#8FBC8F"}
+PHASE_COLORS = {"rollout": "#8DA0CB", "reward": "#BDBDBD", "train": "#FC8D62"}
+
+Series = Mapping[str, Sequence[float | None]]  # metric key -> values aligned with steps
+
+
+def method_color(method: str) -> str:
+    return METHOD_COLORS.get(method, OTHER_COLOR)
+
+
+def method_label(method: str) -> str:
+    return METHOD_LABELS.get(method, method)
+
+
+@dataclass(frozen=True)
+class Curve:
+    """One line: ``y[i]`` at ``x[i]`` (None = gap), drawn in its method's colour."""
+
+    name: str
+    method: str
+    x: Sequence[float]
+    y: Sequence[float | None]
+    dash: str = "solid"
+    legendgroup: str | None = None
+
+
+# ---------------------------------------------------------------- formatting
+
+
+def si(value: float | None, unit: str = "", digits: int = 3) -> str:
+    """Engineering notation: si(1.23e12, "FLOP") -> '1.23 TFLOP'; si(0.5, "s") -> '0.5 s'."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    if value == 0:
+        return f"0 {unit}".strip()
+    prefixes = {12: "T", 9: "G", 6: "M", 3: "k", 0: "", 15: "P", 18: "E"}
+    exp = int(math.floor(math.log10(abs(value)) / 3) * 3)
+    exp = max(0, min(18, exp))
+    return f"{value / 10 ** exp:.{digits}g} {prefixes[exp]}{unit}".strip()
+
+
+def _layout(fig: go.Figure, title: str, x_title: str, y_title: str, *, height: int = 320,
+            y_tickformat: str | None = None, y_range: Sequence[float] | None = None) -> go.Figure:
+    # Title on the first line, legend on the second (above the plot), so neither hides the other.
+    fig.update_layout(
+        title={"text": title, "x": 0.01, "xanchor": "left", "y": 0.98, "yanchor": "top", "yref": "container", "font": {"size": 15}},
+        height=height, margin={"l": 60, "r": 20, "t": 72, "b": 40},
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.01, "xanchor": "left", "x": 0, "font": {"size": 11}},
+        hovermode="x unified", template="plotly_white",
+    )
+    fig.update_xaxes(title_text=x_title)
+    fig.update_yaxes(title_text=y_title, tickformat=y_tickformat, range=y_range)
+    return fig
+
+
+def _col(series: Series, key: str, n: int) -> list[float | None]:
+    vals = series.get(key)
+    return list(vals) if vals is not None else [None] * n
+
+
+def has_any(series: Series, *keys: str) -> bool:
+    """True when at least one of ``keys`` has a non-null value."""
+    return any(v is not None for k in keys for v in series.get(k) or ())
+
+
+# ---------------------------------------------------------------- generic figures
+
+
+def lines_figure(curves: Sequence[Curve], *, title: str, x_title: str, y_title: str, y_tickformat: str | None = None,
+                 y_range: Sequence[float] | None = None, height: int = 340) -> go.Figure:
+    """Overlaid curves, each in its method's colour."""
+    fig = go.Figure()
+    for c in curves:
+        fig.add_trace(go.Scatter(x=list(c.x), y=list(c.y), name=c.name, mode="lines",
+                                 line={"color": method_color(c.method), "dash": c.dash, "width": 2},
+                                 legendgroup=c.legendgroup, connectgaps=True))
+    return _layout(fig, title, x_title, y_title, height=height, y_tickformat=y_tickformat, y_range=y_range)
+
+
+def stacked_area_figure(x: Sequence[float], layers: Mapping[str, Sequence[float | None]], colors: Mapping[str, str], *,
+                        title: str, x_title: str, y_title: str, height: int = 320) -> go.Figure:
+    """Layers stacked bottom-up in the mapping's order."""
+    fig = go.Figure()
+    for name, ys in layers.items():
+        fig.add_trace(go.Scatter(x=list(x), y=[0 if v is None else v for v in ys], name=name, mode="lines",
+                                 stackgroup="one", line={"width": 0.5, "color": colors.get(name, OTHER_COLOR)}))
+    return _layout(fig, title, x_title, y_title, height=height)
+
+
+# ---------------------------------------------------------------- one run (Run detail page)
+
+
+def reward_figure(steps: Sequence[int], s: Series, method: str) -> go.Figure:
+    """Mean verifier reward (accuracy) of generated rollouts, and of trained rollouts when logged."""
+    curves = [Curve("generated rollouts", method, steps, _col(s, "reward/mean", len(steps)))]
+    if has_any(s, "reward/trained_mean"):
+        curves.append(Curve("trained rollouts", method, steps, _col(s, "reward/trained_mean", len(steps)), dash="dot"))
+    return lines_figure(curves, title="Reward (accuracy)", x_title="step", y_title="mean reward (0–1)", y_range=[0, 1.02])
+
+
+def zero_acc_figure(steps: Sequence[int], s: Series, method: str) -> go.Figure:
+    """Fraction of prompts with no correct rollout, after exploration and after S1 rescue."""
+    n = len(steps)
+    curves = [Curve("after explore", method, steps, _col(s, "zero_acc/after_explore", n), dash="dash"),
+              Curve("after rescue", method, steps, _col(s, "zero_acc/after_rescue", n))]
+    return lines_figure(curves, title="Zero-accuracy ratio", x_title="step", y_title="fraction of prompts",
+                        y_tickformat=".0%", y_range=[0, 1.02])
+
+
+def strata_figure(steps: Sequence[int], s: Series) -> go.Figure:
+    """AERO strata after exploration as a stacked area (prompts per step)."""
+    n = len(steps)
+    layers = {"rescue (c ≤ S)": _col(s, "strata/rescue", n), "low success": _col(s, "strata/low", n),
+              "high success": _col(s, "strata/high", n)}
+    colors = dict(zip(layers, STRATA_COLORS.values()))
+    return stacked_area_figure(steps, layers, colors, title="Prompt strata after exploration", x_title="step", y_title="prompts")
+
+
+def rollouts_figure(steps: Sequence[int], s: Series, method: str) -> go.Figure:
+    """Rollouts generated vs rollouts that entered the update."""
+    n = len(steps)
+    curves = [Curve("generated", method, steps, _col(s, "rollout/generated", n), dash="dash"),
+              Curve("trained", method, steps, _col(s, "rollout/trained", n))]
+    return lines_figure(curves, title="Rollouts per step", x_title="step", y_title="rollouts")
+
+
+def time_split_figure(steps: Sequence[int], s: Series) -> go.Figure:
+    """Seconds per step split into generation, reward (verifier) and training, stacked."""
+    n = len(steps)
+    layers = {"rollout": _col(s, "time/rollout_s", n), "reward": _col(s, "time/reward_s", n), "train": _col(s, "time/train_s", n)}
+    return stacked_area_figure(steps, layers, PHASE_COLORS, title="Time per step", x_title="step", y_title="seconds")
+
+
+def flops_figure(steps: Sequence[int], s: Series) -> go.Figure:
+    """FLOPs per step: rollout (generation) and training, stacked."""
+    n = len(steps)
+    layers = {"rollout": _col(s, "flops/rollout", n), "train": _col(s, "flops/train", n)}
+    fig = stacked_area_figure(steps, layers, PHASE_COLORS, title="FLOPs per step", x_title="step", y_title="FLOPs")
+    fig.update_yaxes(tickformat="~s")
+    return fig
+
+
+def health_figure(steps: Sequence[int], s: Series, method: str) -> go.Figure:
+    """Gradient norm (before clipping), policy entropy (nats/token) and k3 KL, one panel each."""
+    panels = (("train/grad_norm", "grad norm"), ("train/entropy", "entropy (nats/token)"), ("train/kl", "KL to reference"))
+    fig = make_subplots(rows=1, cols=3, subplot_titles=[p[1] for p in panels], horizontal_spacing=0.08)
+    for i, (key, label) in enumerate(panels, start=1):
+        fig.add_trace(go.Scatter(x=list(steps), y=_col(s, key, len(steps)), name=label, mode="lines",
+                                 line={"color": method_color(method), "width": 2}, showlegend=False), row=1, col=i)
+        fig.update_xaxes(title_text="step", row=1, col=i)
+    fig.update_layout(title={"text": "Optimisation health", "x": 0, "font": {"size": 15}}, height=300,
+                      margin={"l": 50, "r": 20, "t": 70, "b": 40}, template="plotly_white")
+    return fig
+
+
+# ---------------------------------------------------------------- comparisons (Compare page)
+
+
+def zero_acc_compare_figure(runs: Sequence[tuple[str, str, Sequence[float], Sequence[float | None], Sequence[float | None]]],
+                            *, x_title: str = "step") -> go.Figure:
+    """Paper Figure 9: zero-accuracy ratio per method over training. ``runs``: (label, method, x,
+    after_explore, after_rescue); solid = after rescue (what the update sees), dotted = after
+    explore. The legend gives each run's mean over steps."""
+    fig = go.Figure()
+    for label, method, x, explore, rescue in runs:
+        vals = [v for v in rescue if v is not None]
+        mean = f" (mean {sum(vals) / len(vals):.1%})" if vals else ""
+        fig.add_trace(go.Scatter(x=list(x), y=list(rescue), name=f"{label}{mean}", mode="lines", legendgroup=label,
+                                 line={"color": method_color(method), "width": 2}, connectgaps=True))
+        if any(a != b for a, b in zip(explore, rescue)):
+            fig.add_trace(go.Scatter(x=list(x), y=list(explore), name=f"{label}: after explore", mode="lines",
+                                     legendgroup=label, showlegend=False, connectgaps=True,
+                                     line={"color": method_color(method), "width": 1, "dash": "dot"}))
+    return _layout(fig, "Zero-accuracy ratio (solid: after rescue, dotted: after exploration)", x_title,
+                   "fraction of prompts with no correct rollout", y_tickformat=".0%", height=380)
+
+
+WATERFALL_UNITS: dict[str, tuple[str, str]] = {  # unit -> (axis title, SI unit for labels)
+    "seconds": ("training seconds per step", "s"),
+    "flops": ("training FLOPs per step", "FLOP"),
+    "step_seconds": ("seconds per step (whole step)", "s"),
+    "total_flops": ("FLOPs per step (rollout + train)", "FLOP"),
+    "rollouts": ("trained rollouts per step", ""),
+    "tokens": ("trained tokens per step", ""),
+}
+STEP_NAMES = ("S1 early rescue", "S2 Bayesian", "S3 rejection")
+
+
+def waterfall_figure(wf: Mapping[str, float | None], unit: str, *, title: str, subtitle: str = "") -> go.Figure:
+    """Paper Figure 8: GRPO -> -S1 -> -S2 -> -S3 = AERO. ``wf``: {baseline, s1, s2, s3, final}
+    with baseline - s1 - s2 - s3 = final (a strategy the method does not use is None: drawn as
+    0 and labelled "not used"). Bar labels give each saving and its share of the baseline.
+    Floating bars (``base`` = where each saving ends) so GRPO and AERO keep their method colours."""
+    axis, u = WATERFALL_UNITS.get(unit, (unit, ""))
+    base = wf.get("baseline") or 0.0
+    final = wf.get("final") or 0.0
+    labels = ["GRPO", *STEP_NAMES, "AERO"]
+    bottoms, heights, texts, colors = [0.0], [base], [si(base, u)], [METHOD_COLORS["grpo"]]
+    level = base
+    for v in (wf.get(k) for k in ("s1", "s2", "s3")):
+        saved = v or 0.0
+        bottoms.append(min(level, level - saved))
+        heights.append(abs(saved))
+        texts.append("not used" if v is None else f"−{si(v, u)}<br>({v / base:.0%})" if base else f"−{si(v, u)}")
+        colors.append("#8FBC8F" if saved >= 0 else "#D62728")  # a negative saving is a cost
+        level -= saved
+    bottoms.append(0.0)
+    heights.append(final)
+    texts.append(f"{si(final, u)}<br>({final / base:.0%} of GRPO)" if base else si(final, u))
+    colors.append(METHOD_COLORS["aero"])
+    fig = go.Figure(go.Bar(x=labels, y=heights, base=bottoms, marker_color=colors, text=texts, textposition="outside",
+                           textfont={"size": 12}, hovertext=[f"{lab}: {t.replace('<br>', ' ')}" for lab, t in zip(labels, texts)],
+                           hoverinfo="text", cliponaxis=False))
+    levels = [base]
+    for k in ("s1", "s2", "s3"):
+        levels.append(levels[-1] - (wf.get(k) or 0.0))
+    for i, y in enumerate(levels):  # dotted connector from bar i to bar i + 1 at the running level
+        fig.add_shape(type="line", x0=i - 0.4, x1=i + 1.4, y0=y, y1=y, line={"color": "#999", "dash": "dot", "width": 1})
+    full = f"{title} <span style='font-size:12px;color:#666'>({subtitle})</span>" if subtitle else title
+    fig = _layout(fig, full, "", axis, height=380)
+    top = max([base, final, *(b + h for b, h in zip(bottoms, heights))] + [0])
+    fig.update_layout(hovermode="closest", showlegend=False, margin={"l": 60, "r": 20, "t": 50, "b": 40},
+                      uniformtext={"minsize": 11, "mode": "show"})
+    fig.update_yaxes(tickformat="~s" if u != "s" else None, range=[0, top * 1.25 if top > 0 else 1])
+    return fig
+
+
+def table_figure(columns: Sequence[str], rows: Sequence[Sequence[str]], bold: Sequence[Sequence[bool]], *,
+                 title: str = "", col_widths: Sequence[float] | None = None) -> go.Figure:
+    """A plain table (cells may contain <br>), with the flagged cells in bold."""
+    cells = [[f"<b>{rows[r][c]}</b>" if bold[r][c] else rows[r][c] for r in range(len(rows))] for c in range(len(columns))]
+    fig = go.Figure(go.Table(
+        columnwidth=list(col_widths) if col_widths else None,
+        header={"values": [f"<b>{c}</b>" for c in columns], "fill_color": "#EEF1F5", "align": "left", "font": {"size": 12}},
+        cells={"values": cells, "align": "left", "height": 36, "font": {"size": 12}, "fill_color": "white",
+               "line_color": "#E3E6EA"},
+    ))
+    fig.update_layout(title={"text": title, "x": 0, "font": {"size": 15}}, margin={"l": 0, "r": 0, "t": 40 if title else 0, "b": 0},
+                      height=(40 if title else 0) + 45 + 48 * max(1, len(rows)))
+    return fig

@@ -1,0 +1,153 @@
+"""The Launch form's model: which config fields it shows, their defaults and help texts (read
+from the API's OpenAPI schema, i.e. trainer.config.RunConfig's paper defaults, so the form and
+the API never disagree), and the request bodies it sends. Pure functions, no Streamlit."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+METHOD_CHOICES: dict[str, str] = {
+    "aero": "AERO (S1 rescue + S2 Bayesian + S3 rejection sampling)",
+    "grpo": "GRPO (baseline)",
+    "dapo": "DAPO (clip-higher, dynamic sampling)",
+    "aero-s1": "AERO ablation: S1 rescue only",
+    "aero-s1s2": "AERO ablation: S1 + S2",
+}
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """One form input: the dotted RunConfig path, a short label, and the schema's type,
+    default, help text and choices."""
+
+    path: str
+    label: str
+    type: str = "number"  # "integer" | "number" | "boolean" | "string" | "choice"
+    default: Any = None
+    help: str = ""
+    choices: tuple[Any, ...] = ()
+
+
+# (path, label) per section; the method decides which sections are shown.
+COMMON_FIELDS: tuple[tuple[str, str], ...] = (
+    ("steps", "steps"), ("batch_prompts", "batch (prompts per step)"), ("n_total", "n_total (rollouts per prompt)"),
+    ("optim.lr", "learning rate"),
+)
+AERO_FIELDS: tuple[tuple[str, str], ...] = (
+    ("aero.n_explore", "n_explore"), ("aero.n_max", "n_max"), ("aero.delta_n", "delta_n"), ("aero.k_max", "K_max"),
+    ("aero.tau", "tau"), ("aero.S", "S"), ("aero.k", "k"), ("aero.alpha0", "alpha0"), ("aero.beta0", "beta0"),
+)
+DAPO_FIELDS: tuple[tuple[str, str], ...] = (
+    ("dapo.eps_low", "clip eps_low"), ("dapo.eps_high", "clip eps_high"), ("dapo.max_gen_rounds", "sampling cap (batches per step)"),
+    ("dapo.dynamic_sampling", "dynamic sampling"),
+)
+CLIP_FIELDS: tuple[tuple[str, str], ...] = (("clip_eps", "clip eps"),)
+ADVANCED_FIELDS: tuple[tuple[str, str], ...] = (
+    ("temperature", "temperature"), ("max_new_tokens", "max new tokens"), ("eval_every", "eval every (steps)"),
+    ("eval_n", "eval samples per problem (k)"), ("eval_problems", "eval problems per benchmark"),
+    ("checkpoint_every", "checkpoint every (steps)"), ("entropy_coef", "entropy coef"), ("kl_coef", "KL coef"),
+    ("device", "device"),
+)
+
+
+FALLBACK_HELP: dict[str, str] = {  # for fields whose schema has no description
+    "steps": "Training steps; each samples batch_prompts prompts and up to n_total rollouts per prompt.",
+    "temperature": "Sampling temperature of rollouts (paper: 1.0).",
+    "device": "auto: CUDA when available, else CPU.",
+    "seed": "Random seed (data order, sampling, initialisation of the update).",
+}
+
+
+def sections_for(methods: Sequence[str]) -> dict[str, tuple[tuple[str, str], ...]]:
+    """Form sections to show for the chosen method(s): AERO's when any AERO variant is chosen,
+    DAPO's for DAPO, the PPO clip for GRPO/AERO."""
+    out: dict[str, tuple[tuple[str, str], ...]] = {"Training": COMMON_FIELDS}
+    if any(m.startswith("aero") for m in methods):
+        out["AERO sampling (paper defaults)"] = AERO_FIELDS
+    if "dapo" in methods:
+        out["DAPO"] = DAPO_FIELDS
+    if any(m != "dapo" for m in methods):
+        out["Policy update"] = CLIP_FIELDS
+    out["Advanced"] = ADVANCED_FIELDS
+    return out
+
+
+def _resolve(doc: Mapping[str, Any], schema: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Follow one ``$ref`` (or a single-``$ref`` allOf/anyOf) into components.schemas."""
+    ref = schema.get("$ref")
+    if ref is None:
+        for key in ("allOf", "anyOf"):
+            refs = [s for s in schema.get(key, ()) if "$ref" in s]
+            if len(refs) == 1:
+                ref = refs[0]["$ref"]
+    if ref is None:
+        return schema
+    return doc["components"]["schemas"][ref.rsplit("/", 1)[-1]]
+
+
+def field_schema(doc: Mapping[str, Any], path: str) -> Mapping[str, Any] | None:
+    """The OpenAPI property schema of a dotted RunConfig path, or None when absent."""
+    node: Mapping[str, Any] = doc["components"]["schemas"]["RunConfig"]
+    for i, part in enumerate(path.split(".")):
+        prop = (node.get("properties") or {}).get(part)
+        if prop is None:
+            return None
+        if i == len(path.split(".")) - 1:
+            return prop
+        node = _resolve(doc, prop)
+    return None
+
+
+def field_spec(doc: Mapping[str, Any], path: str, label: str) -> FieldSpec | None:
+    """A :class:`FieldSpec` from the schema (type, default, description, enum)."""
+    prop = field_schema(doc, path)
+    if prop is None:
+        return None
+    choices = tuple(prop.get("enum") or next((sub["enum"] for sub in prop.get("anyOf", ()) if "enum" in sub), ()))
+    typ = "choice" if choices else prop.get("type") or next((s.get("type") for s in prop.get("anyOf", ()) if s.get("type") != "null"), "string")
+    return FieldSpec(path, label, typ, prop.get("default"), prop.get("description") or FALLBACK_HELP.get(path, ""), choices)
+
+
+def form_specs(doc: Mapping[str, Any], methods: Sequence[str]) -> dict[str, list[FieldSpec]]:
+    """{section: [FieldSpec]} for the chosen methods (fields the schema lacks are skipped)."""
+    out = {}
+    for section, fields in sections_for(methods).items():
+        specs = [s for s in (field_spec(doc, p, lab) for p, lab in fields) if s is not None]
+        if specs:
+            out[section] = specs
+    return out
+
+
+def nest(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """{"aero.k": 1, "steps": 3} -> {"aero": {"k": 1}, "steps": 3}."""
+    out: dict[str, Any] = {}
+    for path, value in flat.items():
+        node = out
+        *parents, leaf = path.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    return out
+
+
+def parse_list(text: str, cast=str) -> list:
+    """'0, 1,2' -> [0, 1, 2] with ``cast=int``; blanks dropped. Raises ValueError on junk."""
+    return [cast(x.strip()) for x in (text or "").replace(";", ",").split(",") if x.strip()]
+
+
+def submission(methods: Sequence[str], seeds: Sequence[int], config: Mapping[str, Any], *, name: str = "",
+               tags: Sequence[str] = ()) -> tuple[str, dict[str, Any]]:
+    """("run", body for POST /runs) for one method and at most one seed, else ("sweep", body
+    for POST /sweeps) over methods x seeds (the same rule as ``aero submit``)."""
+    name = name.strip()
+    if len(methods) == 1 and len(seeds) <= 1:
+        cfg = {**config, "method": methods[0], **({"seed": seeds[0]} if seeds else {})}
+        return "run", {"config": cfg, "tags": list(tags), **({"name": name} if name else {})}
+    body: dict[str, Any] = {"base": dict(config), "methods": list(methods), "tags": list(tags)}
+    if seeds:
+        body["seeds"] = list(seeds)
+    if name:
+        body["name"] = name
+    return "sweep", body

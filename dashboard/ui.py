@@ -1,0 +1,168 @@
+"""Streamlit glue shared by the pages: the API client from settings, cached reads, error
+messages in words, links between pages and the method colour legend.
+
+Caching: reads of finished runs never change, so they are cached by a *version* key
+(status, current step) taken from the runs list; live data is cached for a second or two.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import streamlit as st
+
+from dashboard.charts import METHOD_COLORS, METHOD_LABELS
+from dashboard.client import FINISHED, AeroClient, ApiError, api_url_from_env, token_from_env
+
+PAGES = {  # page file (relative to app.py) -> url path; app.py builds st.navigation from these
+    "overview": "app_pages/overview.py", "launch": "app_pages/launch.py", "runs": "app_pages/runs.py",
+    "run": "app_pages/run_detail.py", "compare": "app_pages/compare.py", "sweeps": "app_pages/sweeps.py",
+}
+PLOTLY_CONFIG = {"displaylogo": False, "toImageButtonOptions": {"format": "png", "scale": 2}}
+
+
+# ---------------------------------------------------------------- settings and client
+
+
+def api_url() -> str:
+    if "api_url" not in st.session_state:
+        st.session_state["api_url"] = api_url_from_env()
+    return st.session_state["api_url"]
+
+
+def api_token() -> str | None:
+    if "api_token" not in st.session_state:
+        st.session_state["api_token"] = token_from_env() or ""
+    return st.session_state["api_token"] or None
+
+
+@st.cache_resource(max_entries=8)
+def _client(url: str, token: str | None) -> AeroClient:
+    return AeroClient(url, token)
+
+
+def client() -> AeroClient:
+    """The client for the current settings (one per URL/token, kept across reruns)."""
+    return _client(api_url(), api_token())
+
+
+# ---------------------------------------------------------------- cached reads (args are the cache key)
+
+
+@st.cache_data(ttl=300, show_spinner=False)
+def openapi(url: str) -> dict:
+    return _client(url, None).openapi()
+
+
+@st.cache_data(ttl=5, show_spinner=False)
+def health(url: str) -> dict:
+    return _client(url, None).health()
+
+
+@st.cache_data(ttl=2, show_spinner=False)
+def runs_page(url: str, token: str | None, status: tuple[str, ...] = (), method: tuple[str, ...] = (), tag: str = "",
+              sweep_id: int | None = None, limit: int = 200) -> dict:
+    return _client(url, token).list_runs(status=status, method=method, tag=tag or None, sweep_id=sweep_id, limit=limit)
+
+
+@st.cache_data(ttl=3600, max_entries=2000, show_spinner=False)
+def metrics(url: str, token: str | None, run_id: int, keys: tuple[str, ...] | None, max_points: int, version: tuple) -> dict:
+    """Downsampled metrics; ``version`` = (status, current_step) invalidates live runs."""
+    return _client(url, token).metrics(run_id, list(keys) if keys else None, max_points=max_points)
+
+
+@st.cache_data(ttl=3600, max_entries=2000, show_spinner=False)
+def last_metrics(url: str, token: str | None, run_id: int, current_step: int, version: tuple) -> dict:
+    """The last stored step's metrics only (``since_step`` keeps the read to ~1 row)."""
+    return _client(url, token).metrics(run_id, None, max_points=1, since_step=max(-1, current_step - 2))
+
+
+@st.cache_data(ttl=3600, max_entries=500, show_spinner=False)
+def evals(url: str, token: str | None, run_id: int, version: tuple) -> list[dict]:
+    return _client(url, token).evals(run_id)
+
+
+@st.cache_data(ttl=3600, max_entries=200, show_spinner=False)
+def compare(url: str, token: str | None, run_ids: tuple[int, ...], baseline: int | None, version: tuple) -> dict:
+    return _client(url, token).compare(list(run_ids), baseline)
+
+
+@st.cache_data(ttl=3, show_spinner=False)
+def sweep(url: str, token: str | None, sweep_id: int) -> dict:
+    return _client(url, token).get_sweep(sweep_id)
+
+
+def version(run: dict) -> tuple:
+    """Cache key part for a run's data: finished runs never change."""
+    return (run["status"], run["current_step"], run.get("finished_at"))
+
+
+def is_live(run: dict) -> bool:
+    return run["status"] not in FINISHED
+
+
+def clear_caches() -> None:
+    runs_page.clear()
+    health.clear()
+    sweep.clear()
+
+
+# ---------------------------------------------------------------- errors in words
+
+
+def show_error(err: ApiError, what: str = "") -> None:
+    """One readable message per failure kind; never a traceback."""
+    prefix = f"Could not {what}: " if what else ""
+    if err.kind == "down":
+        st.error(f"**The API is not reachable.** {err.message}", icon=":material/cloud_off:")
+        st.caption("The dashboard shows nothing but what the API serves. Once the API is up, this page fills in "
+                   "by itself on the next refresh.")
+    elif err.kind == "auth":
+        st.error(f"{prefix}{err.message}", icon=":material/key_off:")
+    elif err.kind == "not_found":
+        st.warning(f"{prefix}{err.message} It may have been deleted.", icon=":material/search_off:")
+    elif err.kind == "server" and err.status == 503:
+        st.error(f"{prefix}{err.message} — the queue (broker) or the store is unavailable; try again shortly.")
+    else:
+        st.error(f"{prefix}{err.message}")
+
+
+def guarded(fn: Callable[[], Any]) -> Callable[[], Any]:
+    """Run a page (or fragment) body; an API failure or a bug becomes a message, not a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*a, **kw):
+        try:
+            return fn(*a, **kw)
+        except ApiError as e:
+            show_error(e)
+        except Exception as e:  # noqa: BLE001 - the user sees a sentence; details stay collapsed
+            st.error(f"Something went wrong while drawing this page: {type(e).__name__}: {e}")
+
+    return wrapper
+
+
+# ---------------------------------------------------------------- small widgets
+
+
+def method_chip(method: str) -> str:
+    """Inline HTML: a coloured dot and the method's name."""
+    color = METHOD_COLORS.get(method, "#7F7F7F")
+    return (f"<span style='display:inline-flex;align-items:center;gap:4px;margin-right:10px'>"
+            f"<span style='width:10px;height:10px;border-radius:50%;background:{color};display:inline-block'></span>"
+            f"{METHOD_LABELS.get(method, method)}</span>")
+
+
+def method_legend(methods: Sequence[str] = tuple(METHOD_COLORS)) -> None:
+    st.html("<div style='font-size:0.85rem'>" + "".join(method_chip(m) for m in methods) + "</div>")
+
+
+def run_link(run_id: int, label: str | None = None, **kw) -> None:
+    st.page_link(PAGES["run"], label=label or f"Open run #{run_id}", query_params={"run": str(run_id)},
+                 icon=":material/monitoring:", **kw)
+
+
+def plot(fig, key: str | None = None) -> None:
+    st.plotly_chart(fig, key=key, config=PLOTLY_CONFIG)
