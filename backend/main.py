@@ -16,6 +16,7 @@ from backend.api.routes import compare, health, metrics, runs, sweeps
 from backend.db.migrate import migrate
 from backend.db.session import get_engine, make_sessionmaker
 from backend.queue import Enqueuer, celery_enqueuer
+from backend.services.cache import ByteLRU
 from backend.settings import Settings, get_settings
 
 API_PREFIX = "/api"
@@ -41,6 +42,7 @@ def create_app(settings: Settings | None = None, *, enqueue: Enqueuer | None = N
     app.state.settings = settings
     app.state.sessionmaker = make_sessionmaker(get_engine(settings.database_url))
     app.state.enqueue = enqueue or celery_enqueuer(settings)
+    app.state.metrics_cache = ByteLRU(int(settings.metrics_cache_mb * 2**20)) if settings.metrics_cache_mb > 0 else None
     install_error_handlers(app)
     for router in (runs.router, metrics.router, sweeps.router, compare.router, health.router, health.metrics_router):
         app.include_router(router, prefix=API_PREFIX)

@@ -13,6 +13,7 @@ REDIS_URL              Celery broker; unset = embedded SQLite broker    unset
 AUTH_PROTECT_READS     also require a token for GET endpoints           ``false``
 AERO_MAX_BODY_BYTES    request bodies above this answer 413             ``1048576``
 AERO_SSE_POLL_S        how often the SSE stream polls the store         ``1.0``
+AERO_METRICS_CACHE_MB  per-process cache of metric responses (0 = off)  ``64``
 AERO_MIGRATE_ON_START  run Alembic ``upgrade head`` when the app starts  ``true``
 =====================  ===============================================  =======================
 """
@@ -35,6 +36,7 @@ class Settings(BaseSettings):
     auth_protect_reads: bool = Field(False, validation_alias=AliasChoices("AUTH_PROTECT_READS", "auth_protect_reads"))
     max_body_bytes: int = Field(1 << 20, ge=1, validation_alias=AliasChoices("AERO_MAX_BODY_BYTES", "max_body_bytes"))
     sse_poll_s: float = Field(1.0, gt=0, validation_alias=AliasChoices("AERO_SSE_POLL_S", "sse_poll_s"))
+    metrics_cache_mb: float = Field(64, ge=0, validation_alias=AliasChoices("AERO_METRICS_CACHE_MB", "metrics_cache_mb"))
     migrate_on_start: bool = Field(True, validation_alias=AliasChoices("AERO_MIGRATE_ON_START", "migrate_on_start"))
     cpu_queue: str = Field("cpu", validation_alias=AliasChoices("AERO_CPU_QUEUE", "cpu_queue"))
     gpu_queue: str = Field("gpu", validation_alias=AliasChoices("AERO_GPU_QUEUE", "gpu_queue"))

@@ -13,10 +13,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from backend.db.models import Checkpoint, EvalResult, StepMetric, utcnow
+from backend.db.models import Checkpoint, EvalResult, Run, StepMetric, utcnow
 
 BATCH_ROWS = 500  # rows per INSERT statement (SQLite's bound-parameter limit leaves room)
 
@@ -67,13 +67,18 @@ def upsert_step_metrics(
     """Store many steps' metrics for one run in batched upserts, idempotent on (run_id, step).
 
     ``steps``: {step: {key: value}} or [(step, {key: value})]. A step given twice keeps its
-    last metrics. Returns the number of distinct steps written. The caller commits.
+    last metrics. Also bumps ``runs.metrics_version`` (the API's cache key), in the same
+    transaction. Returns the number of distinct steps written. The caller commits.
     """
     items = steps.items() if isinstance(steps, Mapping) else steps
     now = utcnow()
     latest = {int(step): clean_metrics(m) for step, m in items}  # dedupe: ON CONFLICT cannot hit a row twice
     rows = [{"run_id": run_id, "step": s, "metrics": m, "logged_at": now} for s, m in sorted(latest.items())]
-    return _upsert(session, StepMetric, rows, ("run_id", "step")) if rows else 0
+    if not rows:
+        return 0
+    _upsert(session, StepMetric, rows, ("run_id", "step"))
+    session.execute(update(Run).where(Run.id == run_id).values(metrics_version=Run.metrics_version + 1))
+    return len(rows)
 
 
 def upsert_eval_results(session: Session, run_id: int, step: int, results: Mapping[str, Mapping[str, Any]]) -> int:
@@ -134,18 +139,23 @@ def read_step_metrics(
     """Steps of one run in step order, after ``since_step`` (exclusive) when given.
 
     ``keys`` selects metrics (unknown keys give all-None columns); None = every key seen.
-    Reads the JSON rows and picks keys in Python: one index range scan on (run_id, step).
+    With keys, the database extracts them (``metrics ->> key`` / ``json_extract``) so the
+    whole JSON row is never shipped and parsed; the values come back as floats.
+    One index range scan on the (run_id, step) primary key either way.
     """
-    stmt = select(StepMetric.step, StepMetric.metrics).where(StepMetric.run_id == run_id)
+    where = [StepMetric.run_id == run_id]
     if since_step is not None:
-        stmt = stmt.where(StepMetric.step > since_step)
-    rows = session.execute(stmt.order_by(StepMetric.step)).all()
-    if keys is None:
-        seen: dict[str, None] = {}
-        for _, m in rows:
-            seen.update(dict.fromkeys(m))
-        keys = sorted(seen)
-    return MetricColumns(steps=[r[0] for r in rows], series={k: [r[1].get(k) for r in rows] for k in keys})
+        where.append(StepMetric.step > since_step)
+    if keys is not None:
+        keys = list(dict.fromkeys(keys))
+        cols = [StepMetric.metrics[k].as_float() for k in keys]
+        rows = session.execute(select(StepMetric.step, *cols).where(*where).order_by(StepMetric.step)).all()
+        return MetricColumns(steps=[r[0] for r in rows], series={k: [r[i + 1] for r in rows] for i, k in enumerate(keys)})
+    rows = session.execute(select(StepMetric.step, StepMetric.metrics).where(*where).order_by(StepMetric.step)).all()
+    seen: dict[str, None] = {}
+    for _, m in rows:
+        seen.update(dict.fromkeys(m))
+    return MetricColumns(steps=[r[0] for r in rows], series={k: [r[1].get(k) for r in rows] for k in sorted(seen)})
 
 
 def step_count(session: Session, run_id: int) -> tuple[int, int | None]:

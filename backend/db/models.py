@@ -88,6 +88,9 @@ class Run(Base):
     sweep_id: Mapped[int | None] = mapped_column(Id, ForeignKey("sweeps.id", ondelete="SET NULL"), index=True, default=None)
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
+    # Bumped by every step-metrics write (backend.db.metrics.upsert_step_metrics): readers cache
+    # a run's metric responses under (id, metrics_version, status).
+    metrics_version: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class StepMetric(Base):

@@ -14,6 +14,9 @@ from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 
+import json
+
+import orjson
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
@@ -31,10 +34,20 @@ def _sqlite_begin(conn) -> None:
     conn.exec_driver_sql("BEGIN")
 
 
+def _json_dumps(obj) -> str:
+    try:
+        return orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS).decode()
+    except TypeError:  # e.g. an int beyond 64 bits: the stdlib writes any int
+        return json.dumps(obj)
+
+
 def make_engine(url: str, **kwargs) -> Engine:
     """An engine for ``url``; creates the parent directory of a SQLite file.
 
-    ``postgresql://`` URLs use psycopg 3 (``postgresql+psycopg``)."""
+    ``postgresql://`` URLs use psycopg 3 (``postgresql+psycopg``). JSON columns go through
+    orjson (several times faster than the stdlib on metric rows)."""
+    kwargs.setdefault("json_serializer", _json_dumps)
+    kwargs.setdefault("json_deserializer", orjson.loads)
     u = make_url(url)
     if u.drivername == "postgresql":
         u = u.set(drivername="postgresql+psycopg")

@@ -69,8 +69,8 @@ def truncate_all(url: str) -> None:
     engine = get_engine(url)
     tables = [t.name for t in reversed(Base.metadata.sorted_tables)]
     with engine.begin() as conn:
+        for t in tables:  # DELETE, not TRUNCATE: ~10x faster on tiny PostgreSQL tables
+            conn.execute(text(f"DELETE FROM {t}"))
         if engine.dialect.name == "postgresql":
-            conn.execute(text(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY CASCADE"))
-        else:
-            for t in tables:
-                conn.execute(text(f"DELETE FROM {t}"))
+            for (seq,) in conn.execute(text("SELECT sequencename FROM pg_sequences WHERE schemaname = current_schema()")):
+                conn.execute(text(f'ALTER SEQUENCE "{seq}" RESTART WITH 1'))

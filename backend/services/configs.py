@@ -10,7 +10,12 @@ from trainer.config import ConfigError, RunConfig, parse_run_config
 
 
 def json_safety_issues(value: Any, path: str = "") -> list[tuple[str, str]]:
-    """(dotted path, message) for every NUL-containing string and non-finite float in ``value``."""
+    """(dotted path, message) for every NUL-containing string, non-finite float and integer
+    beyond 64 bits in ``value``."""
+    if isinstance(value, bool):
+        return []
+    if isinstance(value, int):
+        return [] if -(2**63) <= value < 2**63 else [(path or "config", "must fit in 64 bits (|value| < 2**63)")]
     if isinstance(value, str):
         return [(path or "config", "must not contain NUL (\\u0000) characters")] if "\x00" in value else []
     if isinstance(value, float):

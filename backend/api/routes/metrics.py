@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Literal
 
 import anyio
@@ -17,7 +16,7 @@ from backend.db.models import FINISHED_STATUSES
 from backend.db.runs import get_run
 from backend.schemas import EvalPublic, EvalsPublic, MetricsPublic
 from backend.services import export
-from backend.services.metrics import metrics_payload, parse_keys, poll_new_steps
+from backend.services.metrics import dumps, metrics_body, parse_keys, poll_new_steps
 
 router = APIRouter(prefix="/runs", tags=["metrics"], dependencies=[ReadAccess])
 
@@ -26,12 +25,13 @@ Step = Annotated[int | None, Query(ge=-1, le=2**31 - 1, description="Only steps 
 
 
 def _dumps(obj) -> str:
-    return json.dumps(obj, separators=(",", ":"))
+    return dumps(obj).decode()
 
 
 @router.get("/{run_id}/metrics", response_model=MetricsPublic, responses=NOT_FOUND)
 def get_metrics(
     run_id: RunId,
+    request: Request,
     session: SessionDep,
     keys: Keys = None,
     since_step: Step = None,
@@ -39,8 +39,8 @@ def get_metrics(
     max_points: Annotated[int, Query(ge=1, le=100_000, description="Then decimate to at most this many points.")] = 5000,
 ):
     """Columnar step metrics, downsampled server-side (decimation; the last step is always kept)."""
-    payload = metrics_payload(session, run_id, parse_keys(keys), since_step, every, max_points)
-    return Response(_dumps(payload), media_type="application/json")  # skip re-validating thousands of floats
+    body = metrics_body(session, run_id, parse_keys(keys), since_step, every, max_points, request.app.state.metrics_cache)
+    return Response(body, media_type="application/json")  # skips re-validating thousands of floats
 
 
 @router.get("/{run_id}/metrics/stream", responses={**NOT_FOUND, 200: {"content": {"text/event-stream": {}},

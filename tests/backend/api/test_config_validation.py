@@ -50,6 +50,7 @@ INVALID = [
     ({"name": "bad\x00name"}, "name"),
     ({"learning_rate": 1e-4}, "learning_rate"),                  # unknown top-level field
     ({"aero": 5}, "aero"),
+    ({"seed": 2**70}, "seed"),                                   # the store keeps 64-bit integers
 ]
 
 

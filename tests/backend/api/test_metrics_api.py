@@ -89,3 +89,67 @@ def test_prometheus_text_parses(client, session, run_id):
     assert value("aero_steps_per_second") == pytest.approx(100 / 60, rel=1e-5)  # 100 steps stored just now
     assert value("aero_steps_stored") == 100
     assert client.get("/api/metrics").text == r.text
+
+
+def test_cached_answers_follow_new_steps_and_status(client, app, session, run_id):
+    url = f"/api/runs/{run_id}/metrics?keys=a&since_step=98"
+    first = client.get(url).json()
+    assert first["steps"] == [99, 100] and client.get(url).json() == first
+    cache = app.state.metrics_cache
+    assert cache.hits >= 1 and len(cache) == 1
+    upsert_step_metrics(session, run_id, {101: {"a": 7.0}, 100: {"a": -1.0}})  # new step and a re-logged one
+    session.commit()
+    m = client.get(url).json()
+    assert (m["steps"], m["series"]["a"], m["last_step"]) == ([99, 100, 101], [148.5, -1.0, 7.0], 101)
+    repo.request_cancel(session, run_id)
+    session.commit()
+    assert client.get(url).json()["run_status"] == "cancelled"
+
+
+def test_cache_off_gives_the_same_bodies(make_settings, enqueued, run_id):
+    from fastapi.testclient import TestClient
+
+    from backend.main import create_app
+
+    with TestClient(create_app(make_settings(metrics_cache_mb=0), enqueue=enqueued)) as c, \
+         TestClient(create_app(make_settings(), enqueue=enqueued)) as cached:
+        for q in ("", "?keys=a,b&every=7", "?max_points=10&since_step=5"):
+            assert c.get(f"/api/runs/{run_id}/metrics{q}").content == cached.get(f"/api/runs/{run_id}/metrics{q}").content
+        assert c.app.state.metrics_cache is None
+
+
+def test_byte_lru_bounds_bytes():
+    from backend.services.cache import ByteLRU
+
+    lru = ByteLRU(100)
+    lru.put("a", b"x" * 20)
+    lru.put("b", b"x" * 20)
+    assert lru.get("a") == b"x" * 20  # a is now most recent
+    for k in "cde":
+        lru.put(k, b"x" * 20)
+    lru.put("f", b"x" * 20)  # 120 bytes > 100: evicts the least recent (b)
+    assert lru.get("b") is None and lru.get("a") is not None and lru.size == 100
+    lru.put("huge", b"x" * 26)  # over a quarter of the budget: not cached
+    assert lru.get("huge") is None
+
+
+def test_concurrent_misses_build_once():
+    import threading
+    import time
+
+    from backend.services.cache import ByteLRU
+
+    lru, builds = ByteLRU(1000), []
+
+    def build():
+        builds.append(1)
+        time.sleep(0.05)
+        return b"body"
+
+    out = []
+    threads = [threading.Thread(target=lambda: out.append(lru.get_or_build("k", build))) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert out == [b"body"] * 8 and len(builds) == 1
