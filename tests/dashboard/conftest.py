@@ -1,0 +1,210 @@
+"""Fixtures for the dashboard tests: a LIVE API (the real FastAPI app under uvicorn, in a thread,
+on a free port, over a temp SQLite store) seeded through the backend's own store functions.
+The dashboard under test reaches it over HTTP only, like in production.
+
+Seeded runs (``seeded`` fixture), with deterministic synthetic metrics shaped like the
+trainer's (docs/metrics.md):
+  sweep "ladder": grpo, aero-s1, aero-s1s2, aero (succeeded, 30 steps, evals at steps 15 and 30)
+  dapo (succeeded, 30 steps, evals), aero (running, 12 of 40 steps), grpo (failed, error text),
+  grpo (queued).
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import uvicorn
+
+from backend.db.metrics import upsert_eval_results, upsert_step_metrics
+from backend.db.migrate import migrate
+from backend.db.models import Run, utcnow
+from backend.db.runs import create_run
+from backend.db.session import get_engine, session_scope
+from backend.db.sweeps import create_sweep
+from backend.db.tokens import create_token
+from backend.main import create_app
+from backend.settings import Settings
+from trainer.config import RunConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+APP = str(ROOT / "dashboard" / "app.py")
+P = 16  # prompts per step
+GRPO_N = 16
+TRAINED = {"grpo": 256, "dapo": 200, "aero-s1": 180, "aero-s1s2": 120, "aero": 70}
+SAVED = {"s1": 76, "s2": 60, "s3": 50}  # trained rollouts saved per step: 256 - 76 - 60 - 50 = 70
+USES = {"aero-s1": ("s1",), "aero-s1s2": ("s1", "s2"), "aero": ("s1", "s2", "s3")}
+TOKENS_PER_ROLLOUT = 40
+FLOPS_PER_TOKEN = 6e6
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def fake_metrics(method: str, step: int, total: int) -> dict[str, float]:
+    """One step's metrics: the same keys the trainer logs, simple closed forms per method."""
+    f = step / max(total, 1)
+    trained = TRAINED[method]
+    generated = GRPO_N * P + (24 if method.startswith("aero") else 0)
+    za_explore = 0.35 - 0.1 * f
+    za = za_explore - (0.12 if method.startswith("aero") else 0.0)
+    reward = 0.3 + 0.3 * f + (0.02 if method == "aero" else 0.0)
+    train_s = trained * 0.003
+    m = {
+        "time/rollout_s": 0.2, "time/reward_s": 0.02, "time/train_s": train_s, "time/step_s": 0.22 + train_s,
+        "time/elapsed_s": step * (0.22 + train_s),
+        "rollout/generated": generated, "rollout/trained": trained,
+        "tokens/generated": generated * 10, "tokens/trained": trained * TOKENS_PER_ROLLOUT,
+        "flops/rollout": generated * 20 * 2e6, "flops/train": trained * TOKENS_PER_ROLLOUT * FLOPS_PER_TOKEN,
+        "strata/rescue": round(P * za_explore), "strata/high": round(P * reward), "zero_acc/after_explore": za_explore,
+        "zero_acc/after_rescue": za, "all_correct/ratio": 0.2 + 0.2 * f, "reward/mean": reward, "reward/trained_mean": reward,
+        "adv/abs_mean": 0.6 if method.startswith("aero") else 0.45, "adv/zero_frac": 0.1 if method.startswith("aero") else 0.4,
+        "loss/policy": -0.01, "train/grad_norm": 1.0 + 0.5 * math.sin(step), "train/entropy": 1.2 - 0.3 * f, "train/kl": 0.0,
+        "train/clip_frac": 0.05, "optim/lr": 1e-4, "rescue/rescued": 3, "rescue/rounds": 2,
+    }
+    m["strata/low"] = P - m["strata/rescue"] - m["strata/high"]
+    m["flops/total"] = m["flops/rollout"] + m["flops/train"]
+    if method in USES:
+        m["savings/grpo_rollouts"] = GRPO_N * P
+        m["savings/grpo_tokens"] = GRPO_N * P * TOKENS_PER_ROLLOUT
+        for s in USES[method]:
+            m[f"savings/{s}_rollouts"] = SAVED[s]
+            m[f"savings/{s}_tokens"] = SAVED[s] * TOKENS_PER_ROLLOUT
+            m[f"savings/{s}_flops"] = SAVED[s] * TOKENS_PER_ROLLOUT * FLOPS_PER_TOKEN
+            m[f"savings/{s}_s"] = SAVED[s] * 0.003
+    return m
+
+
+def fake_evals(method: str, step: int) -> dict[str, dict]:
+    """Eval results as MetricSink.log_eval gets them: two benchmarks and 'overall'."""
+    bonus = {"aero": 0.05, "dapo": 0.02}.get(method, 0.0) + step / 1000
+    out = {}
+    for bench, base in (("L1", 0.6), ("L2", 0.3)):
+        avg = base + bonus
+        out[bench] = {"n": 8, "k": 8, "avg_at_k": avg, "pass_at_k": min(1.0, avg + 0.25), "avg_ci": [avg - 0.05, avg + 0.05],
+                      "pass_ci": [avg + 0.2, min(1.0, avg + 0.3)], "per_problem": [[8, 5], [8, 2]]}
+    avg = (out["L1"]["avg_at_k"] + out["L2"]["avg_at_k"]) / 2
+    out["overall"] = {"n": 8, "k": 8, "avg_at_k": avg, "pass_at_k": avg + 0.25, "avg_ci": [avg - 0.04, avg + 0.04],
+                      "pass_ci": [avg + 0.2, avg + 0.3], "per_problem": [[8, 5], [8, 2], [8, 5], [8, 2]]}
+    return out
+
+
+def config(method: str, steps: int, seed: int = 0) -> dict:
+    return RunConfig(method=method, steps=steps, seed=seed, eval_every=15).model_dump(mode="json")
+
+
+def add_run(url: str, method: str, *, steps: int, done: int, status: str, seed: int = 0, sweep_id: int | None = None,
+            error: str | None = None, evals_at: tuple[int, ...] = (), tags: tuple[str, ...] = (), name: str | None = None) -> int:
+    """Insert a run in ``status`` with ``done`` steps of fake metrics (and evals at ``evals_at``)."""
+    with session_scope(url) as s:
+        run = create_run(s, config(method, steps, seed), queue="cpu", sweep_id=sweep_id, tags=tags, name=name)
+        run.status, run.current_step, run.progress, run.error = status, done, done / steps, error
+        if status != "queued":
+            run.started_at, run.worker, run.attempts = utcnow(), "test@host", 1
+        if status in ("succeeded", "failed", "cancelled"):
+            run.finished_at = utcnow()
+        if done:
+            upsert_step_metrics(s, run.id, {t: fake_metrics(method, t, steps) for t in range(1, done + 1)})
+        for t in evals_at:
+            upsert_eval_results(s, run.id, t, fake_evals(method, t))
+        return run.id
+
+
+@dataclass
+class LiveApi:
+    url: str
+    db_url: str
+    token: str
+    enqueued: list = field(default_factory=list)
+    ids: dict[str, int] = field(default_factory=dict)
+
+
+@contextmanager
+def serve(db_url: str, tmp: Path) -> Iterator[LiveApi]:
+    """The real app under uvicorn in a thread; runs are recorded instead of sent to a broker."""
+    migrate(db_url)
+    with session_scope(db_url) as s:
+        _, token = create_token(s, "dashboard-tests")
+    api = LiveApi("", db_url, token)
+    app = create_app(Settings(database_url=db_url, data_dir=tmp / "data", migrate_on_start=False),
+                     enqueue=lambda run_id, queue: api.enqueued.append((run_id, queue)))
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, lifespan="on"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if time.monotonic() > deadline:
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.02)
+    api.url = f"http://127.0.0.1:{port}"
+    try:
+        yield api
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        get_engine(db_url).dispose()
+
+
+@pytest.fixture(scope="session")
+def seeded(tmp_path_factory) -> Iterator[LiveApi]:
+    tmp = tmp_path_factory.mktemp("dash")
+    url = f"sqlite:///{tmp / 'aero.sqlite'}"
+    with serve(url, tmp) as api:
+        with session_scope(url) as s:
+            sweep_id = create_sweep(s, "ladder", {"methods": ["grpo", "aero-s1", "aero-s1s2", "aero"]}).id
+        for m in ("grpo", "aero-s1", "aero-s1s2", "aero"):
+            api.ids[m] = add_run(url, m, steps=30, done=30, status="succeeded", sweep_id=sweep_id, evals_at=(15, 30), tags=("ladder",))
+        api.ids["sweep"] = sweep_id
+        api.ids["dapo"] = add_run(url, "dapo", steps=30, done=30, status="succeeded", evals_at=(30,))
+        api.ids["running"] = add_run(url, "aero", steps=40, done=12, status="running", seed=1, name="live-aero")
+        api.ids["failed"] = add_run(url, "grpo", steps=30, done=3, status="failed", seed=2,
+                                    error="Traceback (most recent call last):\n  ...\nRuntimeError: CUDA out of memory (test)")
+        api.ids["queued"] = add_run(url, "grpo", steps=30, done=0, status="queued", seed=3)
+        yield api
+
+
+@pytest.fixture(scope="session")
+def empty_api(tmp_path_factory) -> Iterator[LiveApi]:
+    tmp = tmp_path_factory.mktemp("empty")
+    with serve(f"sqlite:///{tmp / 'aero.sqlite'}", tmp) as api:
+        yield api
+
+
+@pytest.fixture
+def fresh_api(tmp_path) -> Iterator[LiveApi]:
+    """An empty live API of its own (for tests that change runs)."""
+    with serve(f"sqlite:///{tmp_path / 'aero.sqlite'}", tmp_path) as api:
+        yield api
+
+
+@pytest.fixture(scope="session")
+def helpers() -> SimpleNamespace:
+    """The seeding helpers for test modules (importing conftest by name is not reliable under
+    --import-mode=importlib)."""
+    return SimpleNamespace(app=APP, add_run=add_run, fake_metrics=fake_metrics, free_port=free_port)
+
+
+@pytest.fixture
+def use_api(monkeypatch):
+    """use_api(api) points the dashboard (AERO_API_URL / AERO_API_TOKEN) at ``api``."""
+
+    def use(api: LiveApi | str, token: str | None = None) -> None:
+        url = api if isinstance(api, str) else api.url
+        monkeypatch.setenv("AERO_API_URL", url)
+        tok = token if token is not None else ("" if isinstance(api, str) else api.token)
+        monkeypatch.setenv("AERO_API_TOKEN", tok)
+        monkeypatch.setenv("AERO_DATA_DIR", "/nonexistent-aero-data")  # no token-file fallback in tests
+
+    return use

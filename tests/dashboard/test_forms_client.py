@@ -1,0 +1,105 @@
+"""The Launch form's model against the API's real OpenAPI schema, and the HTTP client against
+a live API: each failure kind becomes an ApiError with a readable message."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from dashboard import forms
+from dashboard.client import AeroClient, ApiError, api_url_from_env, field_errors_of, token_from_env
+
+
+@pytest.fixture(scope="module")
+def doc(seeded) -> dict:
+    return httpx.get(f"{seeded.url}/openapi.json").json()
+
+
+# ---------------------------------------------------------------- forms
+
+
+def test_field_specs_carry_paper_defaults_and_help(doc):
+    spec = forms.field_spec(doc, "aero.tau", "tau")
+    assert (spec.type, spec.default) == ("number", 0.5) and "paper: 0.5" in spec.help
+    assert forms.field_spec(doc, "aero.k_max", "K_max").type == "integer"
+    assert forms.field_spec(doc, "dapo.dynamic_sampling", "ds").type == "boolean"
+    device = forms.field_spec(doc, "device", "device")
+    assert device.type == "choice" and device.choices == ("auto", "cpu", "cuda") and device.default == "auto"
+    assert forms.field_spec(doc, "steps", "steps").help  # fallback help where the schema has none
+    assert forms.field_spec(doc, "aero.no_such_field", "x") is None
+
+
+def test_every_form_field_exists_in_the_schema(doc):
+    for fields in (forms.COMMON_FIELDS, forms.AERO_FIELDS, forms.DAPO_FIELDS, forms.CLIP_FIELDS, forms.ADVANCED_FIELDS):
+        for path, _ in fields:
+            assert forms.field_schema(doc, path) is not None, path
+
+
+def test_sections_follow_the_method(doc):
+    assert list(forms.form_specs(doc, ["grpo"])) == ["Training", "Policy update", "Advanced"]
+    assert list(forms.form_specs(doc, ["dapo"])) == ["Training", "DAPO", "Advanced"]
+    assert list(forms.form_specs(doc, ["aero-s1", "dapo"])) == ["Training", "AERO sampling (paper defaults)", "DAPO",
+                                                                 "Policy update", "Advanced"]
+
+
+def test_nest_and_submission_bodies():
+    cfg = forms.nest({"steps": 3, "aero.k": 2.0, "aero.tau": 0.4, "optim.lr": 1e-4})
+    assert cfg == {"steps": 3, "aero": {"k": 2.0, "tau": 0.4}, "optim": {"lr": 1e-4}}
+    assert forms.submission(["aero"], [7], cfg, name=" x ", tags=["t"]) == (
+        "run", {"config": {**cfg, "method": "aero", "seed": 7}, "tags": ["t"], "name": "x"})
+    kind, body = forms.submission(["grpo", "aero"], [0, 1], cfg)
+    assert kind == "sweep" and body == {"base": cfg, "methods": ["grpo", "aero"], "tags": [], "seeds": [0, 1]}
+    assert forms.submission(["aero"], [0, 1], cfg)[0] == "sweep"
+    assert forms.parse_list("0, 1;2,", int) == [0, 1, 2]
+    with pytest.raises(ValueError):
+        forms.parse_list("1, x", int)
+
+
+# ---------------------------------------------------------------- client
+
+
+def test_settings_from_env(tmp_path):
+    assert api_url_from_env({"AERO_API_URL": "http://h:1/"}) == "http://h:1"
+    assert api_url_from_env({}) == "http://127.0.0.1:8000"
+    (tmp_path / "admin.token").write_text("tok-file\n")
+    assert token_from_env({"AERO_API_TOKEN": "tok-env", "AERO_DATA_DIR": str(tmp_path)}) == "tok-env"
+    assert token_from_env({"AERO_DATA_DIR": str(tmp_path)}) == "tok-file"
+    assert token_from_env({"AERO_DATA_DIR": str(tmp_path / "none")}) is None
+
+
+def test_field_errors_strip_body_prefixes():
+    detail = [{"loc": ["body", "config", "aero", "n_explore"], "msg": "a"}, {"loc": ["body", "base", "steps"], "msg": "b"},
+              {"loc": ["body", "config", "aero", "n_explore"], "msg": "c"}, "junk"]
+    assert field_errors_of(detail) == {"aero.n_explore": "a; c", "steps": "b"}
+
+
+def test_client_reads(seeded):
+    c = AeroClient(seeded.url, seeded.token)
+    assert c.health()["status"] == "ok"
+    page = c.list_runs(status=["succeeded"], method=["aero"])
+    assert [r["id"] for r in page["data"]] == [seeded.ids["aero"]]
+    m = c.metrics(seeded.ids["aero"], ["reward/mean"], max_points=4)
+    assert m["steps"] == [1, 11, 21, 30] and m["stored_steps"] == 30  # decimated by the API, last step kept
+    assert {e["benchmark"] for e in c.evals(seeded.ids["aero"])} == {"L1", "L2", "overall"}
+    assert c.compare([seeded.ids["grpo"], seeded.ids["aero"]])["baseline"] == seeded.ids["grpo"]
+    assert c.export_csv(seeded.ids["aero"]).startswith(b"step,")
+
+
+def test_client_error_kinds(seeded, fresh_api, helpers):
+    with pytest.raises(ApiError) as e:
+        AeroClient(f"http://127.0.0.1:{helpers.free_port()}").health()
+    assert e.value.kind == "down" and "aero up" in e.value.message
+    with pytest.raises(ApiError) as e:
+        AeroClient(seeded.url, "wrong").create_run({})
+    assert (e.value.kind, e.value.status) == ("auth", 401)
+    with pytest.raises(ApiError) as e:
+        AeroClient(seeded.url).get_run(424242)
+    assert e.value.kind == "not_found"
+    c = AeroClient(fresh_api.url, fresh_api.token)
+    with pytest.raises(ApiError) as e:
+        c.create_run({"config": {"aero": {"n_explore": 40}}})
+    assert e.value.kind == "invalid" and "n_explore" in e.value.field_errors["aero.n_explore"]
+    rid = helpers.add_run(fresh_api.db_url, "grpo", steps=5, done=1, status="running")
+    with pytest.raises(ApiError) as e:
+        c.delete_run(rid)
+    assert e.value.kind == "conflict"

@@ -1,0 +1,366 @@
+"""Every page under Streamlit's AppTest against a LIVE API (uvicorn over a temp SQLite store,
+see conftest.py). The dashboard reaches the API over HTTP only."""
+
+from __future__ import annotations
+
+import json
+
+from pathlib import Path
+
+import httpx
+import pytest
+from streamlit.testing.v1 import AppTest
+
+APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")
+
+PAGES = ["overview", "launch", "runs", "run_detail", "compare", "sweeps"]
+
+
+def open_page(page: str, query: dict[str, str] | None = None) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    if page != "overview":
+        at.switch_page(f"app_pages/{page}.py")
+    for k, v in (query or {}).items():
+        at.query_params[k] = v
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def walk(node):
+    """Every node of the element tree in display order."""
+    yield node
+    children = getattr(node, "children", None) or {}
+    for key in sorted(children):
+        yield from walk(children[key])
+
+
+def figures(at: AppTest) -> list[dict]:
+    return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+
+
+def fig_title(fig: dict) -> str:
+    return (fig["layout"].get("title") or {}).get("text", "")
+
+
+def texts(elements) -> str:
+    return "\n".join(str(e.value) for e in elements)
+
+
+def no_errors(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, texts(at.error)
+
+
+# ---------------------------------------------------------------- overview
+
+
+def test_overview_counts_runs_and_links_latest(seeded, use_api):
+    use_api(seeded)
+    at = open_page("overview")
+    no_errors(at)
+    counts = {m.label: m.value for m in at.metric}
+    assert counts == {"Running": "1", "Queued": "1", "Succeeded": "5", "Failed": "1", "Cancelled": "0"}
+    assert [s.value for s in at.subheader] == ["Latest runs", "Where to go"]
+
+
+def test_overview_empty_explains_first_steps(empty_api, use_api):
+    use_api(empty_api)
+    at = open_page("overview")
+    no_errors(at)
+    assert "No runs yet" in texts(at.info)
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_page_explains_api_down(page, use_api, helpers):
+    use_api(f"http://127.0.0.1:{helpers.free_port()}")  # nothing listens there
+    at = open_page(page, {"run": "1"} if page == "run_detail" else None)
+    assert "The API is not reachable" in texts(at.error)
+    assert "aero up" in texts(at.error)
+
+
+# ---------------------------------------------------------------- launch
+
+
+def test_launch_prefills_paper_defaults_with_help(seeded, use_api):
+    use_api(seeded)
+    at = open_page("launch")
+    no_errors(at)
+    want = {"aero.n_explore": 8, "aero.n_max": 32, "aero.delta_n": 2, "aero.k_max": 10, "aero.tau": 0.5, "aero.S": 0,
+            "aero.k": 1.0, "aero.alpha0": 1.0, "aero.beta0": 1.0, "n_total": 16, "clip_eps": 0.2}
+    for path, value in want.items():
+        w = at.number_input(key=f"f_{path}")
+        assert w.value == value, path
+        assert w.help, f"{path} has no help text"
+    assert "paper: 8" in at.number_input(key="f_aero.n_explore").help
+    assert not [n for n in at.number_input if n.key and n.key.startswith("f_dapo.")]  # AERO chosen: no DAPO fields
+
+
+def test_launch_shows_dapo_fields_for_dapo(seeded, use_api):
+    use_api(seeded)
+    at = open_page("launch")
+    at.selectbox(key="launch_method").set_value("dapo").run()
+    assert at.number_input(key="f_dapo.eps_high").value == 0.28
+    assert at.number_input(key="f_dapo.max_gen_rounds").value == 1
+    assert not [n for n in at.number_input if n.key and n.key.startswith("f_aero.")]
+
+
+def submit(at: AppTest) -> AppTest:
+    at.button[0].click().run()  # the form's only button: Launch
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_launch_submits_a_run_to_the_api(fresh_api, use_api):
+    use_api(fresh_api)
+    at = open_page("launch")
+    at.number_input(key="f_steps").set_value(3)
+    at.number_input(key="f_batch_prompts").set_value(4)
+    at.number_input(key="f_aero.k_max").set_value(4)
+    at.text_input(key="f_tags").set_value("smoke, ui")
+    submit(at)
+    no_errors(at)
+    assert "is queued" in texts(at.success)
+    [(run_id, queue)] = fresh_api.enqueued
+    run = httpx.get(f"{fresh_api.url}/api/runs/{run_id}").json()
+    assert (run["method"], run["config"]["steps"], run["config"]["batch_prompts"], run["config"]["aero"]["k_max"]) == ("aero", 3, 4, 4)
+    assert run["config"]["aero"]["n_explore"] == 8 and run["tags"] == ["smoke", "ui"]
+
+
+def test_launch_shows_api_validation_error_under_its_field(fresh_api, use_api):
+    use_api(fresh_api)
+    at = open_page("launch")
+    at.number_input(key="f_aero.n_explore").set_value(20)  # > n_total (16): a cross-field rule of the API
+    submit(at)
+    nodes = list(walk(at.main))
+    i = next(i for i, n in enumerate(nodes) if getattr(n, "key", None) == "f_aero.n_explore")
+    after = [n for n in nodes[i + 1:] if n.type in ("exception", "error") or getattr(n, "key", None)][0]
+    assert after.type == "error" and "must be <= n_total (16)" in after.value
+    assert len(at.error) == 1 and fresh_api.enqueued == []
+
+
+def test_launch_sweep_makes_the_ablation_ladder(fresh_api, use_api):
+    use_api(fresh_api)
+    at = open_page("launch")
+    at.get("button_group")[0].set_value("Sweep").run()
+    assert at.multiselect(key="launch_methods").value == ["grpo", "aero-s1", "aero-s1s2", "aero"]
+    at.text_input(key="f_seeds").set_value("0, 1")
+    submit(at)
+    no_errors(at)
+    assert "queued 8 runs" in texts(at.success)
+    assert len(fresh_api.enqueued) == 8
+
+
+def test_launch_without_token_warns_and_explains_401(fresh_api, use_api):
+    use_api(fresh_api, token="")
+    at = open_page("launch")
+    assert "No API token" in texts(at.warning)
+    submit(at)
+    assert "refused the token" in texts(at.error)
+
+
+def test_launch_rejects_bad_seeds_next_to_field(fresh_api, use_api):
+    use_api(fresh_api)
+    at = open_page("launch")
+    at.text_input(key="f_seeds").set_value("0, one")
+    submit(at)
+    assert "seeds must be whole numbers" in texts(at.error) and fresh_api.enqueued == []
+
+
+# ---------------------------------------------------------------- runs
+
+
+def runs_frame(at: AppTest):
+    return at.dataframe[0].value
+
+
+def test_runs_table_shows_status_progress_and_latest_metrics(seeded, use_api):
+    use_api(seeded)
+    at = open_page("runs")
+    no_errors(at)
+    df = runs_frame(at).set_index("id")
+    assert len(df) == 8
+    live = df.loc[seeded.ids["running"]]
+    assert (live["status"], live["step"], live["progress"]) == ("running", "12/40", pytest.approx(0.3))
+    assert live["reward"] == pytest.approx(0.3 + 0.3 * 12 / 40 + 0.02)  # conftest.fake_metrics at step 12
+    assert live["zero-acc ratio"] == pytest.approx(0.35 - 0.1 * 12 / 40 - 0.12)
+    assert "CUDA out of memory" in df.loc[seeded.ids["failed"], "message"]
+    assert "refreshes every 3 s" in texts(at.caption)
+
+
+def test_runs_filters(seeded, use_api):
+    use_api(seeded)
+    at = open_page("runs")
+    at.multiselect(key="runs_status").set_value(["failed"]).run()
+    assert list(runs_frame(at)["id"]) == [seeded.ids["failed"]]
+    at.multiselect(key="runs_status").set_value([]).run()
+    at.text_input(key="runs_tag").set_value("ladder").run()
+    assert sorted(runs_frame(at)["id"]) == sorted(seeded.ids[m] for m in ("grpo", "aero-s1", "aero-s1s2", "aero"))
+    at.text_input(key="runs_tag").set_value("no-such-tag").run()
+    assert "No runs match" in texts(at.info)
+
+
+def test_runs_cancel_and_delete(fresh_api, use_api, helpers):
+    use_api(fresh_api)
+    add_run = helpers.add_run
+    queued = add_run(fresh_api.db_url, "grpo", steps=10, done=0, status="queued")
+    done = add_run(fresh_api.db_url, "aero", steps=10, done=10, status="succeeded")
+    at = open_page("runs")
+    at.multiselect(key="runs_chosen").set_value([queued]).run()
+    at.button(key="runs_cancel").click().run()
+    no_errors(at)
+    assert httpx.get(f"{fresh_api.url}/api/runs/{queued}").json()["status"] == "cancelled"
+    at.multiselect(key="runs_chosen").set_value([done]).run()
+    assert at.button(key="runs_delete").disabled  # needs the confirmation first
+    at.checkbox(key="runs_confirm_delete").check().run()
+    at.button(key="runs_delete").click().run()
+    no_errors(at)
+    assert httpx.get(f"{fresh_api.url}/api/runs/{done}").status_code == 404
+    assert done not in list(runs_frame(at)["id"])
+
+
+def test_runs_empty(empty_api, use_api):
+    use_api(empty_api)
+    at = open_page("runs")
+    assert "No runs yet" in texts(at.info)
+
+
+# ---------------------------------------------------------------- run detail
+
+
+def test_run_detail_live_run_draws_every_chart(seeded, use_api):
+    use_api(seeded)
+    at = open_page("run_detail", {"run": str(seeded.ids["running"])})
+    no_errors(at)
+    assert {m.label: m.value for m in at.metric}["Step"] == "12 / 40"
+    assert "Live: refreshing every 2 s" in texts(at.caption)
+    titles = [fig_title(f) for f in figures(at)]
+    assert titles == ["Reward (accuracy)", "Zero-accuracy ratio", "Prompt strata after exploration", "Rollouts per step",
+                      "Time per step", "FLOPs per step", "Optimisation health"]
+    reward = figures(at)[0]["data"][0]
+    assert reward["x"] == list(range(1, 13)) and reward["line"]["color"] == "#E45756"  # AERO's colour
+    assert "No evaluation yet" in texts(at.caption)
+
+
+def test_run_detail_shows_new_steps_on_the_next_refresh(fresh_api, use_api, helpers):
+    from backend.db.metrics import upsert_step_metrics
+    from backend.db.runs import record_progress
+    from backend.db.session import session_scope
+
+    use_api(fresh_api)
+    rid = helpers.add_run(fresh_api.db_url, "grpo", steps=10, done=2, status="running")
+    at = open_page("run_detail", {"run": str(rid)})
+    assert {m.label: m.value for m in at.metric}["Step"] == "2 / 10"
+    with session_scope(fresh_api.db_url) as s:
+        upsert_step_metrics(s, rid, {3: helpers.fake_metrics("grpo", 3, 10)})
+        record_progress(s, rid, 3, 10)
+    at.run()
+    assert {m.label: m.value for m in at.metric}["Step"] == "3 / 10"
+    assert figures(at)[0]["data"][0]["x"] == [1, 2, 3]
+
+
+def test_run_detail_failed_run_shows_error_text(seeded, use_api):
+    use_api(seeded)
+    at = open_page("run_detail", {"run": str(seeded.ids["failed"])})
+    assert "This run failed" in texts(at.error)
+    assert "RuntimeError: CUDA out of memory (test)" in texts(at.code)
+
+
+def test_run_detail_queued_and_evals(seeded, use_api):
+    use_api(seeded)
+    at = open_page("run_detail", {"run": str(seeded.ids["queued"])})
+    no_errors(at)
+    assert "Queued: waiting for a free worker" in texts(at.info) and "No training step" in texts(at.info)
+    at = open_page("run_detail", {"run": str(seeded.ids["aero"])})
+    df = at.dataframe[0].value
+    assert list(df["benchmark"]) == ["L1", "L2", "overall"] and list(df["step"]) == [30, 30, 30]
+    assert df.set_index("benchmark").loc["overall", "Avg@k CI"] == "[0.490, 0.570]"
+    assert "Held-out accuracy over training (all benchmarks pooled)" in [fig_title(f) for f in figures(at)]
+
+
+def test_run_detail_unknown_run(seeded, use_api):
+    use_api(seeded)
+    at = open_page("run_detail", {"run": "99999"})
+    assert "Not found" in texts(at.warning)
+
+
+# ---------------------------------------------------------------- compare
+
+
+def test_compare_sweep_measured_waterfall_fig9_and_table(seeded, use_api):
+    use_api(seeded)
+    at = open_page("compare", {"sweep": str(seeded.ids["sweep"])})
+    no_errors(at)
+    figs = figures(at)
+    titles = [fig_title(f) for f in figs]
+    assert titles[0] == "reward/mean per step" and len(figs[0]["data"]) == 4
+    colors = {tr["name"].split(" ", 1)[1].rsplit(" ", 1)[0]: tr["line"]["color"] for tr in figs[0]["data"]}
+    assert colors == {"GRPO": "#4C78A8", "AERO S1 only": "#72B7B2", "AERO S1+S2": "#B279A2", "AERO": "#E45756"}
+    time_wf, flops_wf = figs[1], figs[2]
+    assert "measured from ablation runs, sweep #1" in fig_title(time_wf)
+    # time/train_s per step = trained rollouts x 3 ms: GRPO 256, S1 180, S1+S2 120, AERO 70
+    assert time_wf["data"][0]["y"] == pytest.approx([0.768, 0.228, 0.18, 0.15, 0.21])
+    assert time_wf["data"][0]["x"] == ["GRPO", "S1 early rescue", "S2 Bayesian", "S3 rejection", "AERO"]
+    assert flops_wf["data"][0]["y"] == pytest.approx([256 * 40 * 6e6, 76 * 40 * 6e6, 60 * 40 * 6e6, 50 * 40 * 6e6, 70 * 40 * 6e6])
+    assert titles[3].startswith("Zero-accuracy ratio")
+    table = figs[4]["data"][0]
+    header = table["header"]["values"]
+    assert header[:3] == ["<b>run</b>", "<b>time / step</b>", "<b>FLOPs / step</b>"] and "<b>Avg@8 total</b>" in header
+    total = table["cells"]["values"][header.index("<b>Avg@8 total</b>")]
+    assert total[3].startswith("<b>0.530 (1.10×)") and not total[0].startswith("<b>")  # AERO best, in bold
+    assert at.get("download_button")[0].label == "Download table (CSV)"
+
+
+def test_compare_runs_uses_counterfactual_waterfall(seeded, use_api):
+    use_api(seeded)
+    at = open_page("compare", {"runs": f"{seeded.ids['dapo']},{seeded.ids['running']}"})
+    no_errors(at)
+    wf = figures(at)[1]
+    assert f"counterfactual accounting, run #{seeded.ids['running']}" in fig_title(wf)
+    # baseline = what AERO trained (70 x 3 ms) + logged savings (76 + 60 + 50) x 3 ms
+    assert wf["data"][0]["y"] == pytest.approx([0.768, 0.228, 0.18, 0.15, 0.21])
+    assert "Counterfactual accounting" in texts(at.caption)
+
+
+def test_compare_without_aero_explains_missing_waterfall(seeded, use_api):
+    use_api(seeded)
+    at = open_page("compare", {"runs": str(seeded.ids["dapo"])})
+    no_errors(at)
+    assert "No waterfall yet" in texts(at.info)
+
+
+def test_compare_cumulative_flops_axis(seeded, use_api):
+    use_api(seeded)
+    at = open_page("compare", {"sweep": str(seeded.ids["sweep"])})
+    at.get("button_group")[1].set_value("flops").run()  # [0] = sweep/runs, [1] = x axis
+    grpo = figures(at)[0]["data"][0]
+    per_step = 256 * 10 * 20 * 2e6 * 0 + (16 * 16) * 20 * 2e6 + 256 * 40 * 6e6  # flops/total of GRPO in conftest
+    assert grpo["x"][:3] == pytest.approx([per_step, 2 * per_step, 3 * per_step])
+    assert figures(at)[0]["layout"]["xaxis"]["title"]["text"] == "cumulative FLOPs"
+
+
+def test_compare_empty(empty_api, use_api):
+    use_api(empty_api)
+    at = open_page("compare")
+    assert "No runs yet" in texts(at.info)
+
+
+# ---------------------------------------------------------------- sweeps
+
+
+def test_sweeps_progress_and_compare_link(seeded, use_api):
+    use_api(seeded)
+    at = open_page("sweeps")
+    no_errors(at)
+    assert "Sweep #1 · ladder" in texts(at.markdown)
+    [bar] = at.get("progress")
+    assert bar.proto.value == 100 and "4 succeeded" in bar.proto.text
+    links = [n for n in walk(at.main) if n.type == "page_link"]
+    assert any("compare" in n.proto.page and "sweep=1" in n.proto.query_string for n in links)
+
+
+def test_sweeps_empty(empty_api, use_api):
+    use_api(empty_api)
+    at = open_page("sweeps")
+    assert "No sweeps yet" in texts(at.info)
