@@ -41,3 +41,16 @@ def test_step_metrics_unique_on_run_and_step(empty_db_url):
     migrate(empty_db_url)
     pk = inspect(get_engine(empty_db_url)).get_pk_constraint("step_metrics")
     assert pk["constrained_columns"] == ["run_id", "step"]
+
+
+def test_postgres_compresses_metrics_with_lz4(empty_db_url):
+    from sqlalchemy import text
+
+    migrate(empty_db_url)
+    engine = get_engine(empty_db_url)
+    if engine.dialect.name != "postgresql":
+        return
+    with engine.connect() as conn:
+        method = conn.execute(text("SELECT attcompression FROM pg_attribute WHERE attrelid = 'step_metrics'::regclass "
+                                   "AND attname = 'metrics'")).scalar()
+    assert method == "l"
