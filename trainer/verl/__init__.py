@@ -1,0 +1,32 @@
+"""AERO, GRPO and DAPO on verl 0.9.1 (Ray, FSDP, vLLM) for multi-GPU clusters.
+
+Optional extra ``aero-lab[verl]`` (pinned verl==0.9.1), imported lazily: importing this package
+does not import verl. Entry point for the worker: :func:`run_verl` (the contract of
+``trainer.loop.run_training``). Modules:
+
+    overrides   RunConfig -> verl hydra overrides (reward.* keys; legacy keys refused); compose
+    data        the run's math files -> verl parquet (paper system prompt, benchmark names)
+    reward      compute_score for verl's reward loop (math-verify, as the embedded engine)
+    estimator   the "aero" advantage estimator (Bayesian baseline via reward_baselines)
+    rows        DataProto rows: generation padding to the agent-loop divisor, masked padding
+    collect     one step's AERO / DAPO rollouts on DataProto (shared trainer.core math)
+    metrics     accounting (generated vs trained tokens, FLOPs), verl -> platform keys, logger
+    trainer     AEROTrainer(RayPPOTrainer)
+    runner      the Ray task runner and run_verl
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+VERL_VERSION = "0.9.1"
+
+
+def run_verl(cfg, out_dir, sink, should_stop=None, progress=None) -> dict[str, Any]:
+    """See :func:`trainer.verl.runner.run_verl` (imported lazily)."""
+    from trainer.verl.runner import run_verl as _run
+
+    return _run(cfg, out_dir, sink, should_stop=should_stop, progress=progress)
+
+
+__all__ = ["VERL_VERSION", "run_verl"]

@@ -1,0 +1,219 @@
+"""verl -> platform metrics: token/FLOPs accounting from DataProto masks, the translation of
+verl's metric names, per-benchmark eval results, and the logger object verl's ``Tracking``
+calls (``log(data, step)``).
+
+verl's own throughput metrics count trained tokens only; AERO generates more rollouts than it
+trains, so generation is accounted separately here, with the platform's formulas
+(trainer/metrics.py, docs/metrics.md "FLOPs"): rollout FLOPs over every generated row
+(prompt + response), training FLOPs over every trained real row with (3 + extra) forwards.
+verl recomputes old log-probs before the update, so ``extra`` is 1, plus 1 with a reference
+policy (KL). Masked pad rows are excluded; generation pad rows (the agent-loop divisor) are
+reported as ``rollout/pad_rows`` and not in FLOPs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from trainer.metrics import rollout_flops, train_flops
+
+# verl metric name -> platform key (docs/metrics.md). Anything else verl logs is dropped,
+# except the keys already in the platform's namespace (the AERO trainer writes those).
+VERL_TO_PLATFORM = {
+    "actor/pg_loss": "loss/policy",
+    "actor/entropy": "train/entropy",
+    "actor/grad_norm": "train/grad_norm",
+    "actor/pg_clipfrac": "train/clip_frac",
+    "actor/ppo_kl": "train/approx_kl",
+    "actor/kl_loss": "train/kl",
+    "actor/lr": "optim/lr",
+    "timing_s/step": "time/step_s",
+    "timing_s/gen": "time/rollout_s",
+    "timing_s/update_actor": "time/update_s",
+    "timing_s/old_log_prob": "time/old_logprob_s",
+    "timing_s/update_weights": "time/weight_sync_s",
+    "timing_s/testing": "time/eval_s",
+    "perf/throughput": "verl/throughput_tokens_per_gpu_s",
+    "perf/mfu/actor": "verl/mfu_actor",
+    "perf/max_memory_allocated_gb": "verl/max_memory_allocated_gb",
+    "response_length/mean": "verl/response_length_trained_mean",
+}
+PLATFORM_PREFIXES = ("time/", "rollout/", "tokens/", "flops/", "reward/", "response/", "adv/", "prompts/", "strata/",
+                     "zero_acc/", "all_correct/", "rescue/", "groups/", "savings/", "dapo/", "train/", "loss/",
+                     "optim/", "verifier/")
+TRAIN_TIMERS = ("old_log_prob", "ref", "adv", "update_actor", "update_weights")
+
+
+def translate(data: dict[str, Any]) -> dict[str, float]:
+    """verl's step metrics -> platform keys. Platform keys pass through; ``time/train_s`` is the
+    sum of verl's training-side timers (old log-probs, ref, advantages, update, weight sync)
+    unless the trainer already set it. Non-finite and non-numeric values are dropped."""
+    out: dict[str, float] = {}
+    for k, v in data.items():
+        key = VERL_TO_PLATFORM.get(k, k if k.startswith(PLATFORM_PREFIXES) else None)
+        if key is None:
+            continue
+        try:
+            f = float(v)
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(f):
+            out[key] = f
+    if "time/train_s" not in out and any(f"timing_s/{t}" in data for t in TRAIN_TIMERS):
+        out["time/train_s"] = float(sum(float(data.get(f"timing_s/{t}", 0.0)) for t in TRAIN_TIMERS))
+    return out
+
+
+def seq_lengths(batch) -> np.ndarray:
+    """int[B] attended tokens (prompt + response) per row."""
+    return batch.batch["attention_mask"].sum(-1).long().cpu().numpy()
+
+
+def step_accounting(generated, train, shape: tuple[int, int, int], *, extra_forwards: int,
+                    max_new_tokens: int) -> dict[str, float]:
+    """Generated-vs-trained rollouts, tokens and FLOPs, rewards, lengths and advantages.
+
+    Args:
+        generated: every generated real row of the step (DataProto); train: the trained rows,
+            masked pad rows excluded (None when nothing was trained).
+        shape: (N parameters, layers, d_model) for the FLOPs formulas.
+    """
+    gen_len = seq_lengths(generated)
+    gen_resp = generated.batch["response_mask"].sum(-1).long().cpu().numpy()
+    rewards = generated.batch["rm_scores"].sum(-1).float().cpu().numpy()
+    m = {
+        "rollout/generated": float(len(generated)), "tokens/generated": float(gen_resp.sum()),
+        "flops/rollout": rollout_flops(*shape, gen_len.tolist()),
+        "reward/mean": float(rewards.mean()) if len(rewards) else 0.0,
+        "response/length_mean": float(gen_resp.mean()) if len(gen_resp) else 0.0,
+        "response/truncated_frac": float((gen_resp >= max_new_tokens).mean()) if len(gen_resp) else 0.0,
+        "rollout/trained": 0.0, "tokens/trained": 0.0, "tokens/response_trained": 0.0, "flops/train": 0.0,
+        "reward/trained_mean": 0.0, "adv/abs_mean": 0.0, "adv/zero_frac": 1.0,
+    }
+    if train is not None and len(train):
+        tr_len = seq_lengths(train)
+        mask = train.batch["response_mask"].float()
+        m.update({
+            "rollout/trained": float(len(train)), "tokens/trained": float(tr_len.sum()),
+            "tokens/response_trained": float(mask.sum()),
+            "flops/train": train_flops(*shape, tr_len.tolist(), extra_forwards),
+            "reward/trained_mean": float(train.batch["rm_scores"].sum(-1).float().mean()),
+        })
+        if "advantages" in train.batch.keys():
+            adv = (train.batch["advantages"].float() * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+            m["adv/abs_mean"] = float(adv.abs().mean())
+            m["adv/zero_frac"] = float((adv.abs() < 1e-8).float().mean())
+    m["flops/total"] = m["flops/rollout"] + m["flops/train"]
+    return m
+
+
+def eval_results(data_sources, sample_uids, correct, k: int, seed: int = 0) -> dict[str, dict[str, Any]]:
+    """Per-benchmark (data_source) Avg@k / Pass@k with per-problem (n, c) from verl's validation
+    samples, through trainer.evaluate.summarize; plus the pooled 'overall' row (as the embedded
+    evaluation)."""
+    from trainer.evaluate import summarize
+
+    data_sources, sample_uids = np.asarray(data_sources, dtype=object), np.asarray(sample_uids, dtype=object)
+    correct = np.asarray(correct, dtype=np.float64) > 0.5
+    results, pooled = {}, []
+    for source in dict.fromkeys(data_sources.tolist()):
+        sel = data_sources == source
+        per_problem = [(int((sample_uids[sel] == u).sum()), int(correct[sel][sample_uids[sel] == u].sum()))
+                       for u in dict.fromkeys(sample_uids[sel].tolist())]
+        results[str(source)] = summarize(per_problem, min(k, min(n for n, _ in per_problem)), seed)
+        pooled += per_problem
+    if pooled:
+        results["overall"] = summarize(pooled, min(k, min(n for n, _ in pooled)), seed)
+        results["overall"]["avg_at_k_macro"] = float(np.mean([v["avg_at_k"] for b, v in results.items() if b != "overall"]))
+    return results
+
+
+class StopRequested(Exception):
+    """Raised at a step boundary after the run was asked to stop (a checkpoint was saved)."""
+
+
+class PlatformLogger:
+    """The object verl's ``Tracking`` calls: ``log(data, step)`` writes the platform's keys to a
+    MetricSink. ``extra()`` supplies metrics the trainer computed for the step (accounting,
+    strata, savings); ``pending_eval()`` the per-benchmark results of a validation that just ran.
+    ``should_stop()`` is polled after each logged training step; when it says stop,
+    ``on_stop(step)`` runs (the trainer saves a checkpoint) and :class:`StopRequested` is raised.
+    """
+
+    def __init__(self, sink, extra: Callable[[], dict] | None = None, pending_eval: Callable[[], dict | None] | None = None,
+                 should_stop: Callable[[], bool] | None = None, on_stop: Callable[[int], None] | None = None):
+        self.sink, self.extra, self.pending_eval = sink, extra, pending_eval
+        self.should_stop, self.on_stop = should_stop, on_stop
+        self.last_step = 0
+
+    def log(self, data: dict[str, Any], step: int) -> None:
+        has_eval = any(k.startswith(("val-core/", "val-aux/")) for k in data)
+        results = self.pending_eval() if (has_eval and self.pending_eval) else None
+        if results:
+            self.sink.log_eval(int(step), results)
+        metrics = translate(data)
+        metrics.update(self.extra() if self.extra else {})
+        training_step = any(k.startswith("training/") or k == "timing_s/step" for k in data)
+        if training_step:
+            self.sink.log(int(step), metrics)
+            self.last_step = int(step)
+            if self.should_stop is not None and self.should_stop():
+                if self.on_stop is not None:
+                    self.on_stop(int(step))
+                raise StopRequested(f"stop requested after step {step}")
+
+    def finish(self, exit_code: int = 0) -> None:  # Tracking.finish calls this on some backends
+        pass
+
+
+def stop_file_flag(path: str | Path) -> Callable[[], bool]:
+    """should_stop for a Ray actor: true once the launcher created ``path``."""
+    p = Path(path)
+    return p.exists
+
+
+class JsonlRelay:
+    """Forward the lines a JsonlSink appends (DIR/metrics.jsonl, DIR/evals.jsonl) to another
+    MetricSink, from the launcher process: the trainer runs in a Ray actor, possibly on another
+    node of a shared filesystem, and cannot hold the platform's DB sink.
+
+    It starts at the beginning of the files: a resumed run re-forwards the steps it already
+    had, which a MetricSink takes idempotently (the later line for a step wins), so no step
+    logged before a crash of the launcher is lost."""
+
+    def __init__(self, directory: str | Path, sink):
+        self.paths = {"metrics": Path(directory) / "metrics.jsonl", "evals": Path(directory) / "evals.jsonl"}
+        self.offsets = {k: 0 for k in self.paths}
+        self.sink = sink
+        self.last_step = 0
+        self.final_eval: dict | None = None
+
+    def pump(self) -> int:
+        """Forward complete new lines; returns how many were forwarded."""
+        n = 0
+        for kind, path in self.paths.items():
+            if not path.exists():
+                continue
+            with path.open("rb") as f:
+                f.seek(self.offsets[kind])
+                chunk = f.read()
+            done = chunk.rfind(b"\n") + 1  # a line being written is left for the next pump
+            for line in chunk[:done].decode().splitlines():
+                if not line.strip():
+                    continue
+                row = json.loads(line)
+                step = int(row.pop("step"))
+                if kind == "metrics":
+                    self.sink.log(step, {k: v for k, v in row.items() if v is not None})
+                    self.last_step = max(self.last_step, step)
+                else:
+                    self.sink.log_eval(step, row["results"])
+                    self.final_eval = row["results"]
+                n += 1
+            self.offsets[kind] += done
+        return n

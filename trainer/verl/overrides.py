@@ -1,0 +1,199 @@
+"""Translate a platform RunConfig into verl 0.9.1 hydra overrides (``key=value`` strings).
+
+Pure stdlib: the overrides are built without verl installed; :func:`compose` (hydra, verl's
+config directory) validates them where verl is installed.
+
+verl 0.9.1 reads the reward settings from ``reward.*`` (``reward.custom_reward_function``,
+``reward.reward_manager``); the legacy top-level ``custom_reward_function.*`` and
+``reward_model.*`` keys still exist in its config tree (all null) but ``main_ppo`` never
+migrates them, so a value put there is silently ignored and the run trains on verl's default
+scorer. :func:`check_no_legacy_reward` refuses such overrides by name, and
+:func:`compose` checks the composed tree again.
+
+Mapping (RunConfig -> verl), method by method:
+
+    all      data.train_batch_size = batch_prompts; max_prompt/response_length; lr, warmup,
+             grad clip, weight decay, betas; entropy_coeff; k3 KL as use_kl_loss + low_var_kl;
+             ppo_mini_batch_size = batch_prompts / mini_batches (prompts); ppo_epochs;
+             rollout temperature/top_p; validation samples eval_n at the training temperature;
+             trainer.use_v1 = False (the RayPPOTrainer path), total_training_steps = steps.
+    grpo     rollout.n = n_total, adv_estimator = grpo, symmetric clip, seq-mean-token-mean.
+    dapo     rollout.n = n_total, adv_estimator = grpo, clip_ratio_low/high = eps_low/high,
+             token-mean, reward manager 'dapo' with the overlong buffer, filter_groups on
+             (metric acc, max_num_gen_batches = max_gen_rounds).
+    aero*    rollout.n = n_explore (the exploration pass), adv_estimator = 'aero' (registered
+             in the task-runner process, trainer/verl/estimator.py); AERO's own settings are
+             read by the AERO trainer from OUT/config.json (``+aero_lab.out_dir``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterable
+
+from trainer.config import RunConfig
+
+REWARD_FN = Path(__file__).with_name("reward.py")
+LEGACY_REWARD_PREFIXES = ("custom_reward_function.", "reward_model.")
+AERO_METHODS = ("aero", "aero-s1", "aero-s1s2")
+
+
+def _v(value: Any) -> str:
+    """A hydra override value: booleans lower-case, lists/dicts as JSON-ish literals, None as null."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_v(v) for v in value) + "]"
+    if isinstance(value, str):
+        # quote anything hydra's grammar could misread (paths with '=' or ',', spaces)
+        return json.dumps(value) if any(c in value for c in " ,=[]{}'\"") else value
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def to_overrides(cfg: RunConfig, *, out_dir: str | Path, train_file: str | Path, val_files: list[str | Path],
+                 n_gpus_per_node: int = 1, nnodes: int = 1, agent_workers: int = 8,
+                 tensor_parallel: int = 1, gpu_memory_utilization: float = 0.5,
+                 max_token_len_per_gpu: int | None = None) -> list[str]:
+    """verl overrides for ``cfg`` (see the module docstring for the mapping).
+
+    ``train_file``/``val_files``: verl parquet files (trainer/verl/data.py writes them).
+    ``max_token_len_per_gpu``: dynamic micro-batching budget (default 4 x (prompt + response)).
+    """
+    if cfg.model_path is None:
+        raise ValueError("the verl engine needs model_path")
+    P, aero = cfg.batch_prompts, cfg.method in AERO_METHODS
+    if P % cfg.mini_batches:
+        raise ValueError(f"batch_prompts ({P}) must be a multiple of mini_batches ({cfg.mini_batches}) on verl")
+    eps_low, eps_high = (cfg.dapo.eps_low, cfg.dapo.eps_high) if cfg.method == "dapo" else (cfg.clip_eps, cfg.clip_eps)
+    seq_len = cfg.max_prompt_tokens + cfg.max_new_tokens
+    tokens = max_token_len_per_gpu or 4 * seq_len
+    steps_or = lambda every: every if every > 0 else cfg.steps  # noqa: E731  (0 = only at the end)
+    o = {
+        # data
+        "data.train_files": [str(train_file)],
+        "data.val_files": [str(v) for v in val_files] or [str(train_file)],
+        "data.train_batch_size": P,
+        "data.max_prompt_length": cfg.max_prompt_tokens,
+        "data.max_response_length": cfg.max_new_tokens,
+        "data.filter_overlong_prompts": True,
+        "data.truncation": "error",
+        "data.shuffle": True,
+        "data.seed": cfg.seed,
+        # model + optimizer
+        "actor_rollout_ref.model.path": str(Path(cfg.model_path).expanduser()),
+        "actor_rollout_ref.model.enable_gradient_checkpointing": cfg.gradient_checkpointing,
+        "actor_rollout_ref.model.use_remove_padding": True,
+        "actor_rollout_ref.actor.optim.lr": cfg.optim.lr,
+        "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio": cfg.optim.warmup_ratio,
+        "actor_rollout_ref.actor.optim.weight_decay": cfg.optim.weight_decay,
+        "actor_rollout_ref.actor.optim.betas": [cfg.optim.beta1, cfg.optim.beta2],
+        "actor_rollout_ref.actor.optim.clip_grad": cfg.optim.grad_clip,
+        "actor_rollout_ref.actor.grad_clip": cfg.optim.grad_clip,
+        # policy loss
+        "actor_rollout_ref.actor.ppo_mini_batch_size": P // cfg.mini_batches,
+        "actor_rollout_ref.actor.ppo_epochs": cfg.ppo_epochs,
+        "actor_rollout_ref.actor.use_dynamic_bsz": True,
+        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": tokens,
+        "actor_rollout_ref.actor.clip_ratio_low": eps_low,
+        "actor_rollout_ref.actor.clip_ratio_high": eps_high,
+        "actor_rollout_ref.actor.loss_agg_mode": cfg.effective_loss_agg,
+        "actor_rollout_ref.actor.entropy_coeff": cfg.entropy_coef,
+        "actor_rollout_ref.actor.use_kl_loss": cfg.kl_coef > 0,
+        "actor_rollout_ref.actor.kl_loss_coef": cfg.kl_coef,
+        "actor_rollout_ref.actor.kl_loss_type": "low_var_kl",  # verl's name for the k3 estimator
+        "actor_rollout_ref.actor.data_loader_seed": cfg.seed,
+        # rollout (vLLM)
+        "actor_rollout_ref.rollout.name": "vllm",
+        "actor_rollout_ref.rollout.n": cfg.aero.n_explore if aero else cfg.n_total,
+        "actor_rollout_ref.rollout.temperature": cfg.temperature,
+        "actor_rollout_ref.rollout.top_p": cfg.top_p,
+        "actor_rollout_ref.rollout.seed": cfg.seed,
+        "actor_rollout_ref.rollout.tensor_model_parallel_size": tensor_parallel,
+        "actor_rollout_ref.rollout.gpu_memory_utilization": gpu_memory_utilization,
+        "actor_rollout_ref.rollout.agent.num_workers": agent_workers,
+        "actor_rollout_ref.rollout.val_kwargs.n": cfg.eval_n,
+        "actor_rollout_ref.rollout.val_kwargs.temperature": cfg.temperature,
+        "actor_rollout_ref.rollout.val_kwargs.top_p": cfg.top_p,
+        "actor_rollout_ref.rollout.val_kwargs.do_sample": True,
+        "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu": tokens,
+        "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu": tokens,
+        # advantage
+        "algorithm.adv_estimator": "aero" if aero else "grpo",
+        "algorithm.norm_adv_by_std_in_grpo": cfg.adv_estimator == "grpo",
+        "algorithm.use_kl_in_reward": False,
+        # reward: the reward.* keys verl 0.9.1 reads (never the legacy top-level ones)
+        "reward.custom_reward_function.path": str(REWARD_FN),
+        "reward.custom_reward_function.name": "compute_score",
+        "reward.reward_manager.name": "dapo" if cfg.method == "dapo" else "naive",
+        # trainer
+        "trainer.use_v1": False,
+        "trainer.n_gpus_per_node": n_gpus_per_node,
+        "trainer.nnodes": nnodes,
+        "trainer.total_training_steps": cfg.steps,
+        "trainer.total_epochs": 1_000_000,  # steps bound the run, not epochs
+        "trainer.logger": ["console"],  # the platform logger is attached by the AERO trainer
+        "trainer.project_name": "aero-lab",
+        "trainer.experiment_name": cfg.name or cfg.method,
+        "trainer.default_local_dir": str(Path(out_dir) / "verl_checkpoints"),
+        "trainer.save_freq": steps_or(cfg.checkpoint_every),
+        "trainer.test_freq": steps_or(cfg.eval_every),
+        "trainer.val_before_train": cfg.eval_every > 0,
+        "trainer.resume_mode": "auto",
+        "trainer.balance_batch": True,
+    }
+    out = [f"{k}={_v(v)}" for k, v in o.items()]
+    if cfg.method == "dapo":
+        d = cfg.dapo
+        out += [f"+reward.reward_kwargs.max_resp_len={cfg.max_new_tokens}",
+                f"+reward.reward_kwargs.overlong_buffer_cfg.enable={_v(d.overlong_buffer > 0)}",
+                f"+reward.reward_kwargs.overlong_buffer_cfg.len={d.overlong_buffer}",
+                f"+reward.reward_kwargs.overlong_buffer_cfg.penalty_factor={_v(d.overlong_penalty)}",
+                "+reward.reward_kwargs.overlong_buffer_cfg.log=false",
+                f"algorithm.filter_groups.enable={_v(d.dynamic_sampling)}",
+                "algorithm.filter_groups.metric=acc",
+                f"algorithm.filter_groups.max_num_gen_batches={d.max_gen_rounds}"]
+    # the platform run directory: the AERO trainer reads OUT/config.json (strategies, curation,
+    # accounting) and writes OUT/metrics.jsonl there
+    out.append(f"+aero_lab.out_dir={_v(str(out_dir))}")
+    return out
+
+
+def check_no_legacy_reward(overrides: Iterable[str]) -> None:
+    """Refuse overrides of the legacy reward keys verl 0.9.1 silently ignores (module docstring)."""
+    bad = [o for o in overrides if o.lstrip("+~").startswith(LEGACY_REWARD_PREFIXES)]
+    if bad:
+        raise ValueError("verl 0.9.1 ignores the legacy reward keys " + ", ".join(bad) +
+                         "; use reward.custom_reward_function.* / reward.reward_manager.* / reward.reward_model.*")
+
+
+def compose(overrides: list[str]):
+    """Compose verl's ``ppo_trainer`` config with ``overrides`` (hydra; needs verl installed) and
+    check that no legacy reward key carries a value. Returns the DictConfig."""
+    import verl
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from omegaconf import OmegaConf
+
+    check_no_legacy_reward(overrides)
+    config_dir = str(Path(verl.__file__).parent / "trainer" / "config")
+    with initialize_config_dir(config_dir=config_dir, version_base=None):
+        cfg = hydra_compose(config_name="ppo_trainer", overrides=list(overrides))
+    legacy = {k: v for k, v in _leaves(OmegaConf.to_container(cfg.get("custom_reward_function") or {})).items()
+              if v is not None and k != "name"}
+    legacy.update({k: v for k, v in _leaves(OmegaConf.to_container(cfg.get("reward_model") or {})).items()
+                   if v is not None})
+    if legacy:
+        raise ValueError(f"legacy reward keys carry values verl 0.9.1 would ignore: {legacy}")
+    return cfg
+
+
+def _leaves(tree: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(tree, dict):
+        out: dict[str, Any] = {}
+        for k, v in tree.items():
+            out.update(_leaves(v, f"{prefix}{k}."))
+        return out
+    return {prefix.rstrip("."): tree}

@@ -1,0 +1,26 @@
+"""The reward function verl's reward loop calls (``reward.custom_reward_function.path`` points
+at this file, ``name=compute_score``): the math task's verifier, math-verify on the last
+``\\boxed{}`` (trainer.tasks.math.score_math), so the verl engine rewards exactly as the
+embedded one.
+
+verl imports this file by path inside its reward-loop workers, so aero-lab must be installed
+in the Python environment of every Ray node. The reward loop runs scorers in an executor
+thread, where math-verify's signal-based timeouts cannot work; ``score_math`` runs with them
+off (as everywhere in the platform), so a pathological answer is bounded only by
+``max_answer_chars``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None,
+                  **_: Any) -> dict[str, float]:
+    """{"score": r, "acc": r} with r in {0.0, 1.0}. ``acc`` survives DAPO's overlong shaping of
+    the score, so curation and DAPO's group filter read correctness from it."""
+    from trainer.tasks.base import Problem
+    from trainer.tasks.math import normalize_ground_truth, score_math
+
+    r = score_math(solution_str, Problem(prompt="", answer=normalize_ground_truth(ground_truth), source=str(data_source)))
+    return {"score": float(r), "acc": float(r)}

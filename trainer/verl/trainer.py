@@ -1,0 +1,276 @@
+"""AEROTrainer: verl's RayPPOTrainer with AERO and DAPO step collection and platform metrics.
+
+Shaped like verl's DAPO recipe trainer (a RayPPOTrainer subclass whose ``fit`` owns the
+generation phase); one step of AERO / DAPO:
+
+    batch      <- next prompt batch (verl dataloader, P = data.train_batch_size)
+    collected  <- collect_aero / collect_dapo (trainer/verl/collect.py): explore with
+                  rollout.n = n_explore, rescue rounds as per-prompt repeated batches padded to
+                  the agent-loop worker divisor, curation with the shared core
+    sleep the rollout replicas (only now: every rescue round ran before)
+    pad the curated rows with masked rows to a multiple of (data-parallel size x mini-batches)
+    old log-probs, reference log-probs, advantages with the registered "aero" estimator
+                  (Bayesian baseline from reward_baselines), actor update, weight sync
+    log platform metrics (PlatformLogger) + checkpoint + validation
+
+GRPO runs the stock ``RayPPOTrainer.fit`` unchanged; this class only adds, through
+``_update_actor``, the platform accounting of the batch it trains, and attaches the platform
+logger to the ``Tracking`` object the stock loop builds.
+
+Departures from the stock loop, all for variable-size batches: sequence-length balancing
+across ranks (``trainer.balance_batch``) is not applied to padded AERO/DAPO batches (pad rows
+are spread evenly instead, trainer/verl/rows.py); the seq-mean loss normaliser
+(``global_batch_size``) is the number of real rows per mini-batch, not the padded count.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from verl import DataProto
+from verl.trainer.ppo.core_algos import agg_loss
+from verl.trainer.ppo.ray_trainer import RayPPOTrainer, compute_advantage, compute_response_mask
+from verl.utils import tensordict_utils as tu
+from verl.utils.debug import marked_timer
+from verl.utils.metric import reduce_metrics
+from verl.utils.py_functional import rename_dict
+from verl.workers.utils.padding import left_right_2_no_padding
+
+from trainer.collect import _strata_stats, savings_metrics
+from trainer.config import RunConfig
+from trainer.verl.collect import VerlCollected, collect_aero, collect_dapo
+from trainer.verl.metrics import PlatformLogger, eval_results, step_accounting
+from trainer.verl.rows import pad_masked, real_rows, row_correct, unpad_masked
+
+
+@contextlib.contextmanager
+def attach_logger(logger: PlatformLogger):
+    """Make every ``verl.utils.tracking.Tracking`` built inside the block also call ``logger``.
+
+    The stock ``fit`` builds its Tracking from the module attribute at call time, so swapping the
+    attribute for a subclass that adds one backend reaches it; restored on exit."""
+    import verl.utils.tracking as tracking
+
+    base = tracking.Tracking
+
+    class WithPlatform(base):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kw: Any):
+            super().__init__(*args, **kw)
+            self.logger["aero_lab"] = logger
+
+    tracking.Tracking = WithPlatform
+    try:
+        yield WithPlatform
+    finally:
+        tracking.Tracking = base
+
+
+class AEROTrainer(RayPPOTrainer):
+    """RayPPOTrainer + AERO/DAPO collection + platform metrics (module docstring).
+
+    Extra keyword arguments: ``run_cfg`` (the platform RunConfig), ``sink`` (a MetricSink the
+    PlatformLogger writes to), ``should_stop`` (polled after each step), ``model_shape``
+    (N parameters, layers, d_model) for FLOPs."""
+
+    def __init__(self, *args: Any, run_cfg: RunConfig, sink, should_stop: Callable[[], bool],
+                 model_shape: tuple[int, int, int], **kw: Any):
+        super().__init__(*args, **kw)
+        self.run_cfg, self.model_shape = run_cfg, model_shape
+        self._extra: dict[str, float] = {}
+        self._eval: dict | None = None
+        self.stopped = False
+        self.platform_logger = PlatformLogger(sink, extra=self._pop_extra, pending_eval=self._pop_eval,
+                                              should_stop=should_stop, on_stop=self._checkpoint_on_stop)
+
+    # ------------------------------------------------------------------ hooks into the stock loop
+
+    def _pop_extra(self) -> dict[str, float]:
+        extra, self._extra = self._extra, {}
+        return extra
+
+    def _pop_eval(self) -> dict | None:
+        results, self._eval = self._eval, None
+        return results
+
+    def _checkpoint_on_stop(self, step: int) -> None:
+        self.stopped = True
+        self._save_checkpoint()
+
+    def _extra_forwards(self) -> int:
+        """Forwards besides the update's own: the old-log-prob recompute, plus the reference."""
+        return 1 + int(self.use_reference_policy)
+
+    def _val_metrics_update(self, data_sources, sample_uids, reward_extra_infos_dict, sample_turns):
+        out = super()._val_metrics_update(data_sources, sample_uids, reward_extra_infos_dict, sample_turns)
+        acc = reward_extra_infos_dict.get("acc") or reward_extra_infos_dict.get("reward")
+        if acc:
+            self._eval = eval_results(data_sources, sample_uids, acc, k=self.run_cfg.eval_n, seed=self.run_cfg.seed)
+        return out
+
+    def _update_actor(self, batch: DataProto) -> DataProto:
+        """The stock update, with mini-batches and the seq-mean normaliser sized by real rows.
+
+        Stock GRPO batches (no pad rows) get exactly the stock values; the step's platform
+        accounting of a stock batch is recorded here (everything generated is trained)."""
+        real = real_rows(batch)
+        if self.run_cfg.method == "grpo":
+            self._extra.update(self._grpo_accounting(batch))
+        cfg = self.config.actor_rollout_ref
+        batch.meta_info["multi_turn"] = cfg.rollout.multi_turn.enable
+        batch.meta_info["temperature"] = cfg.rollout.temperature
+        if real.all() and self.run_cfg.method == "grpo":
+            mini = cfg.actor.ppo_mini_batch_size * cfg.rollout.n
+            global_batch = mini
+        else:
+            n_mb = self.run_cfg.mini_batches
+            mini = len(batch) // n_mb
+            global_batch = max(float(real.sum()) / n_mb, 1.0)  # real rows per mini-batch (seq-mean modes)
+        batch_td = left_right_2_no_padding(batch.to_tensordict())
+        tu.assign_non_tensor(
+            batch_td, calculate_entropy=cfg.actor.calculate_entropy or cfg.actor.entropy_coeff != 0.0,
+            distillation_use_topk=False, distillation_only=False, global_batch_size=global_batch,
+            mini_batch_size=mini, epochs=cfg.actor.ppo_epochs, seed=cfg.actor.data_loader_seed,
+            dataloader_kwargs={"shuffle": cfg.actor.shuffle}, compute_loss=True)
+        out = rename_dict(tu.get(self.actor_rollout_wg.update_actor(batch_td), "metrics"), "actor/")
+        out["perf/mfu/actor"] = out.pop("actor/mfu", 0.0)
+        return DataProto.from_single_dict(data={}, meta_info={"metrics": out})
+
+    def _grpo_accounting(self, batch: DataProto) -> dict[str, float]:
+        cfg = self.run_cfg
+        m = step_accounting(batch, batch, self.model_shape, extra_forwards=self._extra_forwards(),
+                            max_new_tokens=cfg.max_new_tokens)
+        ok = row_correct(batch)
+        uids = batch.non_tensor_batch["uid"]
+        correct = np.array([ok[uids == u].sum() for u in dict.fromkeys(uids.tolist())], dtype=np.int64)
+        m.update(_strata_stats(correct, cfg.n_total, cfg))
+        m["zero_acc/after_rescue"] = m["zero_acc/after_explore"]
+        m["prompts/used"] = float(len(correct))
+        return m
+
+    # ------------------------------------------------------------------ fit
+
+    def fit(self):
+        with attach_logger(self.platform_logger):
+            if self.run_cfg.method == "grpo":
+                return super().fit()
+            return self.fit_curated()
+
+    def _batches(self):
+        """Prompt batches from the dataloader, epoch after epoch, as (batch, gen_batch)."""
+        while True:
+            for batch_dict in self.train_dataloader:
+                batch = DataProto.from_single_dict(batch_dict)
+                batch.meta_info["temperature"] = self.config.actor_rollout_ref.rollout.temperature
+                batch.non_tensor_batch["uid"] = np.array([f"s{self.global_steps}-{i}-{time.time_ns()}"
+                                                          for i in range(len(batch))], dtype=object)
+                gen_batch = self._get_gen_batch(batch)
+                gen_batch.meta_info["global_steps"] = self.global_steps
+                yield batch, gen_batch
+
+    def _generate(self, timing: dict[str, float]) -> Callable[[DataProto], DataProto]:
+        def generate(request: DataProto) -> DataProto:
+            out = self.async_rollout_manager.generate_sequences(request)
+            for k, v in out.meta_info.pop("timing", {}).items():
+                timing[k] = timing.get(k, 0.0) + float(v)
+            return out
+        return generate
+
+    def _divisor(self) -> int:
+        return len(self.async_rollout_manager.agent_loop_workers)
+
+    def fit_curated(self):
+        """The AERO / DAPO loop (module docstring); checkpoints, validation and resume as stock."""
+        from verl.utils.tracking import Tracking  # the patched class (attach_logger)
+
+        c = self.config
+        logger = Tracking(project_name=c.trainer.project_name, experiment_name=c.trainer.experiment_name,
+                          default_backend=c.trainer.logger, config=None)
+        self.global_steps = 0
+        self._load_checkpoint()
+        self.checkpoint_manager.update_weights(self.global_steps)
+        if c.trainer.get("val_before_train", True) and self.global_steps == 0:
+            logger.log(data=self._validate(), step=0)
+        self.global_steps += 1
+        batches = self._batches()
+        while self.global_steps <= self.total_training_steps:
+            is_last = self.global_steps >= self.total_training_steps
+            metrics = self.train_step(batches)
+            if c.trainer.save_freq > 0 and (is_last or self.global_steps % c.trainer.save_freq == 0):
+                self._save_checkpoint()
+            if c.trainer.test_freq > 0 and (is_last or self.global_steps % c.trainer.test_freq == 0):
+                metrics.update(self._validate())
+            metrics["training/global_step"] = self.global_steps
+            logger.log(data=metrics, step=self.global_steps)
+            self.global_steps += 1
+
+    def train_step(self, batches) -> dict[str, Any]:
+        """One AERO / DAPO step; returns verl-style metrics, platform ones go to ``self._extra``."""
+        cfg, metrics, timing = self.run_cfg, {}, {}
+        t0 = time.perf_counter()
+        generate = self._generate(timing)
+        with marked_timer("gen", timing):
+            if cfg.method == "dapo":
+                col = collect_dapo(cfg, lambda: next(batches), generate, self._divisor())
+            else:
+                batch, gen_batch = next(batches)
+                rng = np.random.default_rng([cfg.seed, self.global_steps])  # resume-exact curation draws
+                col = collect_aero(cfg, batch, gen_batch, generate, self._divisor(), rng)
+            self.checkpoint_manager.sleep_replicas()  # every round has run: the replicas may sleep now
+        t1 = time.perf_counter()
+        train = None
+        if col.train is not None and len(col.train):
+            train, metrics = self._update(col, timing)
+        else:
+            self.checkpoint_manager.update_weights(self.global_steps)  # wake the replicas for the next step
+        t2 = time.perf_counter()
+        extra = step_accounting(col.generated, unpad_masked(train) if train is not None else None, self.model_shape,
+                                extra_forwards=self._extra_forwards(), max_new_tokens=cfg.max_new_tokens)
+        extra.update(col.stats)
+        extra.update({"time/step_s": t2 - t0, "time/rollout_s": t1 - t0, "time/train_s": t2 - t1,
+                      "time/reward_s": 0.0,  # the reward loop scores inside generation (streamed)
+                      "rollout/gen_calls": float(col.gen.calls), "rollout/pad_rows": float(col.gen.pad_rows),
+                      "prompts/used": float(col.prompts_used)})
+        if train is not None:
+            extra["train/pad_rows"] = float((~real_rows(train)).sum())
+        if col.ledger is not None and extra["tokens/trained"] > 0:
+            extra.update(savings_metrics(cfg, col.ledger, flops_per_token=extra["flops/train"] / extra["tokens/trained"],
+                                         seconds_per_token=(t2 - t1) / extra["tokens/trained"]))
+        self._extra.update(extra)
+        metrics.update({f"timing_s/{k}": v for k, v in timing.items()})
+        return metrics
+
+    def _update(self, col: VerlCollected, timing: dict[str, float]) -> tuple[DataProto, dict[str, Any]]:
+        """Masked padding, old/ref log-probs, advantages, actor update, weight sync."""
+        c, metrics = self.config, {}
+        dp = self._get_dp_size(self.actor_rollout_wg, "actor")
+        batch, _ = pad_masked(col.train, dp * self.run_cfg.mini_batches, self.tokenizer.pad_token_id
+                              if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id)
+        if "response_mask" not in batch.batch.keys():
+            batch.batch["response_mask"] = compute_response_mask(batch)
+        batch.meta_info["global_token_num"] = torch.sum(batch.batch["attention_mask"], dim=-1).tolist()
+        with marked_timer("old_log_prob", timing):
+            old, _mfu = self._compute_old_log_prob(batch)
+            metrics["actor/entropy"] = agg_loss(loss_mat=old.batch["entropys"], loss_mask=batch.batch["response_mask"],
+                                                loss_agg_mode=c.actor_rollout_ref.actor.loss_agg_mode).item()
+            old.batch.pop("entropys")
+            batch = batch.union(old)
+        if self.use_reference_policy:
+            with marked_timer("ref", timing):
+                batch = batch.union(self._compute_ref_log_prob(batch))
+        with marked_timer("adv", timing):
+            batch.batch["token_level_scores"] = batch.batch["rm_scores"]
+            batch.batch["token_level_rewards"] = batch.batch["rm_scores"]
+            batch = compute_advantage(batch, adv_estimator=c.algorithm.adv_estimator, gamma=c.algorithm.gamma,
+                                      lam=c.algorithm.lam, num_repeat=c.actor_rollout_ref.rollout.n,
+                                      norm_adv_by_std_in_grpo=c.algorithm.get("norm_adv_by_std_in_grpo", True),
+                                      config=c.algorithm)
+        with marked_timer("update_actor", timing):
+            metrics.update(reduce_metrics(self._update_actor(batch).meta_info["metrics"]))
+        with marked_timer("update_weights", timing):
+            self.checkpoint_manager.update_weights(self.global_steps)
+        return batch, metrics
