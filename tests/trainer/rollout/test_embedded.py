@@ -6,7 +6,7 @@ import time
 import pytest
 import torch
 
-from trainer.model import TINY_SHAPE, build_model, tiny_qwen2_config
+from trainer.model import build_model, tiny_qwen2_config
 from trainer.rollout import ENGINES, make_engine
 from trainer.rollout.base import SamplingParams
 from trainer.rollout.embedded import EmbeddedEngine, expand_counts, left_pad, top_p_filter
