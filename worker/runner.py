@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -211,21 +212,30 @@ class RunLost(Exception):
 class RunControl:
     """The trainer's ``should_stop`` and ``progress`` callbacks and the heartbeat, for one owned run.
 
-    Every write is ``UPDATE runs ... WHERE id = :id AND status = 'running' AND worker = :me
-    RETURNING cancel_requested``: one statement that beats, reads the cancel flag and proves
-    ownership. No row back means the run is no longer ours (``lost``): the callbacks raise
-    :class:`RunLost`, which ends the trainer at once, without the checkpoint a normal stop writes
-    (the new owner is writing that directory now).
+    Cost on the training thread per step: one primary-key read in ``should_stop`` (status,
+    owner, cancel flag: cancel is honoured at the next step boundary). ``progress`` only records
+    the step and kicks the heartbeat thread, which writes it in the background with
+    ``UPDATE runs ... WHERE id = :id AND status = 'running' AND worker = :me`` (a beat that
+    proves ownership) and notes new checkpoints.
+
+    A run that is no longer ours (re-queued by the reaper, taken over by another worker) makes
+    both callbacks raise :class:`RunLost`: the trainer ends at once, without the checkpoint a
+    normal stop writes (the new owner is writing that directory now).
     """
 
-    def __init__(self, url: str, run_id: int, me: str, out_dir: Path, poll_s: float = 0.5):
-        self.url, self.run_id, self.me, self.out_dir, self.poll_s = url, run_id, me, out_dir, poll_s
+    def __init__(self, url: str, run_id: int, me: str, out_dir: Path):
+        self.url, self.run_id, self.me, self.out_dir = url, run_id, me, out_dir
         self.cancel = self.lost = False
-        self.last_poll = float("-inf")
-        self.blocked_s = 0.0  # time the training thread spent in progress/should_stop
+        self.pending: dict[str, Any] = {}
+        self._lock = threading.Lock()
         self.recorded_ckpt: str | None = None
+        self.kick: Callable[[], None] = self.beat  # replaced by Heartbeat.kick while training
+        self.blocked_s = 0.0  # time the training thread spent in progress/should_stop
 
-    def _touch(self, **values: Any) -> None:
+    def beat(self) -> None:
+        """Heartbeat + latest progress, conditional on owning the run (heartbeat thread)."""
+        with self._lock:
+            values, self.pending = self.pending, {}
         with session_scope(self.url) as s:
             row = s.execute(
                 update(Run).where(Run.id == self.run_id, Run.status == "running", Run.worker == self.me)
@@ -233,10 +243,9 @@ class RunControl:
             ).first()
             if row is None:
                 self.lost = True
-            else:
-                self.cancel = bool(row[0])
+                return
+            self.cancel = self.cancel or bool(row[0])
             self._record_checkpoint(s)
-        self.last_poll = time.monotonic()
 
     def _record_checkpoint(self, session) -> None:
         """Note the trainer's newest checkpoint (OUT/checkpoints/latest) in the store, once."""
@@ -245,28 +254,26 @@ class RunControl:
             name = latest.read_text().strip()
         except OSError:
             return
-        if name != self.recorded_ckpt and name.startswith("step_") and not self.lost:
+        if name != self.recorded_ckpt and name.startswith("step_"):
             record_checkpoint(session, self.run_id, int(name[5:]), str(self.out_dir / "checkpoints" / name))
             self.recorded_ckpt = name
 
-    def beat(self) -> None:
-        self._touch()
-
     def progress(self, step: int, total: int, metrics: dict) -> None:
-        t0 = time.perf_counter()
-        self._touch(current_step=step, total_steps=total, progress=min(1.0, step / total) if total else 0.0)
-        self.blocked_s += time.perf_counter() - t0
         if self.lost:
             raise RunLost(self.run_id)
+        with self._lock:
+            self.pending = {"current_step": step, "total_steps": total, "progress": min(1.0, step / total) if total else 0.0}
+        self.kick()
 
     def should_stop(self) -> bool:
-        # progress() polled right after the last step; query again only if that is not recent.
-        if time.monotonic() - self.last_poll > self.poll_s:
-            t0 = time.perf_counter()
-            self._touch()
-            self.blocked_s += time.perf_counter() - t0
-        if self.lost:
+        t0 = time.perf_counter()
+        with session_scope(self.url) as s:
+            row = s.execute(select(Run.status, Run.worker, Run.cancel_requested).where(Run.id == self.run_id)).first()
+        self.blocked_s += time.perf_counter() - t0
+        if row is None or row.status != "running" or row.worker != self.me:
+            self.lost = True
             raise RunLost(self.run_id)
+        self.cancel = self.cancel or bool(row.cancel_requested)
         return self.cancel
 
 
@@ -310,7 +317,8 @@ def execute_run(run_id: int, settings: Settings | None = None, ws: WorkerSetting
         cfg = parse_run_config(run.config)
         sink = DbSink(url, run_id, checkpoint_every=cfg.checkpoint_every, flush_s=ws.sink_flush_s)
         t_train = time.perf_counter()
-        with Heartbeat(control.beat, ws.heartbeat_s):
+        with Heartbeat(control.beat, ws.heartbeat_s) as hb:
+            control.kick = hb.kick
             summary = run_training(cfg, out_dir, sink, should_stop=control.should_stop, progress=control.progress)
         t_train = time.perf_counter() - t_train
     except RunLost:
@@ -323,7 +331,7 @@ def execute_run(run_id: int, settings: Settings | None = None, ws: WorkerSetting
         with session_scope(url) as s:
             ok = _finish_if_owner(s, run_id, me, "failed", error=error_text(exc)[-20_000:])
         return "failed" if ok else "lost"
-    control.beat()  # record the final checkpoint, refresh the flags
+    control.beat()  # the final progress and checkpoint, fresh flags (the heartbeat thread has stopped)
     if control.lost:
         return "lost"
     status = "cancelled" if summary["status"] == "stopped" else "succeeded"

@@ -173,7 +173,9 @@ def test_cancel_is_honoured_within_one_step(platform, pg_url):
     p.start_api()
     p.start_worker()
     with p.client() as c:
-        rid = p.submit(c, method="grpo", steps=40)
+        # Steps of ~0.5 s: the store's current_step trails the trainer by one background write
+        # (milliseconds), which must stay small next to a step for the bound below to be exact.
+        rid = p.submit(c, method="grpo", steps=40, batch_prompts=16, n_total=8)
         p.wait(lambda: run_row(pg_url, rid).current_step >= 1, 60, "step 1", every=0.05)
         r = c.post(f"/runs/{rid}/cancel")
         assert r.status_code == 200 and r.json()["cancel_requested"]

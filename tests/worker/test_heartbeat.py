@@ -24,3 +24,18 @@ def test_beats_survives_errors_and_stops():
     assert len(calls) == n  # stopped
     gaps = [b - a for a, b in zip(calls, calls[1:])]
     assert min(gaps) >= 0.04
+
+
+def test_kick_beats_at_once_and_kicks_coalesce():
+    calls = []
+    with Heartbeat(lambda: calls.append(time.monotonic()), 60.0) as hb:
+        t0 = time.monotonic()
+        hb.kick()
+        deadline = time.monotonic() + 5
+        while not calls and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert calls and calls[0] - t0 < 1.0  # not the 60 s interval
+        for _ in range(50):
+            hb.kick()
+        time.sleep(0.2)
+    assert 2 <= len(calls) <= 10  # fifty kicks coalesce into a few beats
