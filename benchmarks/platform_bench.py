@@ -152,6 +152,20 @@ class Server:
         self.stop()
         raise RuntimeError("server did not start")
 
+    def cpu_s(self) -> float:
+        """CPU seconds used so far by the server: the uvicorn master and its worker processes."""
+        tick = os.sysconf("SC_CLK_TCK")
+        total = 0.0
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            pid, ppid = int(stat.parent.name), int(fields[1])
+            if pid == self.proc.pid or ppid == self.proc.pid:
+                total += (int(fields[11]) + int(fields[12])) / tick  # utime + stime
+        return total
+
     def stop(self) -> None:
         self.proc.terminate()
         try:
@@ -180,7 +194,7 @@ async def _client(port: int, path: str, until: float, lat: list[float], errors: 
         writer.close()
 
 
-def load(port: int, path: str, clients: int, seconds: float, warmup: float = 1.0) -> dict:
+def load(server: Server, path: str, clients: int, seconds: float, warmup: float = 1.0) -> dict:
     """Closed-loop load: ``clients`` keep-alive connections, each sending the next request when
     the previous answer has fully arrived. Latencies of the warm-up second are dropped."""
 
@@ -189,14 +203,17 @@ def load(port: int, path: str, clients: int, seconds: float, warmup: float = 1.0
         errors: list[int] = []
         nbytes: list[int] = []
         await asyncio.gather(*(_client(port, path, time.perf_counter() + warmup, [], errors, []) for _ in range(clients)))
-        t0 = time.perf_counter()
+        cpu0, t0 = server.cpu_s(), time.perf_counter()
         await asyncio.gather(*(_client(port, path, t0 + seconds, lat, errors, nbytes) for _ in range(clients)))
-        return lat, errors, nbytes, time.perf_counter() - t0
+        return lat, errors, nbytes, time.perf_counter() - t0, server.cpu_s() - cpu0
 
-    lat, errors, nbytes, elapsed = asyncio.run(main())
+    port = server.port
+    load_before = os.getloadavg()[0]
+    lat, errors, nbytes, elapsed, cpu = asyncio.run(main())
     return {"path": path, "clients": clients, "requests": len(lat), "errors": len(errors), "rps": len(lat) / elapsed,
             "p50_ms": 1e3 * pct(lat, 50), "p95_ms": 1e3 * pct(lat, 95), "p99_ms": 1e3 * pct(lat, 99),
-            "max_ms": 1e3 * max(lat), "bytes": nbytes[0] if nbytes else 0}
+            "max_ms": 1e3 * max(lat), "bytes": nbytes[0] if nbytes else 0,
+            "server_cpu_ms_per_request": 1e3 * cpu / max(1, len(lat)), "loadavg_1m": [load_before, os.getloadavg()[0]]}
 
 
 def seed_run(url: str, steps: int) -> int:
@@ -224,10 +241,10 @@ def bench_http(kind: str, steps: int, clients: int, seconds: float, workers: int
             try:
                 for label, path in paths:
                     out.append({"db": kind, "what": label, "cache": bool(cache_mb), "workers": workers,
-                                **load(server.port, path, clients, seconds)})
+                                **load(server, path, clients, seconds)})
                 if cache_mb:
                     out.append({"db": kind, "what": "run read GET /api/runs/{id}", "cache": None, "workers": workers,
-                                **load(server.port, f"/api/runs/{run_id}", clients, seconds)})
+                                **load(server, f"/api/runs/{run_id}", clients, seconds)})
             finally:
                 server.stop()
     return out
@@ -266,7 +283,8 @@ def main() -> None:
         for r in rows:
             cache = {True: "cache on ", False: "cache off", None: "         "}[r["cache"]]
             print(f"  {r['db']:<10} {r['what']:<34} {cache} {r['rps']:7.0f} req/s  p50 {r['p50_ms']:6.1f}  p95 {r['p95_ms']:6.1f}"
-                  f"  p99 {r['p99_ms']:6.1f}  max {r['max_ms']:6.1f} ms  {r['bytes'] / 1024:7.1f} KiB  errors {r['errors']}")
+                  f"  p99 {r['p99_ms']:6.1f}  max {r['max_ms']:6.1f} ms  {r['bytes'] / 1024:7.1f} KiB  errors {r['errors']}"
+                  f"  server CPU {r['server_cpu_ms_per_request']:.2f} ms/req  load {r['loadavg_1m'][0]:.1f}")
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
     print("\n" + json.dumps(report))
