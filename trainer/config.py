@@ -104,6 +104,10 @@ class RunConfig(_Strict):
         "{'MATH-500': '/data/math500.jsonl', 'AIME24': '/data/aime24.parquet'}; evaluated and reported per name, "
         "in the given order. Flat layouts of AIME24, AMC23, MATH-500, Minerva and OlympiadBench are read as shipped.",
     )
+    rollout_engine: Literal["embedded", "vllm"] = Field(
+        "embedded", description="Rollout engine of the embedded trainer: 'embedded' (transformers KV-cache sampling, "
+        "CPU or CUDA) or 'vllm' (extra aero-lab[vllm], CUDA; weights synced after every update). Without vLLM or "
+        "CUDA a 'vllm' run falls back to 'embedded' with a warning. The verl engine always rolls out with vLLM.")
     gradient_checkpointing: bool = Field(
         False, description="Recompute activations in the backward pass (HF gradient checkpointing): less memory for "
         "long responses on real models, ~30% more train time. The verl engine maps it to enable_gradient_checkpointing.")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,8 +58,6 @@ def weight_dtype(device: torch.device, compute_dtype: torch.dtype) -> torch.dtyp
 
 
 def load_setup(cfg: RunConfig) -> Setup:
-    from trainer.rollout import make_engine
-
     device, dtype = resolve_device(cfg)
     path = PRESETS[cfg.preset] if cfg.preset else Path(cfg.model_path).expanduser()
     if cfg.preset and not (path / "config.json").is_file():
@@ -69,11 +68,46 @@ def load_setup(cfg: RunConfig) -> Setup:
     except FileNotFoundError as e:
         raise ConfigError([("model_path", str(e))]) from None
     task = build_task(cfg, path)
-    engine = make_engine("embedded", model=model, eos_id=task.tokenizer.eos_id, pad_id=task.tokenizer.pad_id,
-                         device=device, dtype=dtype)
+    engine = build_engine(cfg, model, path, task, device, dtype)
     mc = model.config
     return Setup(task=task, model=model, engine=engine, device=device, n_params=count_parameters(model),
                  n_layers=mc.num_hidden_layers, d_model=mc.hidden_size, compute_dtype=dtype)
+
+
+def rollout_engine_name(cfg: RunConfig, device: torch.device) -> tuple[str, str | None]:
+    """(engine to build, why the requested one was replaced or None). 'vllm' falls back to
+    'embedded' without CUDA or without vLLM installed, with a message that says so."""
+    from trainer.rollout.vllm import INSTALL_HINT, vllm_available
+
+    if cfg.rollout_engine != "vllm":
+        return cfg.rollout_engine, None
+    if device.type != "cuda":
+        return "embedded", "rollout_engine 'vllm' needs a CUDA device; falling back to the embedded engine"
+    if not vllm_available():
+        return "embedded", f"{INSTALL_HINT}; falling back to the embedded engine"
+    return "vllm", None
+
+
+def stop_token_ids(task, model) -> list[int]:
+    """Every id that ends a response: the tokenizer's EOS and the generation config's EOS ids."""
+    ids = {int(task.tokenizer.eos_id)}
+    extra = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids.update(int(i) for i in (extra if isinstance(extra, (list, tuple)) else [extra]) if i is not None)
+    return sorted(ids)
+
+
+def build_engine(cfg: RunConfig, model: torch.nn.Module, path: Path, task, device: torch.device, dtype: torch.dtype):
+    from trainer.rollout import make_engine
+
+    name, why = rollout_engine_name(cfg, device)
+    if why is not None:
+        warnings.warn(why, RuntimeWarning, stacklevel=2)
+    if name == "vllm":
+        return make_engine("vllm", model_path=path, eos_ids=stop_token_ids(task, model), pad_id=task.tokenizer.pad_id,
+                           dtype="bfloat16" if dtype == torch.bfloat16 else "float32", seed=cfg.seed,
+                           max_model_len=cfg.max_prompt_tokens + cfg.max_new_tokens)
+    return make_engine("embedded", model=model, eos_id=task.tokenizer.eos_id, pad_id=task.tokenizer.pad_id,
+                       device=device, dtype=dtype)
 
 
 def build_task(cfg: RunConfig, model_dir: Path):

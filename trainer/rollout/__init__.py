@@ -18,11 +18,10 @@ def _embedded(**kw) -> RolloutEngine:
 
 
 def _vllm(**kw) -> RolloutEngine:
-    try:
-        import vllm  # noqa: F401
-    except ImportError as e:
-        raise ImportError("vllm is not installed: pip install 'aero-lab[vllm]'") from e
-    raise NotImplementedError("the vllm rollout engine is not implemented yet")
+    """vLLM (optional extra, CUDA): ImportError with the install hint when vLLM is missing."""
+    from trainer.rollout.vllm import VLLMEngine
+
+    return VLLMEngine(**kw)
 
 
 ENGINES: dict[str, Callable[..., RolloutEngine]] = {"embedded": _embedded, "vllm": _vllm}

@@ -1,0 +1,160 @@
+"""verl -> platform metrics: name translation, generated-vs-trained accounting from DataProto
+masks, per-benchmark eval results, the logger verl's Tracking calls, the launcher's relay."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from trainer.metrics import MemorySink, rollout_flops, train_flops
+from trainer.verl.metrics import JsonlRelay, PlatformLogger, StopRequested, eval_results, translate
+
+
+def test_translate_maps_verl_names_and_keeps_platform_keys():
+    out = translate({"actor/pg_loss": 0.5, "actor/grad_norm": 2.0, "actor/pg_clipfrac": 0.1, "actor/lr": 5e-6,
+                     "timing_s/step": 10.0, "timing_s/gen": 6.0, "timing_s/old_log_prob": 1.0,
+                     "timing_s/update_actor": 2.5, "timing_s/update_weights": 0.5,
+                     "critic/score/mean": 0.3, "rescue/rounds": 2.0, "tokens/generated": 99.0,
+                     "val-core/AIME24/acc/mean@8": 0.1, "actor/entropy": float("nan"), "note": "text"})
+    assert out == {"loss/policy": 0.5, "train/grad_norm": 2.0, "train/clip_frac": 0.1, "optim/lr": 5e-6,
+                   "time/step_s": 10.0, "time/rollout_s": 6.0, "time/old_logprob_s": 1.0, "time/update_s": 2.5,
+                   "time/weight_sync_s": 0.5, "time/train_s": 4.0, "rescue/rounds": 2.0, "tokens/generated": 99.0}
+
+
+def _batch(prompt_lens, resp_lens, rewards, adv=None, T_p=4, T_r=5):
+    from verl import DataProto
+
+    B = len(prompt_lens)
+    attn = torch.zeros((B, T_p + T_r), dtype=torch.long)
+    resp = torch.zeros((B, T_r), dtype=torch.long)
+    rm = torch.zeros((B, T_r))
+    for i, (p, r) in enumerate(zip(prompt_lens, resp_lens)):
+        attn[i, T_p - p:T_p + r] = 1
+        resp[i, :r] = 1
+        rm[i, r - 1] = rewards[i]
+    d = {"attention_mask": attn, "response_mask": resp, "rm_scores": rm}
+    if adv is not None:
+        d["advantages"] = torch.tensor(adv, dtype=torch.float32)[:, None] * resp
+    return DataProto.from_single_dict(d)
+
+
+def test_accounting_counts_generated_and_trained_separately():
+    pytest.importorskip("verl")
+    from trainer.verl.metrics import step_accounting
+
+    gen = _batch([3, 3, 2, 2], [5, 2, 1, 4], [1, 0, 0, 1])
+    train = _batch([3, 2], [5, 4], [1, 1], adv=[0.5, 0.0])
+    shape = (1000, 2, 16)
+    m = step_accounting(gen, train, shape, extra_forwards=1, max_new_tokens=5)
+    assert (m["rollout/generated"], m["tokens/generated"], m["rollout/trained"]) == (4, 12, 2)
+    assert (m["tokens/trained"], m["tokens/response_trained"]) == (8 + 6, 9)
+    assert m["flops/rollout"] == rollout_flops(*shape, [8, 5, 3, 6])
+    assert m["flops/train"] == train_flops(*shape, [8, 6], 1) == 4 * rollout_flops(*shape, [8, 6])
+    assert m["flops/total"] == m["flops/rollout"] + m["flops/train"]
+    assert (m["reward/mean"], m["reward/trained_mean"]) == (0.5, 1.0)
+    assert m["response/truncated_frac"] == 0.25  # one response hit max_new_tokens = 5
+    assert (m["adv/abs_mean"], m["adv/zero_frac"]) == (0.25, 0.5)
+    nothing = step_accounting(gen, None, shape, extra_forwards=1, max_new_tokens=5)
+    assert (nothing["rollout/trained"], nothing["flops/train"], nothing["adv/zero_frac"]) == (0, 0, 1.0)
+
+
+def test_eval_results_per_benchmark_with_per_problem_counts():
+    sources = ["AIME24"] * 4 + ["MATH-500"] * 4
+    uids = ["a", "a", "b", "b", "c", "c", "d", "d"]
+    acc = [1, 0, 0, 0, 1, 1, 0, 1]
+    r = eval_results(sources, uids, acc, k=2)
+    assert list(r) == ["AIME24", "MATH-500", "overall"]
+    assert r["AIME24"]["per_problem"] == [[2, 1], [2, 0]] and r["AIME24"]["avg_at_k"] == 0.25
+    assert r["MATH-500"]["per_problem"] == [[2, 2], [2, 1]] and r["MATH-500"]["pass_at_k"] == 1.0
+    assert r["overall"]["avg_at_k"] == 0.5 and r["overall"]["avg_at_k_macro"] == 0.5
+
+
+def test_logger_writes_steps_evals_and_stops_at_a_step_boundary():
+    sink, saved = MemorySink(), []
+    stop = {"now": False}
+    evals = {"AIME24": {"avg_at_k": 0.5}}
+    log = PlatformLogger(sink, extra=lambda: {"rollout/generated": 24.0}, pending_eval=lambda: evals,
+                         should_stop=lambda: stop["now"], on_stop=saved.append)
+    log.log({"val-core/AIME24/acc/mean@8": 0.5}, step=0)  # validation before training: eval only
+    assert sink.evals == {0: evals} and sink.steps == {}
+    log.log({"training/global_step": 1, "actor/pg_loss": 0.1}, step=1)
+    assert sink.steps[1] == {"loss/policy": 0.1, "rollout/generated": 24.0}
+    stop["now"] = True
+    with pytest.raises(StopRequested):
+        log.log({"training/global_step": 2, "actor/pg_loss": 0.2}, step=2)
+    assert saved == [2] and 2 in sink.steps and log.last_step == 2  # logged, checkpointed, then stopped
+
+
+def test_attach_logger_reaches_the_tracking_the_stock_loop_builds():
+    pytest.importorskip("verl")
+    import verl.utils.tracking as tracking
+
+    from trainer.verl.trainer import attach_logger
+
+    sink = MemorySink()
+    original = tracking.Tracking
+    with attach_logger(PlatformLogger(sink)):
+        from verl.utils.tracking import Tracking  # imported at call time, as RayPPOTrainer.fit does
+
+        t = Tracking(project_name="p", experiment_name="e", default_backend=["console"])
+        t.log(data={"training/global_step": 3, "actor/grad_norm": 1.5}, step=3)
+    assert tracking.Tracking is original
+    assert sink.steps == {3: {"train/grad_norm": 1.5}}
+
+
+def test_relay_forwards_complete_lines_idempotently(tmp_path):
+    from trainer.metrics import JsonlSink
+
+    src, dst = JsonlSink(tmp_path), MemorySink()
+    relay = JsonlRelay(tmp_path, dst)
+    src.log(1, {"a": 1.0})
+    src.log_eval(1, {"B": {"avg_at_k": 0.1}})
+    with (tmp_path / "metrics.jsonl").open("a") as f:
+        f.write(json.dumps({"step": 2, "a": 2.0}))  # a line still being written: not forwarded yet
+    assert relay.pump() == 2 and dst.steps == {1: {"a": 1.0}} and dst.evals == {1: {"B": {"avg_at_k": 0.1}}}
+    with (tmp_path / "metrics.jsonl").open("a") as f:
+        f.write("\n")
+    src.log(1, {"a": 1.5})  # a resumed run re-logs step 1: the later line wins
+    assert relay.pump() == 2 and dst.steps == {1: {"a": 1.5}, 2: {"a": 2.0}} and relay.last_step == 2
+    again = MemorySink()
+    JsonlRelay(tmp_path, again).pump()  # a new launcher (resume) re-forwards everything
+    assert again.steps == dst.steps
+
+
+def test_estimator_is_registered_per_process_by_name():
+    """compute_advantage looks 'aero' up in the registry of the process it runs in: a fresh
+    process (a Ray actor is one) does not have it until register() runs there."""
+    pytest.importorskip("verl")
+    import subprocess
+    import sys
+
+    code = ("from verl.trainer.ppo import core_algos as c\n"
+            "print('aero' in c.ADV_ESTIMATOR_REGISTRY)\n"
+            "from trainer.verl.estimator import register, aero_outcome_advantage\n"
+            "register(); register()\n"
+            "print(c.get_adv_estimator_fn('aero') is aero_outcome_advantage)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["False", "True"], out.stderr[-2000:]
+
+
+def test_estimator_math_on_a_dataproto():
+    pytest.importorskip("verl")
+    from verl.trainer.ppo.ray_trainer import compute_advantage
+
+    from trainer.verl.estimator import register
+
+    register()
+    b = _batch([2] * 5, [3, 1, 2, 2, 3], [1, 0, 0, 0, 1])
+    b.non_tensor_batch["uid"] = np.array(["g", "g", "z", "z", "h"], dtype=object)
+    b.batch["token_level_rewards"] = b.batch["rm_scores"]
+    nan = float("nan")
+    b.batch["reward_baselines"] = torch.tensor([nan, nan, 0.1, 0.1, nan])  # group z: all-fail, u~ = 1/10
+    out = compute_advantage(b, adv_estimator="aero", num_repeat=1, config={"norm_adv_by_std_in_grpo": True})
+    row = out.batch["advantages"].sum(-1) / out.batch["response_mask"].sum(-1)
+    a = 0.5 / (2 ** -0.5 + 1e-6)
+    assert row.tolist() == pytest.approx([a, -a, -1 / 3, -1 / 3, 0.0], abs=1e-5)  # (0 - .1)/sqrt(.09) = -1/3
+    assert torch.equal(out.batch["advantages"] == 0, (out.batch["response_mask"] == 0) | (row[:, None] == 0))
+    drgrpo = compute_advantage(b, adv_estimator="aero", num_repeat=1, config={"norm_adv_by_std_in_grpo": False})
+    row = drgrpo.batch["advantages"].sum(-1) / drgrpo.batch["response_mask"].sum(-1)
+    assert row.tolist() == pytest.approx([0.5, -0.5, -0.1, -0.1, 0.0], abs=1e-6)
