@@ -19,8 +19,9 @@ def _embedded(**kw) -> RolloutEngine:
 
 def _vllm(**kw) -> RolloutEngine:
     """vLLM (optional extra, CUDA): ImportError with the install hint when vLLM is missing."""
-    from trainer.rollout.vllm import VLLMEngine
+    from trainer.rollout.vllm import VLLMEngine, import_vllm
 
+    import_vllm()  # the install hint first, whatever the arguments
     return VLLMEngine(**kw)
 
 
