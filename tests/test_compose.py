@@ -103,6 +103,11 @@ def test_workers_consume_the_queues_the_api_routes_to():
     assert arg(command("reaper"), "--alive-file") in " ".join(SERVICES["reaper"]["healthcheck"]["test"])
 
 
+def test_workers_stop_with_a_cold_shutdown():
+    # SIGQUIT hands the running task's message back to the broker; SIGTERM would wait for the run.
+    assert SERVICES["worker"]["stop_signal"] == SERVICES["worker-cpu"]["stop_signal"] == "SIGQUIT"
+
+
 def test_gpu_reservation_on_the_worker_only():
     devices = SERVICES["worker"]["deploy"]["resources"]["reservations"]["devices"]
     assert devices[0]["driver"] == "nvidia" and devices[0]["capabilities"] == ["gpu"]
