@@ -19,7 +19,7 @@ import torch
 
 from trainer.config import RunConfig, parse_run_config
 from trainer.evaluate import evaluate
-from trainer.loop import run_training
+from trainer.loop import iter_training
 from trainer.metrics import MemorySink
 from trainer.presets import load_setup
 from trainer.rollout.base import SamplingParams
@@ -60,7 +60,8 @@ def ratios(num: dict[str, Any], den: dict[str, Any]) -> dict[str, float]:
 def run_bench(preset: str = "tiny", steps: int = 60, seed: int = 0, methods: tuple[str, ...] = MAIN_METHODS,
               overrides: dict[str, Any] | None = None, out_dir: str | Path = "runs/bench",
               on_method: Callable[[str, RunConfig], Callable | None] | None = None) -> dict[str, Any]:
-    """Train each method for ``steps`` from the preset's base checkpoint with the same seed.
+    """Train each method for ``steps`` from the preset's base checkpoint with the same seed,
+    interleaved step by step in this process.
 
     ``overrides`` apply to every method (e.g. {"batch_prompts": 16}). Evaluation runs at the end
     only (eval_every=0) so eval cost does not enter the step times."""
@@ -69,16 +70,31 @@ def run_bench(preset: str = "tiny", steps: int = 60, seed: int = 0, methods: tup
     setup = load_setup(cfg0)
     base_eval = evaluate(setup.engine, setup.task, SamplingParams(cfg0.temperature, cfg0.top_p, cfg0.max_new_tokens),
                          cfg0.eval_n, cfg0.eval_problems, seed=cfg0.seed + 7919 * steps, timeout_s=cfg0.verifier_timeout_s)
-    results: dict[str, Any] = {}
+    runs = {}
     for method in methods:
         cfg = parse_run_config({**base, "method": method})
-        sink = MemorySink()
-        progress = on_method(method, cfg) if on_method else None
         run_dir = Path(out_dir) / method
         shutil.rmtree(run_dir, ignore_errors=True)  # a bench always trains from the base checkpoint
-        t0 = time.perf_counter()
-        run_training(cfg, run_dir, sink, progress=progress)
-        results[method] = summarize_run(sink, time.perf_counter() - t0)
+        sink = MemorySink()
+        runs[method] = {"sink": sink, "gen": iter_training(cfg, run_dir, sink), "wall": 0.0,
+                        "progress": on_method(method, cfg) if on_method else None}
+    # Round-robin, one step of each method at a time: every method sees the same machine
+    # conditions (other load, thermal state), so the ratios are fair even on a busy machine.
+    live = list(methods)
+    while live:
+        for method in list(live):
+            run = runs[method]
+            t0 = time.perf_counter()
+            try:
+                step, total, metrics = next(run["gen"])
+            except StopIteration:
+                live.remove(method)
+                continue
+            finally:
+                run["wall"] += time.perf_counter() - t0
+            if run["progress"]:
+                run["progress"](step, total, metrics)
+    results = {m: summarize_run(r["sink"], r["wall"]) for m, r in runs.items()}
     report = {
         "meta": {"preset": preset, "steps": steps, "seed": seed, "overrides": overrides or {},
                  "machine": f"{platform.machine()} {platform.processor() or ''} {torch.get_num_threads()} threads".strip(),

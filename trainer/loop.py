@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Generator
 
 import numpy as np
 import torch
@@ -42,6 +42,22 @@ def validate_lengths(cfg: RunConfig, model: torch.nn.Module) -> None:
 def run_training(cfg: RunConfig | dict, out_dir: str | Path, sink: MetricSink,
                  should_stop: Callable[[], bool] | None = None,
                  progress: Callable[[int, int, dict], None] | None = None) -> dict[str, Any]:
+    """Train (or resume) one run to the end; ``progress(step, steps, metrics)`` after each step.
+    Returns {"status": "completed" | "stopped", "last_step", "final_eval", ...}."""
+    steps = iter_training(cfg, out_dir, sink, should_stop)
+    while True:
+        try:
+            step, total, metrics = next(steps)
+        except StopIteration as done:
+            return done.value
+        if progress is not None:
+            progress(step, total, metrics)
+
+
+def iter_training(cfg: RunConfig | dict, out_dir: str | Path, sink: MetricSink,
+                  should_stop: Callable[[], bool] | None = None) -> Generator[tuple[int, int, dict], None, dict]:
+    """The loop itself, as a generator yielding (step, steps, metrics) after every step, so a
+    benchmark can interleave several runs step by step on the same machine conditions."""
     cfg = parse_run_config(cfg)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -119,8 +135,7 @@ def run_training(cfg: RunConfig | dict, out_dir: str | Path, sink: MetricSink,
             run_eval(step)
         if cfg.checkpoint_every > 0 and step % cfg.checkpoint_every == 0:
             checkpoint(step)
-        if progress is not None:
-            progress(step, cfg.steps, metrics)
+        yield step, cfg.steps, metrics
     final_eval = None
     if status == "completed" and step == cfg.steps and start_step < cfg.steps:
         final_eval = run_eval(cfg.steps)
