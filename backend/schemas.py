@@ -4,10 +4,10 @@ every hyperparameter with its paper default."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 from trainer.config import Method, RunConfig
 
@@ -16,6 +16,10 @@ RunStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 Tag = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[^\x00-\x1f\x7f]+$")]
 Label = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")]
 Notes = Annotated[str, StringConstraints(max_length=10_000, pattern=r"^[^\x00]*$")]
+
+
+# The store keeps naive UTC; the API says so explicitly ("...Z").
+UtcDatetime = Annotated[datetime, AfterValidator(lambda d: d if d.tzinfo else d.replace(tzinfo=UTC))]
 
 
 class _In(BaseModel):
@@ -54,11 +58,11 @@ class RunPublic(BaseModel):
     current_step: int
     total_steps: int
     error: str | None
-    created_at: datetime
-    started_at: datetime | None
-    finished_at: datetime | None
+    created_at: UtcDatetime
+    started_at: UtcDatetime | None
+    finished_at: UtcDatetime | None
     worker: str | None
-    heartbeat_at: datetime | None
+    heartbeat_at: UtcDatetime | None
     tags: list[str]
     notes: str
     sweep_id: int | None
@@ -98,7 +102,7 @@ class SweepCreate(_In):
 class SweepPublic(BaseModel):
     id: int
     name: str
-    created_at: datetime
+    created_at: UtcDatetime
     spec: dict[str, Any]
     status_counts: dict[str, int]
     runs: list[RunPublic]

@@ -23,6 +23,7 @@ def test_create_stores_validated_config_and_enqueues(client, auth, enqueued):
     assert run["config"]["aero"]["n_explore"] == 8 and run["config"]["steps"] == 3  # defaults filled in
     assert run["queue"] == "cpu" and enqueued.sent == [(run["id"], "cpu")]
     assert client.get(f"/api/runs/{run['id']}").json() == run
+    assert run["created_at"].endswith("Z") and run["started_at"] is None  # UTC, explicitly
 
 
 def test_gpu_runs_go_to_the_gpu_queue(client, auth, enqueued):

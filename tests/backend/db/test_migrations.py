@@ -1,6 +1,7 @@
 """Alembic: upgrade head on an empty database creates exactly the models' schema (an
 autogenerate comparison finds nothing), and downgrade removes it, on SQLite and PostgreSQL."""
 
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
@@ -28,6 +29,8 @@ def test_upgrade_head_creates_schema_with_no_autogenerate_diff(empty_db_url):
         assert MigrationContext.configure(conn).get_current_revision() == head
     migrate(empty_db_url)  # idempotent
     assert _diff(empty_db_url) == []
+    with get_engine(empty_db_url).connect() as conn:
+        command.check(alembic_config(conn))  # `alembic check`: raises if autogenerate would emit anything
 
 
 def test_downgrade_base_removes_every_table(empty_db_url):
