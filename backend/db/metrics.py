@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
 from backend.db.models import Checkpoint, EvalResult, Run, StepMetric, utcnow
@@ -77,8 +77,23 @@ def upsert_step_metrics(
     if not rows:
         return 0
     _upsert(session, StepMetric, rows, ("run_id", "step"))
-    session.execute(update(Run).where(Run.id == run_id).values(metrics_version=Run.metrics_version + 1))
+    bump_metrics_version(session, run_id)
     return len(rows)
+
+
+def bump_metrics_version(session: Session, run_id: int) -> None:
+    """Invalidate cached metric answers of a run (call after changing its step rows directly)."""
+    session.execute(update(Run).where(Run.id == run_id).values(metrics_version=Run.metrics_version + 1))
+
+
+def delete_steps_after(session: Session, run_id: int, step: int) -> int:
+    """On resume from the checkpoint of ``step``: delete the run's stored steps and evals after
+    it, and bump ``metrics_version`` so no cached answer still shows them. Returns the number
+    of step rows deleted. The caller commits."""
+    n = session.execute(delete(StepMetric).where(StepMetric.run_id == run_id, StepMetric.step > step)).rowcount
+    session.execute(delete(EvalResult).where(EvalResult.run_id == run_id, EvalResult.step > step))
+    bump_metrics_version(session, run_id)
+    return n
 
 
 def upsert_eval_results(session: Session, run_id: int, step: int, results: Mapping[str, Mapping[str, Any]]) -> int:

@@ -101,6 +101,11 @@ def test_cached_answers_follow_new_steps_and_status(client, app, session, run_id
     session.commit()
     m = client.get(url).json()
     assert (m["steps"], m["series"]["a"], m["last_step"]) == ([99, 100, 101], [148.5, -1.0, 7.0], 101)
+    from backend.db.metrics import delete_steps_after
+
+    assert delete_steps_after(session, run_id, 99) == 2  # a resume from step 99's checkpoint
+    session.commit()
+    assert client.get(url).json()["steps"] == [99]
     repo.request_cancel(session, run_id)
     session.commit()
     assert client.get(url).json()["run_status"] == "cancelled"
