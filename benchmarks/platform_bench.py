@@ -120,6 +120,28 @@ def bench_ingestion(kind: str, n_steps: int, metrics: dict[str, float] | None) -
             "mean_ms": 1e3 * statistics.mean(times), "p50_ms": 1e3 * pct(times, 50), "p99_ms": 1e3 * pct(times, 99)}
 
 
+def bench_worker_sink(kind: str, n_steps: int, metrics: dict[str, float] | None) -> dict | None:
+    """The worker's buffered DbSink (worker/sink.py), if present: seconds the training thread is
+    blocked per step (its background writer does the upserts), 1 ms of 'training' per step."""
+    try:
+        from worker.sink import DbSink
+    except Exception:  # noqa: BLE001
+        return None
+    rng = random.Random(0)
+    with temp_database(kind, Path(tempfile.mkdtemp())) as url:
+        migrate(url)
+        with session_scope(url) as s:
+            run_id = repo.create_run(s, RunConfig(steps=n_steps).model_dump(mode="json"), queue="cpu").id
+        sink = DbSink(url, run_id, checkpoint_every=20)
+        for step in range(1, n_steps + 1):
+            sink.log(step, metrics or synthetic_metrics(step, rng))
+            time.sleep(0.001)
+        sink.close()
+        st = sink.stats()
+    return {"db": kind, "steps": n_steps, "blocked_ms_per_step": 1e3 * st["blocked_s"] / n_steps,
+            "write_ms_per_step": 1e3 * st["write_s"] / n_steps, "flushes": st["flushes"]}
+
+
 # ------------------------------------------------------------------ 2./3. HTTP load
 
 
@@ -270,11 +292,18 @@ def main() -> None:
         ingest = [bench_ingestion(kind, args.ingest_steps, metrics) for kind in ("sqlite", "postgresql")]
         for row in ingest:
             row["overhead_pct"] = None if step_s is None else 100 * row["mean_ms"] / 1e3 / step_s
-        report["ingestion"] = {"step_s": step_s, "step_time_source": how, "rows": ingest}
+        sinks = [r for kind in ("sqlite", "postgresql") if (r := bench_worker_sink(kind, args.ingest_steps, metrics))]
+        for row in sinks:
+            row["overhead_pct"] = None if step_s is None else 100 * row["blocked_ms_per_step"] / 1e3 / step_s
+        report["ingestion"] = {"step_s": step_s, "step_time_source": how, "rows": ingest, "worker_sink": sinks}
         print(f"\nIngestion per step (upsert + progress, committed); step time {step_s and f'{step_s:.3f} s'} ({how})")
         for r in ingest:
             ov = "n/a" if r["overhead_pct"] is None else f"{r['overhead_pct']:.3f}%"
             print(f"  {r['db']:<10} {r['keys']} keys: mean {r['mean_ms']:.2f} ms  p50 {r['p50_ms']:.2f}  p99 {r['p99_ms']:.2f}  -> {ov} of a step")
+        for r in sinks:
+            ov = "n/a" if r["overhead_pct"] is None else f"{r['overhead_pct']:.4f}%"
+            print(f"  worker DbSink on {r['db']:<10}: training thread blocked {r['blocked_ms_per_step']:.3f} ms/step "
+                  f"(background writes {r['write_ms_per_step']:.2f} ms/step, {r['flushes']} flushes) -> {ov} of a step")
 
     if args.only in (None, "http"):
         rows = [r for kind in args.db for r in bench_http(kind, args.steps, args.clients, args.seconds, args.workers)]
