@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Run the verl-backend tests in their own virtualenv (.venv-verl, gitignored).
+#
+# verl 0.9.1 pins transformers < 5.11 and pulls ray, so it cannot share the main .venv
+# (transformers 5.2x). Its wheel also installs top-level `tests` and `scripts` packages; our
+# pytest runs with --import-mode=importlib and tests/ has no __init__.py, so they do not
+# shadow ours. The tests that need verl importorskip it, so the main suite skips them.
+#
+#   scripts/test_verl.sh            # creates .venv-verl on first use (~3-5 min, downloads ~1 GB), then tests
+#   scripts/test_verl.sh -k collect # extra pytest arguments
+#   AERO_VERL_VENV=/path scripts/test_verl.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV="${AERO_VERL_VENV:-.venv-verl}"
+
+if ! "$VENV/bin/python" -c "import verl, math_verify, pytest" >/dev/null 2>&1; then
+  echo "test_verl: creating $VENV (torch 2.13 CPU, verl 0.9.1)" >&2
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q torch==2.13.0           # first, pinned: an unpinned torch pulls a CUDA build
+  "$VENV/bin/pip" install -q verl==0.9.1
+  # verl's base install misses modules its trainer imports on CPU (cachetools, uvicorn, fastapi);
+  # the rest is what our trainer and tests need
+  "$VENV/bin/pip" install -q cachetools uvicorn fastapi "math-verify>=0.7" "pydantic>=2.7" pydantic-settings \
+    pyarrow pytest pytest-timeout
+  "$VENV/bin/pip" install -q --no-deps -e .
+fi
+
+exec "$VENV/bin/python" -m pytest tests/trainer/verl tests/trainer/rollout/test_vllm.py \
+  -p no:cacheprovider -W ignore::UserWarning -W ignore::FutureWarning -q "$@"
