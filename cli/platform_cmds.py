@@ -298,7 +298,9 @@ class Supervisor:
     def dead(self) -> list[Child]:
         return [c for c in self.children if c.proc.poll() is not None]
 
-    def stop(self, grace_s: float = 15.0) -> None:
+    def stop(self, grace_s: float = 30.0) -> None:
+        """Stop signal to each child, then SIGKILL to any still alive after ``grace_s`` (Celery's
+        cold shutdown alone takes 5-15 s on a busy 2-core machine)."""
         for c in self.children:
             if c.proc.poll() is None:
                 # The leader only: Celery's main process stops its pool itself (a SIGQUIT that

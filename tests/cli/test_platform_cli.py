@@ -158,7 +158,7 @@ def test_aero_up_end_to_end(tmp_path):
         t0 = time.monotonic()
         up.send_signal(signal.SIGTERM)
         try:
-            up.wait(timeout=40)
+            up.wait(timeout=60)
         finally:
             stop_s = time.monotonic() - t0
             if up.poll() is None:
