@@ -82,6 +82,16 @@ def _layout(fig: go.Figure, title: str, x_title: str, y_title: str, *, height: i
     return fig
 
 
+def integer_steps(fig: go.Figure, x: Sequence[float]) -> go.Figure:
+    """Steps are whole numbers: on a short run tick every step instead of 1.5, 2.5, ..."""
+    xs = [v for v in x if v is not None]
+    if xs and max(xs) - min(xs) <= 12:
+        fig.update_xaxes(tick0=min(xs), dtick=1)
+    else:
+        fig.update_xaxes(tickformat="d")
+    return fig
+
+
 def _col(series: Series, key: str, n: int) -> list[float | None]:
     vals = series.get(key)
     return list(vals) if vals is not None else [None] * n
@@ -103,7 +113,8 @@ def lines_figure(curves: Sequence[Curve], *, title: str, x_title: str, y_title: 
         fig.add_trace(go.Scatter(x=list(c.x), y=list(c.y), name=c.name, mode="lines",
                                  line={"color": method_color(c.method), "dash": c.dash, "width": 2},
                                  legendgroup=c.legendgroup, connectgaps=True))
-    return _layout(fig, title, x_title, y_title, height=height, y_tickformat=y_tickformat, y_range=y_range)
+    fig = _layout(fig, title, x_title, y_title, height=height, y_tickformat=y_tickformat, y_range=y_range)
+    return integer_steps(fig, [v for c in curves for v in c.x]) if x_title == "step" else fig
 
 
 def stacked_area_figure(x: Sequence[float], layers: Mapping[str, Sequence[float | None]], colors: Mapping[str, str], *,
@@ -113,7 +124,8 @@ def stacked_area_figure(x: Sequence[float], layers: Mapping[str, Sequence[float 
     for name, ys in layers.items():
         fig.add_trace(go.Scatter(x=list(x), y=[0 if v is None else v for v in ys], name=name, mode="lines",
                                  stackgroup="one", line={"width": 0.5, "color": colors.get(name, OTHER_COLOR)}))
-    return _layout(fig, title, x_title, y_title, height=height)
+    fig = _layout(fig, title, x_title, y_title, height=height)
+    return integer_steps(fig, x) if x_title == "step" else fig
 
 
 # ---------------------------------------------------------------- one run (Run detail page)
@@ -177,6 +189,7 @@ def health_figure(steps: Sequence[int], s: Series, method: str) -> go.Figure:
         fig.add_trace(go.Scatter(x=list(steps), y=_col(s, key, len(steps)), name=label, mode="lines",
                                  line={"color": method_color(method), "width": 2}, showlegend=False), row=1, col=i)
         fig.update_xaxes(title_text="step", row=1, col=i)
+    integer_steps(fig, steps)
     fig.update_layout(title={"text": "Optimisation health", "x": 0, "font": {"size": 15}}, height=300,
                       margin={"l": 50, "r": 20, "t": 70, "b": 40}, template="plotly_white")
     return fig
@@ -200,8 +213,9 @@ def zero_acc_compare_figure(runs: Sequence[tuple[str, str, Sequence[float], Sequ
             fig.add_trace(go.Scatter(x=list(x), y=list(explore), name=f"{label}: after explore", mode="lines",
                                      legendgroup=label, showlegend=False, connectgaps=True,
                                      line={"color": method_color(method), "width": 1, "dash": "dot"}))
-    return _layout(fig, "Zero-accuracy ratio (solid: after rescue, dotted: after exploration)", x_title,
-                   "fraction of prompts with no correct rollout", y_tickformat=".0%", height=380)
+    fig = _layout(fig, "Zero-accuracy ratio (solid: after rescue, dotted: after exploration)", x_title,
+                  "fraction of prompts with no correct rollout", y_tickformat=".0%", height=380)
+    return integer_steps(fig, [v for r in runs for v in r[2]]) if x_title == "step" else fig
 
 
 WATERFALL_UNITS: dict[str, tuple[str, str]] = {  # unit -> (axis title, SI unit for labels)

@@ -38,8 +38,16 @@ def runs_frame(runs: Sequence[Mapping[str, Any]], latest: Mapping[int, Mapping[s
             "message": last_line(r.get("error"))[:160],
             "open": f"./run?run={r['id']}",
         })
-    return pd.DataFrame(rows, columns=["id", "name", "status", "method", "progress", "step", "step time (s)", "reward",
-                                       "zero-acc ratio", "tags", "sweep", "created", "message", "open"])
+    return pd.DataFrame(rows, columns=["id", "open", "name", "status", "method", "progress", "step", "step time (s)", "reward",
+                                       "zero-acc ratio", "tags", "sweep", "created", "message"])
+
+
+def drop_empty(df: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
+    """Drop those of ``columns`` in which every cell is None, NaN or ''."""
+    def blank(v: Any) -> bool:
+        return v is None or v == "" or (isinstance(v, float) and math.isnan(v))
+
+    return df.drop(columns=[c for c in columns if df[c].map(blank).all()])
 
 
 def last_line(text: str | None) -> str:
@@ -146,10 +154,10 @@ def eval_frame(evals: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["benchmark", "step", "n", "k", "Avg@k", "Avg@k CI", "Pass@k", "Pass@k CI"])
 
 
-def ci_text(ci: Sequence[float | None] | None) -> str:
+def ci_text(ci: Sequence[float | None] | None, digits: int = 3) -> str:
     if not ci or any(v is None for v in ci):
         return ""
-    return f"[{ci[0]:.3f}, {ci[1]:.3f}]"
+    return f"[{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]"
 
 
 @dataclass
@@ -162,10 +170,17 @@ class BenchTable:
     frame: pd.DataFrame = field(repr=False)
     k: int | None = None
 
+    def part(self, prefixes: Sequence[str]) -> BenchTable:
+        """The 'run' column plus the columns whose label starts with one of ``prefixes`` (a
+        table with many benchmarks is shown as an Avg@k part and a Pass@k part)."""
+        keep = [0] + [j for j, c in enumerate(self.columns) if j and c.startswith(tuple(prefixes))]
+        return BenchTable([self.columns[j] for j in keep], [[r[j] for j in keep] for r in self.rows],
+                          [[b[j] for j in keep] for b in self.bold], self.frame, self.k)
+
 
 def _best(values: Sequence[float | None], higher: bool) -> list[bool]:
     present = [v for v in values if v is not None and not math.isnan(v)]
-    if not present:
+    if len(set(present)) < 2:  # nothing to single out (one run, or all equal)
         return [False] * len(values)
     target = max(present) if higher else min(present)
     return [v is not None and math.isclose(v, target, rel_tol=1e-9, abs_tol=1e-12) for v in values]
@@ -215,7 +230,7 @@ def benchmark_table(entries: Sequence[Mapping[str, Any]], baseline_id: int) -> B
             if v is not None and (not bench or bench == "overall") and r is not None:
                 text += f" ({r:.2f}×)"
             if ci and ci_text(ci):
-                text += f"<br>{ci_text(ci)}"
+                text += f"<br>{ci_text(ci, 2)}"  # 2 decimals: many benchmarks share the width
             cells.append(text)
             flags.append(best_cols[j][i])
             col = metric if not bench else f"{metric}:{bench}"

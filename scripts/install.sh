@@ -9,4 +9,5 @@ PY=${PYTHON:-python3}
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -c "import torch" 2>/dev/null || .venv/bin/pip install -q "${TORCH_SPEC:-torch==2.13.0}"
 .venv/bin/pip install -q -e ".[dev]"
+command -v chromium >/dev/null || (apt-get update && apt-get install -y chromium)
 touch .venv/.installed

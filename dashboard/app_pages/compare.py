@@ -165,8 +165,10 @@ def table_section(runs: list[dict], cmp: dict) -> None:
         st.info("No evaluations yet: each run evaluates its held-out benchmarks every `eval_every` steps and at the end. "
                 "The table fills in as results land.", icon=":material/table:")
     bt = tables.benchmark_table(entries, cmp["baseline"])
-    widths = [2.2, 1.4, 1.6] + [1.4] * (len(bt.columns) - 3)
-    ui.plot(charts.table_figure(bt.columns, bt.rows, bt.bold, col_widths=widths), key="bench_table")
+    for i, part in enumerate((bt.part(("time", "FLOPs", "Avg@")), bt.part(("Pass@",)))):
+        if len(part.columns) > 1:
+            widths = [2.0] + [1.3 if c.startswith(("time", "FLOPs")) or c.endswith("total") else 1.0 for c in part.columns[1:]]
+            ui.plot(charts.table_figure(part.columns, part.rows, part.bold, col_widths=widths), key=f"bench_table_{i}")
     st.caption(f"Per step: mean seconds and FLOPs (rollout + train). Avg@{bt.k or 'k'} and Pass@{bt.k or 'k'}: the last "
                "evaluation of each run, 95% bootstrap CI below each value; 'total' pools every benchmark. Best of each "
                "column in **bold**; (×) = ratio to the baseline run.")

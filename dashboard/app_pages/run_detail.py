@@ -121,6 +121,7 @@ def eval_section(run: dict) -> None:
 def live_panel(run_id: int, was_live: bool) -> None:
     run = ui.client().get_run(run_id)
     if was_live and not ui.is_live(run):
+        ui.clear_caches()  # the runs list (run picker labels) still says running
         st.rerun()  # finished: redraw the whole page once, without the timer
     m = ui.metrics(ui.api_url(), ui.api_token(), run_id, KEYS, MAX_POINTS, ui.version(run))
     progress(run, tables.last_values(m))

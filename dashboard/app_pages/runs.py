@@ -55,8 +55,7 @@ def table(f: dict) -> list[dict]:
             st.page_link(ui.PAGES["launch"], label="Launch a run", icon=":material/rocket_launch:")
         return runs
     df = tables.runs_frame(runs, latest_of(runs))
-    if not df["message"].any():
-        df = df.drop(columns=["message"])
+    df = tables.drop_empty(df, ("tags", "sweep", "message"))  # keep the table narrow
     st.dataframe(styled(df), column_config=COLUMNS, hide_index=True, key="runs_table", placeholder="–")
     more = f" (newest {len(runs)} shown)" if page["count"] > len(runs) else ""
     live = sum(ui.is_live(r) for r in runs)
@@ -69,10 +68,12 @@ def actions(runs: list[dict]) -> None:
     by_id = {r["id"]: r for r in runs}
     chosen = st.multiselect("Runs", list(by_id), format_func=lambda i: tables.run_label(by_id[i]), key="runs_chosen",
                             placeholder="Choose one or more runs")
-    c1, c2, c3, c4 = st.columns([1, 1, 1, 2])
-    if len(chosen) == 1:
-        with c1:
+    c1, c2, c3, _ = st.columns([1, 1, 1, 3], vertical_alignment="center")
+    with c1:
+        if len(chosen) == 1:
             ui.run_link(chosen[0], "Open")
+        else:
+            st.caption("Choose one run to open it.")
     if c2.button("Compare", disabled=len(chosen) < 1, icon=":material/compare_arrows:", key="runs_compare"):
         st.switch_page(ui.PAGES["compare"], query_params={"runs": ",".join(map(str, chosen))})
     if c3.button("Cancel", disabled=not any(ui.is_live(by_id[i]) for i in chosen), icon=":material/stop_circle:", key="runs_cancel"):
@@ -81,7 +82,7 @@ def actions(runs: list[dict]) -> None:
             ui.client().cancel_run(i)
         ui.clear_caches()
         st.toast(f"Cancel requested for run(s) {', '.join(map(str, done))}: a running run stops within one step.")
-    with c4:
+    with st.container(horizontal=True, vertical_alignment="center"):
         confirm = st.checkbox("Confirm deletion (metrics and evals are deleted too)", key="runs_confirm_delete")
         finished = [i for i in chosen if not ui.is_live(by_id[i])]
         if st.button("Delete", disabled=not (confirm and finished), type="primary", icon=":material/delete:", key="runs_delete"):

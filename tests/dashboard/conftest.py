@@ -190,6 +190,12 @@ def fresh_api(tmp_path) -> Iterator[LiveApi]:
 
 
 @pytest.fixture(scope="session")
+def serve_api():
+    """serve_api(tmp_dir) -> a context manager yielding a new empty LiveApi stored under tmp_dir."""
+    return lambda tmp: serve(f"sqlite:///{Path(tmp) / 'aero.sqlite'}", Path(tmp))
+
+
+@pytest.fixture(scope="session")
 def helpers() -> SimpleNamespace:
     """The seeding helpers for test modules (importing conftest by name is not reliable under
     --import-mode=importlib)."""

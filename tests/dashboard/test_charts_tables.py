@@ -107,14 +107,23 @@ def test_benchmark_table_bold_best_ratios_and_cis():
     assert t.columns == ["run", "time / step", "FLOPs / step", "Avg@8 L1", "Avg@8 total", "Pass@8 L1", "Pass@8 total"]
     assert t.rows[0][0] == "#1 GRPO (baseline)"
     assert t.rows[1][1] == "1 s (0.50×)" and t.rows[1][2] == "2 GFLOP (0.50×)"
-    assert t.rows[1][4] == "0.500 (1.25×)<br>[0.400, 0.600]"
-    assert t.rows[1][3] == "0.440<br>[0.340, 0.540]"  # per-benchmark cells: no ratio
-    # best: lower cost, higher accuracy; ties are all bold
-    assert t.bold == [[False, False, False, False, False, True, True],
-                      [False, True, True, True, True, True, False]]
+    assert t.rows[1][4] == "0.500 (1.25×)<br>[0.40, 0.60]"
+    assert t.rows[1][3] == "0.440<br>[0.34, 0.54]"  # per-benchmark cells: no ratio
+    # best: lower cost, higher accuracy; a column where every run is equal has no bold
+    assert t.bold == [[False, False, False, False, False, False, True],
+                      [False, True, True, True, True, False, False]]
+    passes = t.part(("Pass@",))
+    assert passes.columns == ["run", "Pass@8 L1", "Pass@8 total"] and passes.bold == [[False, False, True], [False, False, False]]
+    assert passes.rows[1] == ["#2 AERO", "0.700<br>[0.60, 0.80]", "0.600 (0.86×)<br>[0.50, 0.70]"]
     f = t.frame.set_index("run_id")
     assert f.loc[2, "avg_at_k:overall:ratio"] == pytest.approx(1.25) and f.loc[2, "avg_at_k:overall:ci_lo"] == pytest.approx(0.4)
     assert f.loc[1, "baseline"] and not f.loc[2, "baseline"]
+
+
+def test_best_marks_every_tied_best_but_not_a_uniform_column():
+    assert tables._best([0.5, 0.7, 0.7, None], higher=True) == [False, True, True, False]
+    assert tables._best([2.0, 1.0, 1.0], higher=False) == [False, True, True]
+    assert tables._best([0.0, 0.0], higher=True) == [False, False] and tables._best([0.3], higher=True) == [False]
 
 
 def test_benchmark_table_without_evals_keeps_cost_columns():
@@ -132,6 +141,13 @@ def test_runs_frame_and_last_values():
     assert (row["method"], row["step"], row["reward"], row["tags"], row["message"], row["open"]) == (
         "AERO S1 only", "5/10", 0.2, "a, b", "ValueError: bad", "./run?run=3")
     assert row["created"] == "11-30 01:02"
+
+
+def test_drop_empty():
+    import pandas as pd
+
+    df = pd.DataFrame({"a": [None, float("nan")], "b": ["", ""], "c": ["", "x"], "d": [None, None]})
+    assert list(tables.drop_empty(df, ("a", "b", "c")).columns) == ["c", "d"]
 
 
 def test_sweep_helpers():

@@ -309,6 +309,8 @@ def test_compare_sweep_measured_waterfall_fig9_and_table(seeded, use_api):
     assert header[:3] == ["<b>run</b>", "<b>time / step</b>", "<b>FLOPs / step</b>"] and "<b>Avg@8 total</b>" in header
     total = table["cells"]["values"][header.index("<b>Avg@8 total</b>")]
     assert total[3].startswith("<b>0.530 (1.10×)") and not total[0].startswith("<b>")  # AERO best, in bold
+    pass_header = figs[5]["data"][0]["header"]["values"]
+    assert pass_header == ["<b>run</b>", "<b>Pass@8 L1</b>", "<b>Pass@8 L2</b>", "<b>Pass@8 total</b>"]
     assert at.get("download_button")[0].label == "Download table (CSV)"
 
 

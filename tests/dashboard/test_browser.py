@@ -1,0 +1,226 @@
+"""End to end in a real browser: `aero up` (API, Celery worker on the embedded SQLite broker,
+reaper, dashboard) in a temp data dir, driven by Playwright on Debian's chromium.
+
+Submits a tiny AERO run through the Launch form, watches its step count rise on the run page
+without a page reload (the live fragment), launches the ablation-ladder sweep, then finds the
+waterfalls and the benchmark table on Compare. A full-page screenshot of every page lands in
+test-artifacts/screenshots/ (gitignored; CI keeps it as an artifact).
+
+Needs /usr/bin/chromium (scripts/install.sh installs it); no browser download.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SHOTS = ROOT / "test-artifacts" / "screenshots"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+STEPS = 4
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(420),
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium at /usr/bin/chromium (scripts/install.sh)"),
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"aero up exited {proc.returncode}:\n{log.read_text(errors='replace')[-3000:]}")
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise AssertionError(f"{url} not up after {timeout}s:\n{log.read_text(errors='replace')[-3000:]}")
+
+
+def logs(data: Path) -> str:
+    return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-2000:]}" for p in sorted((data / "logs").glob("*.log")))
+
+
+@pytest.fixture
+def platform(tmp_path):
+    """`aero up` on free ports with a private data dir (SQLite store, embedded broker)."""
+    api_port, dash_port = free_port(), free_port()
+    data = tmp_path / "data"
+    env = {**os.environ, "AERO_DATA_DIR": str(data), "AERO_BROKER_POLL_S": "0.2", "AERO_SINK_FLUSH_S": "0",
+           "AERO_HEARTBEAT_S": "1", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    for var in ("DATABASE_URL", "REDIS_URL", "AERO_API_URL", "AERO_API_TOKEN"):
+        env.pop(var, None)
+    log = tmp_path / "up.log"
+    with open(log, "wb") as f:
+        proc = subprocess.Popen([sys.executable, "-m", "cli", "up", "--api-port", str(api_port), "--dashboard-port", str(dash_port)],
+                                cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        wait_http(f"http://127.0.0.1:{api_port}/api/health", proc, log)
+        wait_http(f"http://127.0.0.1:{dash_port}/_stcore/health", proc, log)
+        yield SimpleNamespace(api=f"http://127.0.0.1:{api_port}", dash=f"http://127.0.0.1:{dash_port}", data=data, log=log)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)  # aero up stops its children in order
+            try:
+                proc.wait(timeout=40)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+@pytest.fixture
+def page():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        pg = browser.new_page(viewport={"width": 1400, "height": 900})
+        pg.set_default_timeout(60_000)
+        yield pg
+        browser.close()
+
+
+def screenshot(pg, name: str) -> Path:
+    """Full page: Streamlit scrolls inside its main container, so grow the viewport to fit it."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    height = pg.evaluate("() => (document.querySelector('[data-testid=\"stMainBlockContainer\"]') || document.body).scrollHeight")
+    pg.set_viewport_size({"width": 1400, "height": max(900, int(height) + 160)})
+    pg.wait_for_timeout(1500)  # let Plotly and the data grid redraw at the new size
+    path = SHOTS / f"{name}.png"
+    pg.screenshot(path=str(path), full_page=True)
+    pg.set_viewport_size({"width": 1400, "height": 900})
+    return path
+
+
+def open_page(pg, url: str, heading: str) -> None:
+    pg.goto(url)
+    pg.get_by_role("heading", name=heading, exact=True).first.wait_for()
+    pg.wait_for_load_state("networkidle")
+
+
+def no_exceptions(pg) -> None:
+    assert pg.locator('[data-testid="stException"]').count() == 0, pg.locator('[data-testid="stException"]').first.inner_text()
+
+
+def set_number(pg, label: str, value) -> None:
+    box = pg.get_by_label(label, exact=True)
+    box.fill(str(value))
+    box.press("Tab")
+
+
+def step_of(pg) -> tuple[int, int]:
+    text = pg.locator('[data-testid="stMetric"]').filter(has_text="Step").first.inner_text()
+    done, total = re.search(r"(\d+)\s*/\s*(\d+)", text).groups()
+    return int(done), int(total)
+
+
+def test_launch_watch_compare_in_a_browser(platform, page):
+    pg = page
+    open_page(pg, platform.dash + "/", "AERO Lab")
+    pg.get_by_text("No runs yet").first.wait_for()
+    no_exceptions(pg)
+    screenshot(pg, "overview")
+
+    # -- Launch one tiny AERO run through the form
+    open_page(pg, platform.dash + "/launch", "Launch")
+    set_number(pg, "steps", STEPS)
+    set_number(pg, "batch (prompts per step)", 4)
+    pg.get_by_text("Advanced", exact=True).click()
+    set_number(pg, "eval every (steps)", 0)
+    set_number(pg, "eval problems per benchmark", 4)
+    pg.get_by_role("button", name="Launch").click()
+    pg.get_by_text(re.compile(r"Run #\d+ \(aero-seed0\) is queued")).wait_for()
+    run_id = int(re.search(r"Run #(\d+)", pg.get_by_text(re.compile(r"Run #\d+ .* is queued")).inner_text()).group(1))
+    no_exceptions(pg)
+    screenshot(pg, "launch")
+
+    # -- Its page: the step count rises while the page stays loaded (no navigation, no reload)
+    pg.get_by_role("link", name=f"Watch run #{run_id} live").click()
+    pg.wait_for_url(re.compile(rf"/run\?run={run_id}$"))
+    pg.locator('[data-testid="stMetric"]').filter(has_text="Step").first.wait_for()
+    pg.evaluate("() => { window.__sameDocument = true; }")
+    seen, deadline = [], time.monotonic() + 240
+    while time.monotonic() < deadline:
+        seen.append(step_of(pg)[0])
+        if seen[-1] == STEPS and pg.get_by_text("succeeded").count():
+            break
+        pg.wait_for_timeout(300)
+    else:
+        raise AssertionError(f"run {run_id} did not finish; steps seen {seen}\n{logs(platform.data)}")
+    assert seen == sorted(seen) and seen[0] < STEPS, seen  # it rose, never went back
+    assert len(set(seen)) >= 2, seen
+    assert pg.evaluate("() => window.__sameDocument === true"), "the run page reloaded"
+    pg.get_by_text("Latest evaluation per benchmark").first.wait_for()  # the finished page shows the evals
+    pg.get_by_role("heading", name="Evaluation").wait_for()
+    no_exceptions(pg)
+    screenshot(pg, "run")
+
+    # -- The ablation ladder as a sweep (GRPO, AERO S1, AERO S1+S2, AERO), tiny
+    open_page(pg, platform.dash + "/launch", "Launch")
+    pg.get_by_role("radio", name="Sweep").click()
+    pg.get_by_label("steps", exact=True).wait_for()
+    set_number(pg, "steps", 2)
+    set_number(pg, "batch (prompts per step)", 4)
+    pg.get_by_text("Advanced", exact=True).click()
+    set_number(pg, "eval every (steps)", 0)
+    set_number(pg, "eval problems per benchmark", 2)
+    pg.get_by_role("button", name="Launch").click()
+    pg.get_by_text(re.compile(r"Sweep #\d+ \(sweep\) queued 4 runs")).wait_for()
+
+    with httpx.Client(base_url=platform.api + "/api") as api:
+        deadline = time.monotonic() + 240
+        while any(r["status"] in ("queued", "running") for r in api.get("/runs").json()["data"]):
+            assert time.monotonic() < deadline, logs(platform.data)
+            time.sleep(1)
+        runs = api.get("/runs").json()["data"]
+    assert {r["status"] for r in runs} == {"succeeded"}, [(r["id"], r["status"], r["error"]) for r in runs]
+
+    open_page(pg, platform.dash + "/runs", "Runs")
+    pg.locator('[data-testid="stDataFrame"]').first.wait_for()
+    no_exceptions(pg)
+    screenshot(pg, "runs")
+
+    open_page(pg, platform.dash + "/sweeps", "Sweeps")
+    pg.get_by_text(re.compile(r"Sweep #\d+ · sweep")).first.wait_for()
+    no_exceptions(pg)
+    screenshot(pg, "sweeps")
+
+    # -- Compare the sweep: the measured waterfall, Fig. 9 and the benchmark table
+    open_page(pg, platform.dash + "/compare", "Compare")
+    pg.get_by_role("heading", name="Where AERO saves compute (paper Fig. 8)").wait_for()
+    pg.locator(".js-plotly-plot").filter(has_text="S1 early rescue").first.wait_for()
+    assert pg.locator(".js-plotly-plot").filter(has_text="measured from ablation runs").count() == 2
+    pg.get_by_role("heading", name="Benchmarks and cost (paper Table 1)").wait_for()
+    pg.locator(".js-plotly-plot").filter(has_text=re.compile(r"Avg@8\s*total")).first.wait_for()  # wrapped header cell
+    pg.locator(".js-plotly-plot").filter(has_text=re.compile(r"Pass@8\s*total")).first.wait_for()
+    assert pg.get_by_role("button", name="Download table (CSV)").is_visible()
+    no_exceptions(pg)
+    screenshot(pg, "compare")
+
+    # -- and the single run's counterfactual waterfall
+    open_page(pg, platform.dash + f"/compare?runs={run_id}", "Compare")
+    pg.locator(".js-plotly-plot").filter(has_text=f"counterfactual accounting, run #{run_id}").first.wait_for()
+    no_exceptions(pg)
+    screenshot(pg, "compare-one-run")
+    assert {"overview.png", "launch.png", "run.png", "runs.png", "sweeps.png", "compare.png"} <= {p.name for p in SHOTS.glob("*.png")}
