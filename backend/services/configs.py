@@ -37,6 +37,8 @@ def validate_config(data: dict[str, Any] | RunConfig) -> RunConfig:
 
 
 def queue_for(cfg: RunConfig, cpu_queue: str = "cpu", gpu_queue: str = "gpu") -> str:
-    """GPU queue for ``device="cuda"`` or the verl engine; CPU queue otherwise ("auto" included,
-    so the embedded single-worker setup, which consumes only the CPU queue, runs it)."""
+    """GPU queue for ``device="cuda"`` or the verl engine; CPU queue otherwise. ``device="auto"``
+    (vLLM rollouts included, which fall back to the embedded engine without CUDA) goes to the
+    CPU queue, so the embedded single-worker setup, which consumes only that queue, runs it;
+    set ``device="cuda"`` to route a run to GPU workers."""
     return gpu_queue if cfg.device == "cuda" or cfg.engine == "verl" else cpu_queue
