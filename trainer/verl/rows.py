@@ -9,8 +9,8 @@ Two different paddings, for two different reasons:
   rows are dropped right after (``unpad_dataproto``). They cost generation, never training;
   :class:`GenCount` counts them.
 * **Training** (:func:`pad_masked`): the curated batch must split evenly over data-parallel
-  ranks and mini-batches. It is padded with *masked* rows: one attended token, zero response
-  mask, zero reward, a unique uid (a singleton group, advantage 0) and ``is_pad`` True. A
+  ranks and mini-batches. It is padded with *masked* rows: two attended tokens (one prompt, one
+  response slot), zero response mask, zero reward, a unique uid (a singleton group, advantage 0) and ``is_pad`` True. A
   masked row adds nothing to any loss or to the token counts; a duplicated real row would
   be trained twice, which is why it is never used here.
 """
@@ -100,7 +100,9 @@ def pad_masked(batch, multiple: int, pad_token_id: int):
     for key in ("input_ids", "responses", "prompts"):
         if key in t.keys():
             t[key].fill_(pad_token_id)
-    t["attention_mask"][:, L - T_resp] = 1  # one attended token: the first response slot
+    # two attended tokens, the last prompt slot and the first response slot: verl's unpadding
+    # assumes every row has a prompt token; the response mask stays 0, so nothing is trained
+    t["attention_mask"][:, L - T_resp - 1: L - T_resp + 1] = 1
     if "reward_baselines" in t.keys():
         t["reward_baselines"].fill_(float("nan"))
     nt = template.non_tensor_batch

@@ -96,7 +96,7 @@ def test_masked_padding_never_duplicates_real_rows(vr):
     pad = ~real_rows(padded)
     assert pad.sum() == 2
     assert padded.batch["response_mask"][torch.as_tensor(pad)].sum() == 0
-    assert padded.batch["attention_mask"][torch.as_tensor(pad)].sum(-1).tolist() == [1, 1]
+    assert padded.batch["attention_mask"][torch.as_tensor(pad)].sum(-1).tolist() == [2, 2]
     assert padded.batch["rm_scores"][torch.as_tensor(pad)].abs().sum() == 0
     uids = padded.non_tensor_batch["uid"]
     assert len(set(uids[pad])) == 2 and not set(uids[pad]) & set(uids[~pad])  # singleton groups
