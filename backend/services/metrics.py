@@ -3,6 +3,8 @@ the polling behind the SSE stream."""
 
 from __future__ import annotations
 
+import hashlib
+
 import orjson
 
 from collections.abc import Iterable, Sequence
@@ -41,21 +43,24 @@ def dumps(obj: Any) -> bytes:
 def metrics_body(
     session: Session, run_id: int, keys: Sequence[str] | None, since_step: int | None, every: int,
     max_points: int | None, cache: ByteLRU | None = None,
-) -> bytes:
-    """The GET /runs/{id}/metrics JSON body, from ``cache`` when the run has not changed.
+) -> tuple[str, bytes]:
+    """(ETag, JSON body) of GET /runs/{id}/metrics, the body from ``cache`` when the run has
+    not changed.
 
     One primary-key read of (status, metrics_version) decides; the steps are read after it,
-    so a cached body is never older than the version it is filed under.
+    so a cached body is never older than the version it is filed under. The ETag names that
+    version and the query, so a client that sends it back gets 304 until a step lands.
     """
     row = session.execute(select(Run.status, Run.metrics_version).where(Run.id == run_id)).first()
     if row is None:
         raise RunNotFound(run_id)
+    key = (run_id, row.metrics_version, row.status, tuple(keys) if keys else None, since_step, every, max_points)
+    etag = f'W/"{run_id}-{row.metrics_version}-{row.status}-{hashlib.sha1(repr(key[3:]).encode()).hexdigest()[:16]}"'
+
     def build() -> bytes:
         return dumps(metrics_payload(session, run_id, keys, since_step, every, max_points, status=row.status))
 
-    if cache is None:
-        return build()
-    return cache.get_or_build((run_id, row.metrics_version, row.status, tuple(keys) if keys else None, since_step, every, max_points), build)
+    return etag, (build() if cache is None else cache.get_or_build(key, build))
 
 
 def metrics_payload(

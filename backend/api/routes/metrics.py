@@ -37,10 +37,14 @@ def get_metrics(
     since_step: Step = None,
     every: Annotated[int, Query(ge=1, le=1_000_000, description="Keep every k-th stored step (by position).")] = 1,
     max_points: Annotated[int, Query(ge=1, le=100_000, description="Then decimate to at most this many points.")] = 5000,
+    if_none_match: Annotated[str | None, Header(include_in_schema=False)] = None,
 ):
-    """Columnar step metrics, downsampled server-side (decimation; the last step is always kept)."""
-    body = metrics_body(session, run_id, parse_keys(keys), since_step, every, max_points, request.app.state.metrics_cache)
-    return Response(body, media_type="application/json")  # skips re-validating thousands of floats
+    """Columnar step metrics, downsampled server-side (decimation; the last step is always kept).
+    Sends an ETag; ``If-None-Match`` with it answers 304 until the run changes."""
+    etag, body = metrics_body(session, run_id, parse_keys(keys), since_step, every, max_points, request.app.state.metrics_cache)
+    if if_none_match is not None and etag in [t.strip() for t in if_none_match.split(",")]:
+        return Response(status_code=304, headers={"ETag": etag})
+    return Response(body, media_type="application/json", headers={"ETag": etag})  # no re-validation of thousands of floats
 
 
 @router.get("/{run_id}/metrics/stream", responses={**NOT_FOUND, 200: {"content": {"text/event-stream": {}},

@@ -111,6 +111,19 @@ def test_cached_answers_follow_new_steps_and_status(client, app, session, run_id
     assert client.get(url).json()["run_status"] == "cancelled"
 
 
+def test_etag_answers_304_until_a_step_lands(client, session, run_id):
+    url = f"/api/runs/{run_id}/metrics?keys=a"
+    r = client.get(url)
+    etag = r.headers["etag"]
+    assert etag.startswith('W/"') and client.get(f"/api/runs/{run_id}/metrics?keys=b").headers["etag"] != etag
+    r2 = client.get(url, headers={"If-None-Match": etag})
+    assert (r2.status_code, r2.content, r2.headers["etag"]) == (304, b"", etag)
+    upsert_step_metrics(session, run_id, {101: {"a": 1.0}})
+    session.commit()
+    r3 = client.get(url, headers={"If-None-Match": etag})
+    assert r3.status_code == 200 and r3.json()["steps"][-1] == 101 and r3.headers["etag"] != etag
+
+
 def test_cache_off_gives_the_same_bodies(make_settings, enqueued, run_id):
     from fastapi.testclient import TestClient
 
