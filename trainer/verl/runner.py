@@ -83,7 +83,6 @@ class AeroTaskRunner:
     def run(self, config) -> dict[str, Any]:
         from omegaconf import OmegaConf
         from verl.trainer.main_ppo_v0 import BaseTaskRunner
-        from verl.trainer.ppo.ray_trainer import ResourcePoolManager  # noqa: F401  (verl's pools)
         from verl.trainer.ppo.utils import create_rl_dataset, create_rl_sampler
         from verl.utils.config import omega_conf_to_dataclass
         from verl.utils.dataset.rl_dataset import collate_fn
@@ -98,7 +97,7 @@ class AeroTaskRunner:
         out_dir = Path(config.aero_lab.out_dir)
         run_cfg = parse_run_config(json.loads((out_dir / "config.json").read_text()))
         roles = BaseTaskRunner()
-        actor_cls, wg_cls = roles.add_actor_rollout_worker(config)
+        _, wg_cls = roles.add_actor_rollout_worker(config)
         roles.add_critic_worker(config)
         roles.add_reward_model_resource_pool(config)
         model_config: HFModelConfig = omega_conf_to_dataclass(config.actor_rollout_ref.model)
