@@ -1,6 +1,7 @@
 """Platform CLI: request bodies of `aero submit`, and a real `aero up` (embedded broker, SQLite)
-that trains a run submitted with `aero submit`, lists it with `aero runs`, accepts a token from
-`aero token create`, submits the demo sweep, and stops every child on SIGTERM."""
+that starts the API, a worker, the reaper and the dashboard, submits the demo sweep, trains a
+run submitted with `aero submit`, lists it with `aero runs`, accepts a token from
+`aero token create`, and stops every child on SIGTERM."""
 
 from __future__ import annotations
 
@@ -102,12 +103,13 @@ def test_aero_up_end_to_end(tmp_path):
     conftest_env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
     env = {**conftest_env, "AERO_DATA_DIR": str(tmp_path / "data"), "AERO_BROKER_POLL_S": "0.2", "AERO_HEARTBEAT_S": "1",
            "COLUMNS": "200", "OMP_NUM_THREADS": "1"}
-    port = _free_port()
+    port, dash_port = _free_port(), _free_port()
     api = f"http://127.0.0.1:{port}"
+    has_dashboard = (ROOT / "dashboard" / "app.py").exists()
     log = tmp_path / "up.log"
     with open(log, "w") as f:
-        up = subprocess.Popen([sys.executable, "-m", "cli", "up", "--no-dashboard", "--api-port", str(port), "--demo",
-                               "--demo-steps", "2"], cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT,
+        up = subprocess.Popen([sys.executable, "-m", "cli", "up", "--api-port", str(port), "--dashboard-port", str(dash_port),
+                               "--demo", "--demo-steps", "2"], cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT,
                               start_new_session=True)
     try:
         token = _wait_output(up, log, r"token\s+(aero_\S+)", 90).group(1)
@@ -117,7 +119,7 @@ def test_aero_up_end_to_end(tmp_path):
         assert token_file.read_text().strip() == token
         assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
         children = _children(up.pid)
-        assert len(children) == 3  # api, worker, reaper (no dashboard)
+        assert len(children) == (4 if has_dashboard else 3)  # api, worker, reaper (+ dashboard)
         # The demo sweep is there: GRPO, DAPO, AERO on the tiny preset.
         runs = httpx.get(f"{api}/api/runs", params={"tag": "demo"}).json()["data"]
         assert sorted(r["method"] for r in runs) == ["aero", "dapo", "grpo"]
@@ -153,6 +155,19 @@ def test_aero_up_end_to_end(tmp_path):
         r = httpx.patch(f"{api}/api/runs/{rid}", json={"notes": "ok"}, headers={"Authorization": f"Bearer {new_token}"})
         assert r.status_code == 200 and r.json()["notes"] == "ok"
         assert httpx.patch(f"{api}/api/runs/{rid}", json={"notes": "x"}).status_code == 401
+        if has_dashboard:  # started with the API URL and the admin token in its environment
+            assert f"dashboard  http://127.0.0.1:{dash_port}" in log.read_text()
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    if httpx.get(f"http://127.0.0.1:{dash_port}/_stcore/health", timeout=2).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                assert time.monotonic() < deadline, "dashboard never became healthy"
+                time.sleep(0.5)
+        else:
+            assert "dashboard/app.py not found" in log.read_text()
     finally:
         children = _children(up.pid) if up.poll() is None else []
         t0 = time.monotonic()
