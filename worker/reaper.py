@@ -36,11 +36,14 @@ from worker.settings import WorkerSettings
 log = logging.getLogger("worker.reaper")
 
 
-def recover_dead_owners(session, max_attempts: int, host: str | None = None) -> list[tuple[int, str]]:
+def recover_dead_owners(url: str, max_attempts: int, host: str | None = None) -> list[tuple[int, str]]:
     """Running runs whose owner is a dead process on this host: re-queue, fail or cancel each.
-    Returns [(run_id, new status)]."""
+    Returns [(run_id, new status)]. Reads first, then one short write transaction per run (a
+    SQLite read transaction that turns into a write fails if another process wrote meanwhile)."""
+    with session_scope(url) as s:
+        running = list(s.scalars(select(Run).where(Run.status == "running").order_by(Run.id)))
     out: list[tuple[int, str]] = []
-    for run in session.scalars(select(Run).where(Run.status == "running").order_by(Run.id)):
+    for run in running:
         if owner_state(run.worker, host) != "dead":
             continue
         if run.cancel_requested:
@@ -53,8 +56,9 @@ def recover_dead_owners(session, max_attempts: int, host: str | None = None) -> 
             dst = "queued"
             fields = {"worker": None, "heartbeat_at": None, "error": f"re-queued: worker process {run.worker} died"}
         owner_is = Run.worker.is_(None) if run.worker is None else Run.worker == run.worker
-        res = session.execute(update(Run).where(Run.id == run.id, Run.status == "running", owner_is)
-                              .values(status=dst, **fields))
+        with session_scope(url) as s:
+            res = s.execute(update(Run).where(Run.id == run.id, Run.status == "running", owner_is)
+                            .values(status=dst, **fields))
         if res.rowcount == 1:
             out.append((run.id, dst))
     return out
@@ -83,8 +87,9 @@ class Reaper:
         self.unsent: set[int] = set()
 
     def sweep(self) -> list[tuple[int, str]]:
-        with session_scope(self.settings.database_url) as s:
-            changed = recover_dead_owners(s, self.ws.max_attempts)
+        url = self.settings.database_url
+        changed = recover_dead_owners(url, self.ws.max_attempts)
+        with session_scope(url) as s:
             changed += recover_stale_runs(s, self.ws.stale_after_s, self.ws.max_attempts)
         for run_id, status in changed:
             log.warning("run %s: worker lost -> %s", run_id, status)

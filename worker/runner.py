@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal
 
 from sqlalchemy import select, update
+from sqlalchemy.exc import InterfaceError, OperationalError
 
 from backend.db.metrics import record_checkpoint
 from backend.db.models import FINISHED_STATUSES, Run, utcnow
@@ -108,8 +109,8 @@ def decide(status: str, *, worker: str | None, me: str, owner: OwnerState, heart
         return Decision("skip", f"run already {status}")
     if status == "queued":
         return Decision("claim")
-    if worker == me:
-        return Decision("skip", "already running in this process")
+    if worker == me:  # a pool process runs one task at a time: an earlier task here left it unfinished
+        return Decision("takeover", "resuming a run this process left unfinished")
     stale = heartbeat_age_s is None or heartbeat_age_s > stale_after_s
     if owner == "alive":
         return Decision("skip", f"running on live worker {worker} (duplicate delivery)")
@@ -168,38 +169,40 @@ def acquire(url: str, run_id: int, me: str, ws: WorkerSettings,
     ``sleep`` and ``now`` are injectable for tests."""
     first_beat: Any = ...
     while True:
+        # Read and write in separate transactions: on SQLite (WAL) a read transaction that then
+        # writes fails at once if another process wrote in between. Every write is a CAS anyway.
         with session_scope(url) as s:
             run = s.get(Run, run_id)
-            if run is None:
-                return None, f"run {run_id} does not exist"
-            age = _age_s(run.heartbeat_at, now())
-            d = decide(run.status, worker=run.worker, me=me, owner=owner_state(run.worker), heartbeat_age_s=age,
-                       attempts=run.attempts, cancel_requested=run.cancel_requested,
-                       stale_after_s=ws.stale_after_s, max_attempts=ws.max_attempts)
-            if d.action == "wait" and first_beat is not ... and run.heartbeat_at != first_beat:
-                return None, f"running on live worker {run.worker}: its heartbeat moved (duplicate delivery)"
-            if d.action == "claim":
-                claimed = _claim_queued(s, run_id, me)
-                if claimed is not None:
-                    return claimed, "claimed"
-                continue  # cancelled or taken meanwhile: decide again on the new state
-            if d.action == "takeover":
-                taken = _take_over(s, run_id, run.worker, me)
-                if taken is not None:
-                    return taken, d.reason
-                continue  # re-queued by the reaper or taken by another delivery: decide again
-            if d.action == "cancel":
-                _finish_if_owner(s, run_id, run.worker, "cancelled")
-                return None, d.reason
-            if d.action == "fail":
-                _finish_if_owner(s, run_id, run.worker, "failed", error=d.reason)
-                return None, d.reason
-            if d.action == "skip":
-                return None, d.reason
+        if run is None:
+            return None, f"run {run_id} does not exist"
+        age = _age_s(run.heartbeat_at, now())
+        d = decide(run.status, worker=run.worker, me=me, owner=owner_state(run.worker), heartbeat_age_s=age,
+                   attempts=run.attempts, cancel_requested=run.cancel_requested,
+                   stale_after_s=ws.stale_after_s, max_attempts=ws.max_attempts)
+        if d.action == "wait" and first_beat is not ... and run.heartbeat_at != first_beat:
+            return None, f"running on live worker {run.worker}: its heartbeat moved (duplicate delivery)"
+        if d.action == "skip":
+            return None, d.reason
+        if d.action == "wait":
             first_beat = run.heartbeat_at
             wait = max(0.1, min(ws.heartbeat_s, ws.stale_after_s - (age or 0.0) + 0.1))
-        log.info("run %s: %s; re-checking in %.1fs", run_id, d.reason, wait)
-        sleep(wait)
+            log.info("run %s: %s; re-checking in %.1fs", run_id, d.reason, wait)
+            sleep(wait)
+            continue
+        with session_scope(url) as s:
+            if d.action == "claim":
+                got = _claim_queued(s, run_id, me)
+            elif d.action == "takeover":
+                got = _take_over(s, run_id, run.worker, me)
+            else:  # cancel | fail: end a run whose worker vanished
+                fields = {"error": d.reason} if d.action == "fail" else {}
+                _finish_if_owner(s, run_id, run.worker, "cancelled" if d.action == "cancel" else "failed", **fields)
+                got = None
+        if d.action in ("cancel", "fail"):
+            return None, d.reason
+        if got is not None:
+            return got, "claimed" if d.action == "claim" else d.reason
+        # The CAS lost (cancelled, re-queued by the reaper, taken by another delivery): decide again.
 
 
 # ---------------------------------------------------------------- while it runs
@@ -324,6 +327,11 @@ def execute_run(run_id: int, settings: Settings | None = None, ws: WorkerSetting
     except RunLost:
         log.warning("run %s: lost ownership (re-queued or taken over elsewhere); stopping without writing", run_id)
         return "lost"
+    except (OperationalError, InterfaceError):
+        # The store, not the run, failed: leave the run running so the task's retry (or the
+        # reaper) resumes it from its last checkpoint instead of failing it for good.
+        log.warning("run %s: store unreachable while training; the task will be retried", run_id, exc_info=True)
+        raise
     except Exception as exc:  # noqa: BLE001  (any training error, ConfigError included, fails the run)
         log.exception("run %s failed", run_id)
         if sink is not None:

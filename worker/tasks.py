@@ -7,12 +7,17 @@ from __future__ import annotations
 # fork from it with everything imported, so a task, and a takeover after a crash, starts in
 # milliseconds instead of re-importing torch in each pool process (5-15 s on a busy 2-core box).
 import trainer.loop  # noqa: F401
+from sqlalchemy.exc import InterfaceError, OperationalError
+
 from worker.celery_app import app
 from worker.runner import execute_run
 
 
-@app.task(name="worker.tasks.train_run")
+@app.task(name="worker.tasks.train_run", autoretry_for=(OperationalError, InterfaceError), retry_backoff=2,
+          retry_backoff_max=60, retry_jitter=True, max_retries=8)
 def train_run(run_id: int) -> str:
-    """Train (or resume) one run; returns its outcome. Never raises for a training error: the
-    run is marked failed with its error text, and the message is acknowledged."""
+    """Train (or resume) one run; returns its outcome. A training error never raises: the run is
+    marked failed with its error text. The store being unreachable (before training starts or
+    when recording the outcome) raises, and the task is retried with backoff (2 s .. 60 s, 8
+    times): its run must not be left queued with no message behind it."""
     return execute_run(int(run_id))

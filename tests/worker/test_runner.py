@@ -49,7 +49,7 @@ def _d(status="running", worker="h:1:1", me="h:2:2", owner="unknown", age=1.0, a
         (dict(status="failed"), "skip"),
         (dict(status="cancelled"), "skip"),
         (dict(status="queued"), "claim"),
-        (dict(worker="h:2:2"), "skip"),  # already mine
+        (dict(worker="h:2:2"), "takeover"),  # mine, from an earlier task of this process that ended early
         (dict(owner="alive", age=1000.0), "skip"),  # alive owner wins even with a stale heartbeat
         (dict(owner="unknown", age=10.0), "wait"),
         (dict(owner="unknown", age=61.0), "takeover"),
@@ -195,3 +195,16 @@ def test_error_text_keeps_the_message_and_the_traceback_tail():
     except ValueError as e:
         text = error_text(e)
     assert text.startswith("ValueError: xxxxxxxxxx boom") and "Traceback" in text and "raise ValueError" in text
+
+
+def test_execute_run_marks_a_failing_run_failed_with_its_error(db_url, make_run, tmp_path):
+    from backend.settings import Settings
+    from worker.runner import execute_run
+
+    rid = make_run(preset=None, model_path=str(tmp_path / "no-such-model"))
+    outcome = execute_run(rid, Settings(data_dir=tmp_path, database_url=db_url), WS)
+    r = get_run(db_url, rid)
+    assert outcome == "failed" and r.status == "failed" and r.finished_at is not None and r.attempts == 1
+    assert r.error.startswith("ConfigError: model_path:") and "Traceback" in r.error
+    # A redelivered message for it is a no-op.
+    assert execute_run(rid, Settings(data_dir=tmp_path, database_url=db_url), WS) == "skipped: run already failed"
