@@ -139,3 +139,9 @@ def test_every_aero_variable_is_one_the_code_reads(name):
     known |= {"AERO_API_URL", "AERO_API_TOKEN"}  # read by the dashboard and the CLI
     for key in env(name):
         assert key in known, f"{name}: {key} is not read by any settings module"
+
+
+def test_build_context_leaves_out_virtualenvs_and_data():
+    ignored = set((ROOT / ".dockerignore").read_text().split())
+    assert {".git", ".venv", "aero-data", "**/__pycache__", "*.sqlite"} <= ignored
+    assert not any(p.startswith(("trainer", "backend", "worker", "cli", "dashboard")) for p in ignored)  # the code ships
