@@ -28,10 +28,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
 
-from sqlalchemy import delete
-
-from backend.db.metrics import clean_metrics, upsert_eval_results, upsert_step_metrics
-from backend.db.models import EvalResult, StepMetric
+from backend.db.metrics import clean_metrics, delete_steps_after, upsert_eval_results, upsert_step_metrics
 from backend.db.session import session_scope
 
 log = logging.getLogger(__name__)
@@ -149,8 +146,7 @@ class DbSink:
             self.buffer = {s: m for s, m in self.buffer.items() if s <= step}
         self.flush()
         with session_scope(self.url) as s:
-            for model in (StepMetric, EvalResult):
-                s.execute(delete(model).where(model.run_id == self.run_id, model.step > step))
+            delete_steps_after(s, self.run_id, step)  # also invalidates the API's cached answers
 
     def stats(self) -> dict[str, float]:
         """Writes, rows, seconds the training thread was blocked in the sink (the ingestion
