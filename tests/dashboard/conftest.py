@@ -26,7 +26,7 @@ import uvicorn
 
 from backend.db.metrics import upsert_eval_results, upsert_step_metrics
 from backend.db.migrate import migrate
-from backend.db.models import Run, utcnow
+from backend.db.models import utcnow
 from backend.db.runs import create_run
 from backend.db.session import get_engine, session_scope
 from backend.db.sweeps import create_sweep

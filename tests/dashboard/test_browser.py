@@ -124,7 +124,7 @@ def no_exceptions(pg) -> None:
 
 
 def set_number(pg, label: str, value) -> None:
-    box = pg.get_by_label(label, exact=True)
+    box = pg.get_by_label(label, exact=True).first
     box.fill(str(value))
     box.press("Tab")
 
@@ -150,13 +150,13 @@ def test_launch_watch_compare_in_a_browser(platform, page):
     set_number(pg, "eval every (steps)", 0)
     set_number(pg, "eval problems per benchmark", 4)
     pg.get_by_role("button", name="Launch").click()
-    pg.get_by_text(re.compile(r"Run #\d+ \(aero-seed0\) is queued")).wait_for()
-    run_id = int(re.search(r"Run #(\d+)", pg.get_by_text(re.compile(r"Run #\d+ .* is queued")).inner_text()).group(1))
+    pg.get_by_text(re.compile(r"Run #\d+ \(aero-seed0\) is queued")).first.wait_for()
+    run_id = int(re.search(r"Run #(\d+)", pg.get_by_text(re.compile(r"Run #\d+ .* is queued")).first.inner_text()).group(1))
     no_exceptions(pg)
     screenshot(pg, "launch")
 
     # -- Its page: the step count rises while the page stays loaded (no navigation, no reload)
-    pg.get_by_role("link", name=f"Watch run #{run_id} live").click()
+    pg.get_by_role("link", name=f"Watch run #{run_id} live").first.click()
     pg.wait_for_url(re.compile(rf"/run\?run={run_id}$"))
     pg.locator('[data-testid="stMetric"]').filter(has_text="Step").first.wait_for()
     pg.evaluate("() => { window.__sameDocument = true; }")
@@ -172,21 +172,21 @@ def test_launch_watch_compare_in_a_browser(platform, page):
     assert len(set(seen)) >= 2, seen
     assert pg.evaluate("() => window.__sameDocument === true"), "the run page reloaded"
     pg.get_by_text("Latest evaluation per benchmark").first.wait_for()  # the finished page shows the evals
-    pg.get_by_role("heading", name="Evaluation").wait_for()
+    pg.get_by_role("heading", name="Evaluation").first.wait_for()
     no_exceptions(pg)
     screenshot(pg, "run")
 
     # -- The ablation ladder as a sweep (GRPO, AERO S1, AERO S1+S2, AERO), tiny
     open_page(pg, platform.dash + "/launch", "Launch")
     pg.get_by_role("radio", name="Sweep").click()
-    pg.get_by_label("steps", exact=True).wait_for()
+    pg.get_by_label("steps", exact=True).first.wait_for()
     set_number(pg, "steps", 2)
     set_number(pg, "batch (prompts per step)", 4)
     pg.get_by_text("Advanced", exact=True).click()
     set_number(pg, "eval every (steps)", 0)
     set_number(pg, "eval problems per benchmark", 2)
     pg.get_by_role("button", name="Launch").click()
-    pg.get_by_text(re.compile(r"Sweep #\d+ \(sweep\) queued 4 runs")).wait_for()
+    pg.get_by_text(re.compile(r"Sweep #\d+ \(sweep\) queued 4 runs")).first.wait_for()
 
     with httpx.Client(base_url=platform.api + "/api") as api:
         deadline = time.monotonic() + 240
@@ -208,13 +208,13 @@ def test_launch_watch_compare_in_a_browser(platform, page):
 
     # -- Compare the sweep: the measured waterfall, Fig. 9 and the benchmark table
     open_page(pg, platform.dash + "/compare", "Compare")
-    pg.get_by_role("heading", name="Where AERO saves compute (paper Fig. 8)").wait_for()
+    pg.get_by_role("heading", name="Where AERO saves compute (paper Fig. 8)").first.wait_for()
     pg.locator(".js-plotly-plot").filter(has_text="S1 early rescue").first.wait_for()
     assert pg.locator(".js-plotly-plot").filter(has_text="measured from ablation runs").count() == 2
-    pg.get_by_role("heading", name="Benchmarks and cost (paper Table 1)").wait_for()
+    pg.get_by_role("heading", name="Benchmarks and cost (paper Table 1)").first.wait_for()
     pg.locator(".js-plotly-plot").filter(has_text=re.compile(r"Avg@8\s*total")).first.wait_for()  # wrapped header cell
     pg.locator(".js-plotly-plot").filter(has_text=re.compile(r"Pass@8\s*total")).first.wait_for()
-    assert pg.get_by_role("button", name="Download table (CSV)").is_visible()
+    pg.get_by_role("button", name="Download table (CSV)").first.wait_for()
     no_exceptions(pg)
     screenshot(pg, "compare")
 

@@ -140,6 +140,18 @@ def test_launch_shows_api_validation_error_under_its_field(fresh_api, use_api):
     assert len(at.error) == 1 and fresh_api.enqueued == []
 
 
+def test_launch_local_model_needs_a_path(fresh_api, use_api):
+    use_api(fresh_api)
+    at = open_page("launch")
+    at.radio(key="launch_model").set_value("Local model + dataset").run()
+    assert at.selectbox(key="f_task").value == "arithmetic" and at.text_input(key="f_model_path").value == ""
+    submit(at)
+    nodes = list(walk(at.main))
+    i = next(i for i, n in enumerate(nodes) if getattr(n, "key", None) == "f_model_path")
+    assert nodes[i + 1].type == "error" and "exactly one of preset or model_path" in nodes[i + 1].value
+    assert fresh_api.enqueued == []
+
+
 def test_launch_sweep_makes_the_ablation_ladder(fresh_api, use_api):
     use_api(fresh_api)
     at = open_page("launch")
