@@ -30,9 +30,9 @@ def _step_info(m: dict) -> str:
 @app.command()
 def pretrain(
     out: Annotated[Path, typer.Option(help="Output directory (HF model + char tokenizer).")] = Path("trainer/assets/tiny"),
-    steps: Annotated[int, typer.Option(help="Supervised steps.")] = 500,
+    steps: Annotated[int, typer.Option(help="Supervised steps.")] = 900,
     batch: Annotated[int, typer.Option(help="Sequences per step.")] = 256,
-    lr: Annotated[float, typer.Option(help="Peak AdamW learning rate (cosine decay to 10%).")] = 1e-3,
+    lr: Annotated[float, typer.Option(help="Peak AdamW learning rate (cosine decay to 10%).")] = 2e-3,
     seed: int = 0,
 ):
     """Warm-start the embedded tiny policy on arithmetic (the `tiny` preset's base checkpoint)."""
@@ -48,8 +48,8 @@ def pretrain(
 
 @app.command()
 def train(
-    method: Annotated[str, typer.Option(help=f"One of {', '.join(METHODS)}.")] = "aero",
-    preset: Annotated[Optional[str], typer.Option(help="Embedded preset (tiny).")] = "tiny",
+    method: Annotated[Optional[str], typer.Option(help=f"One of {', '.join(METHODS)} (default aero).")] = None,
+    preset: Annotated[Optional[str], typer.Option(help="Embedded preset (default tiny).")] = None,
     model_path: Annotated[Optional[str], typer.Option(help="Local HF model directory instead of a preset.")] = None,
     steps: Annotated[Optional[int], typer.Option(help="Training steps.")] = None,
     seed: Annotated[Optional[int], typer.Option()] = None,

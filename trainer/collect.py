@@ -93,7 +93,7 @@ def _correct(groups: list[list[Rollout]]) -> np.ndarray:
     return np.array([sum(r.reward > 0.5 for r in g) for g in groups], dtype=np.int64)
 
 
-def _strata_stats(correct: np.ndarray, n: int, cfg: RunConfig) -> dict[str, float]:
+def strata_stats(correct: np.ndarray, n: int, cfg: RunConfig) -> dict[str, float]:
     strata = stratify(correct, n, cfg.aero.S, cfg.aero.tau)
     P = len(correct)
     return {"strata/rescue": float((strata == Stratum.RESCUE).sum()), "strata/low": float((strata == Stratum.LOW).sum()),
@@ -116,7 +116,7 @@ def collect_grpo(ctx: StepContext, data_pos: int) -> Collected:
     rewards = torch.tensor([r.reward for r in rollouts])
     adv = _grpo_adv(cfg, rewards, torch.tensor([r.prompt_index for r in rollouts]))
     correct = _correct(_by_prompt(rollouts, P))
-    stats = _strata_stats(correct, cfg.n_total, cfg)
+    stats = strata_stats(correct, cfg.n_total, cfg)
     stats["zero_acc/after_rescue"] = stats["zero_acc/after_explore"]
     return sample.finish(Collected(train=rollouts, advantages=adv, generated=rollouts, prompts_used=P, stats=stats))
 
@@ -154,7 +154,7 @@ def collect_dapo(ctx: StepContext, data_pos: int) -> Collected:
         lengths, cfg.max_new_tokens, d.overlong_buffer, d.overlong_penalty)
     gid = torch.tensor([g for g, grp in enumerate(kept_groups) for _ in grp], dtype=torch.long)
     adv = _grpo_adv(cfg, shaped, gid) if train else torch.zeros(0)
-    stats = _strata_stats(first_correct, cfg.n_total, cfg)
+    stats = strata_stats(first_correct, cfg.n_total, cfg)
     stats["zero_acc/after_rescue"] = stats["zero_acc/after_explore"]
     stats.update({"dapo/gen_rounds": float(rounds), "dapo/kept_groups": float(len(kept_groups)),
                   "dapo/cap_hit": float(len(kept_groups) < P)})
@@ -199,7 +199,7 @@ def collect_aero(ctx: StepContext, data_pos: int) -> Collected:
     adv = aero_advantages(torch.tensor([r.reward for r in train]), torch.as_tensor(gid), curated.kinds,
                           curated.u_tilde, eps=1e-6, unbiased=cfg.std_unbiased,
                           normalize_std=cfg.adv_estimator == "grpo")
-    stats = _strata_stats(correct, a.n_explore, cfg)
+    stats = strata_stats(correct, a.n_explore, cfg)
     stats.update({
         "zero_acc/after_rescue": float((curated.correct == 0).mean()),
         "rescue/rescued": float(state.rescued.sum()), "rescue/rounds": float(state.rounds_used),

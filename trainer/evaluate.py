@@ -18,7 +18,7 @@ def summarize(per_problem: list[tuple[int, int]], k: int, seed: int = 0) -> dict
     """Avg@k, Pass@k and their bootstrap CIs from per-problem (n, c)."""
     n = np.array([p[0] for p in per_problem])
     c = np.array([p[1] for p in per_problem])
-    avg_each, pass_each = c / n, pass_at_k(n, c, k)
+    avg_each, pass_each = c / n, pass_at_k(n, c, k, per_problem=True)
     return {
         "n": int(n.max()), "k": k, "problems": len(per_problem),
         "avg_at_k": float(avg_at_k(n, c)), "pass_at_k": float(np.mean(pass_each)),

@@ -43,7 +43,13 @@ def run_training(cfg: RunConfig | dict, out_dir: str | Path, sink: MetricSink,
                  should_stop: Callable[[], bool] | None = None,
                  progress: Callable[[int, int, dict], None] | None = None) -> dict[str, Any]:
     """Train (or resume) one run to the end; ``progress(step, steps, metrics)`` after each step.
-    Returns {"status": "completed" | "stopped", "last_step", "final_eval", ...}."""
+    Returns {"status": "completed" | "stopped", "last_step", "final_eval", ...}.
+    Runs with engine "verl" go to the verl backend (same contract; extra ``verl``)."""
+    cfg = parse_run_config(cfg)
+    if cfg.engine == "verl":
+        from trainer.verl import run_verl
+
+        return run_verl(cfg, out_dir, sink, should_stop=should_stop, progress=progress)
     steps = iter_training(cfg, out_dir, sink, should_stop)
     while True:
         try:

@@ -59,7 +59,7 @@ def measure_strata(model, task: ArithmeticTask, n: int = 8, temperature: float =
             "all_correct": float((correct == n).mean()), "mean_accuracy": float(correct.mean() / n)}
 
 
-def pretrain(out_dir: str | Path, steps: int = 500, batch: int = 256, lr: float = 1e-3, seed: int = 0,
+def pretrain(out_dir: str | Path, steps: int = 900, batch: int = 256, lr: float = 2e-3, seed: int = 0,
              level_weights: dict[str, float] | None = None,
              progress: Callable[[int, float], None] | None = None) -> dict[str, float]:
     """Train the tiny policy from scratch and save it (HF format + tokenizer) to ``out_dir``."""

@@ -19,7 +19,7 @@ from typing import Callable
 
 import numpy as np
 
-from trainer.collect import _strata_stats  # the embedded collector's strata metrics, shared
+from trainer.collect import strata_stats  # the embedded collector's strata metrics, shared
 from trainer.config import RunConfig
 from trainer.core.aero import Stratum, curate, plan_rounds, replay, start_rescue, stratify
 from trainer.core.dapo import nonzero_variance_mask
@@ -99,7 +99,7 @@ def collect_aero(cfg: RunConfig, batch, gen_batch, generate: Callable, divisor: 
 
     train.batch["reward_baselines"] = torch.as_tensor(cur.u_tilde[prompt_idx], dtype=torch.float32)
     seq_tokens = generated.batch["attention_mask"].sum(-1).float().cpu().numpy()
-    stats = _strata_stats(correct, a.n_explore, cfg)
+    stats = strata_stats(correct, a.n_explore, cfg)
     stats.update({
         "zero_acc/after_rescue": float((cur.correct == 0).mean()),
         "rescue/rescued": float(state.rescued.sum()), "rescue/rounds": float(state.rounds_used),
@@ -141,7 +141,7 @@ def collect_dapo(cfg: RunConfig, next_batch: Callable, generate: Callable, divis
         n_kept += len(groups)
         rounds += 1
         used += Pb
-    stats = _strata_stats(first_correct, n, cfg)
+    stats = strata_stats(first_correct, n, cfg)
     stats["zero_acc/after_rescue"] = stats["zero_acc/after_explore"]
     stats.update({"dapo/gen_rounds": float(rounds), "dapo/kept_groups": float(n_kept), "dapo/cap_hit": float(n_kept < P)})
     train = DataProto.concat(kept) if kept else None

@@ -41,7 +41,7 @@ from verl.utils.metric import reduce_metrics
 from verl.utils.py_functional import rename_dict
 from verl.workers.utils.padding import left_right_2_no_padding
 
-from trainer.collect import _strata_stats, savings_metrics
+from trainer.collect import strata_stats, savings_metrics
 from trainer.config import RunConfig
 from trainer.verl.collect import VerlCollected, collect_aero, collect_dapo
 from trainer.verl.metrics import PlatformLogger, eval_results, step_accounting
@@ -147,7 +147,7 @@ class AEROTrainer(RayPPOTrainer):
         ok = row_correct(batch)
         uids = batch.non_tensor_batch["uid"]
         correct = np.array([ok[uids == u].sum() for u in dict.fromkeys(uids.tolist())], dtype=np.int64)
-        m.update(_strata_stats(correct, cfg.n_total, cfg))
+        m.update(strata_stats(correct, cfg.n_total, cfg))
         m["zero_acc/after_rescue"] = m["zero_acc/after_explore"]
         m["prompts/used"] = float(len(correct))
         return m
