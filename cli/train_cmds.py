@@ -123,20 +123,25 @@ def bench(
     seed: int = 0,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the full report here.")] = None,
     ablations: Annotated[bool, typer.Option(help="Also run aero-s1 and aero-s1s2 (measured waterfall).")] = False,
+    methods: Annotated[Optional[str], typer.Option(help="Comma-separated methods instead of grpo,dapo,aero.")] = None,
     out: Annotated[Path, typer.Option(help="Scratch directory for the runs.")] = Path("runs/bench"),
     sets: SetOpt = None,
 ):
     """Train GRPO, DAPO and AERO side by side from the same base and seed; print one table."""
     from trainer.bench import ABLATIONS, MAIN_METHODS, run_bench
 
-    methods = MAIN_METHODS + (ABLATIONS if ablations else ())
+    chosen = tuple(m.strip() for m in methods.split(",")) if methods else MAIN_METHODS
+    bad = [m for m in chosen if m not in METHODS]
+    if bad:
+        raise typer.BadParameter(f"unknown method(s) {bad}; choose from {', '.join(METHODS)}", param_hint="--methods")
+    chosen += tuple(m for m in (ABLATIONS if ablations else ()) if m not in chosen)
     with _progress() as bar:
         def on_method(method, cfg):
             task = bar.add_task(method, total=cfg.steps, info="")
             return lambda s, n, m: bar.update(task, completed=s, info=_step_info(m))
 
         try:
-            report = run_bench(preset, steps, seed, methods, parse_sets(sets), out, on_method=on_method)
+            report = run_bench(preset, steps, seed, chosen, parse_sets(sets), out, on_method=on_method)
         except ConfigError as e:
             fail_config(e)
     if json_out:
