@@ -80,7 +80,7 @@ class DAPOConfig(_Strict):
 
 
 class OptimConfig(_Strict):
-    lr: float = Field(1e-4, gt=0.0, description="AdamW learning rate. Paper: 5e-6 for 1.5B-7B models; the 1M tiny policy needs ~1e-4.")
+    lr: float = Field(3e-5, gt=0.0, description="AdamW learning rate. Paper: 5e-6 for 1.5B-7B models. Tiny preset: 3e-5 (1e-4 degraded it; see BENCHMARKS.md).")
     warmup_ratio: float = Field(0.03, ge=0.0, lt=1.0, description="Linear warmup as a fraction of steps (paper: 0.03).")
     grad_clip: float = Field(1.0, gt=0.0, description="Gradient-norm clipping (paper: 1.0).")
     weight_decay: float = Field(0.0, ge=0.0)
@@ -113,7 +113,7 @@ class RunConfig(_Strict):
         "long responses on real models, ~30% more train time. The verl engine maps it to enable_gradient_checkpointing.")
     seed: int = Field(0, ge=0)
     steps: int = Field(60, ge=1, le=1_000_000)
-    batch_prompts: int = Field(16, ge=1, le=65_536, description="Prompts per step P (paper: 256).")
+    batch_prompts: int = Field(64, ge=1, le=65_536, description="Prompts per step P (paper: 256; tiny preset default 64).")
     n_total: int = Field(16, ge=2, le=4096, description="Rollout budget per prompt, the same for every method (paper: 16).")
     temperature: float = Field(1.0, gt=0.0, le=10.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
