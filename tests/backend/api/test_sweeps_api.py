@@ -1,6 +1,7 @@
 """POST /api/sweeps expands methods x seeds x overrides into one run each; GET returns them."""
 
 from backend.services.sweeps import apply_override, expand_grid, run_name
+from trainer.config import OptimConfig
 
 BASE = {"steps": 3, "batch_prompts": 4, "eval_every": 0}
 
@@ -22,6 +23,9 @@ def test_expand_grid_order_and_names():
     assert run_name("sw", pts[-1], 2) == "sw/aero/s1/o1" and run_name("sw", pts[0], 1) == "sw/grpo/s0"
 
 
+DEFAULT_LR = OptimConfig().lr  # the base leaves lr at its default
+
+
 def test_sweep_creates_one_run_per_grid_point(client, auth, enqueued):
     body = {"name": "cmp", "base": BASE, "methods": ["grpo", "dapo", "aero"], "seeds": [0, 1],
             "overrides": [{}, {"aero.n_explore": 4, "optim": {"lr": 5e-5}}], "tags": ["demo"]}
@@ -30,7 +34,7 @@ def test_sweep_creates_one_run_per_grid_point(client, auth, enqueued):
     sw = r.json()
     assert len(sw["runs"]) == 12 and sw["status_counts"]["queued"] == 12
     combos = {(x["method"], x["config"]["seed"], x["config"]["aero"]["n_explore"], x["config"]["optim"]["lr"]) for x in sw["runs"]}
-    assert combos == {(m, s, n, lr) for m in ("grpo", "dapo", "aero") for s in (0, 1) for n, lr in ((8, 1e-4), (4, 5e-5))}
+    assert combos == {(m, s, n, lr) for m in ("grpo", "dapo", "aero") for s in (0, 1) for n, lr in ((8, DEFAULT_LR), (4, 5e-5))}
     assert all(x["sweep_id"] == sw["id"] and x["tags"] == ["demo"] and x["config"]["steps"] == 3 for x in sw["runs"])
     assert sorted(i for i, _ in enqueued.sent) == sorted(x["id"] for x in sw["runs"])
     got = client.get(f"/api/sweeps/{sw['id']}").json()
