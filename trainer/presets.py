@@ -106,7 +106,7 @@ def build_engine(cfg: RunConfig, model: torch.nn.Module, path: Path, task, devic
         return make_engine("vllm", model_path=path, eos_ids=stop_token_ids(task, model), pad_id=task.tokenizer.pad_id,
                            dtype="bfloat16" if dtype == torch.bfloat16 else "float32", seed=cfg.seed,
                            max_model_len=cfg.max_prompt_tokens + cfg.max_new_tokens)
-    return make_engine("embedded", model=model, eos_id=task.tokenizer.eos_id, pad_id=task.tokenizer.pad_id,
+    return make_engine("embedded", model=model, eos_id=stop_token_ids(task, model), pad_id=task.tokenizer.pad_id,
                        device=device, dtype=dtype)
 
 

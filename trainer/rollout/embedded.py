@@ -125,11 +125,17 @@ class EmbeddedEngine:
         chunks run sequentially with the same generator, results are concatenated in order.
     """
 
-    def __init__(self, model: torch.nn.Module, eos_id: int, pad_id: int, device=None,
+    def __init__(self, model: torch.nn.Module, eos_id: int | Sequence[int], pad_id: int, device=None,
                  dtype: torch.dtype | None = None, max_batch_rows: int | None = None):
         if max_batch_rows is not None and max_batch_rows < 1:
             raise ValueError(f"max_batch_rows must be >= 1, got {max_batch_rows}")
-        self.eos_id, self.pad_id = int(eos_id), int(pad_id)
+        # Several stop ids: chat models end a turn with a token (<|im_end|>) other than the
+        # tokenizer's EOS; every id here ends a response and is kept as its last token.
+        stop = [eos_id] if isinstance(eos_id, int) else list(eos_id)
+        if not stop:
+            raise ValueError("eos_id: give at least one stop token id")
+        self.stop_ids = torch.tensor(sorted({int(i) for i in stop}), dtype=torch.long)
+        self.eos_id, self.pad_id = int(stop[0]), int(pad_id)
         self.dtype, self.max_batch_rows = dtype, max_batch_rows
         self._device = torch.device(device) if device is not None else None
         self.sync_weights(model)
@@ -218,6 +224,7 @@ class EmbeddedEngine:
         tokens = torch.full((B, S), self.pad_id, dtype=torch.long, device=dev)
         logprobs = torch.zeros((B, S), dtype=torch.float32, device=dev)
         done = torch.zeros(B, dtype=torch.bool, device=dev)
+        stop_ids = self.stop_ids.to(dev)
         lengths = torch.zeros(B, dtype=torch.long, device=dev)
         pos = pos[:, -1:] + 1
         steps = 0
@@ -232,7 +239,7 @@ class EmbeddedEngine:
             tok = tok.masked_fill(done, self.pad_id)
             tokens[:, t], logprobs[:, t] = tok, lp.masked_fill(done, 0.0)
             lengths += (~done).long()
-            done = done | (tok == self.eos_id)
+            done = done | torch.isin(tok, stop_ids)
             steps = t + 1
             if bool(done.all()):
                 break

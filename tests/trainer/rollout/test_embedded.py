@@ -104,6 +104,22 @@ def test_max_new_tokens_stop():
         assert len(r.response_ids) == 7 and not r.finished and EOS not in r.response_ids
 
 
+def test_any_of_several_stop_ids_ends_a_response():
+    """A chat model ends a turn with a token other than EOS (<|im_end|>): every stop id counts."""
+    sp = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=6)
+    model = small_model()
+    plain = EmbeddedEngine(model, eos_id=EOS, pad_id=PAD).generate(PROMPTS, 8, sp, gen(3))
+    stops = sorted({r.response_ids[0] for r in plain if r.response_ids} - {EOS})[:3]
+    assert stops, "need sampled first tokens other than EOS"
+    multi = EmbeddedEngine(model, eos_id=[EOS, *stops], pad_id=PAD).generate(PROMPTS, 8, sp, gen(3))
+    for r in multi:
+        ends = [i for i, t in enumerate(r.response_ids) if t in (EOS, *stops)]
+        assert r.finished == bool(ends)
+        if ends:  # stops at the first stop id, which is kept as the last token
+            assert ends[0] == len(r.response_ids) - 1
+    assert any(r.response_ids[-1] in stops for r in multi if r.response_ids)
+
+
 def test_mixed_stops_invariants():
     """EOS probability ~1/2 per step: rows finish at different steps in one batch."""
     sp = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=4)
