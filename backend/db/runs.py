@@ -137,6 +137,11 @@ def record_progress(session: Session, run_id: int, step: int, total_steps: int |
     if total_steps:
         values["progress"] = min(1.0, step / total_steps)
         values["total_steps"] = total_steps
+    return _touch_running(session, run_id, values, worker)
+
+
+def _touch_running(session: Session, run_id: int, values: dict[str, Any], worker: str | None) -> bool:
+    """Update a running run; True when a cancel was requested or the run is no longer running."""
     if worker is not None:
         values["worker"] = worker
     row = session.execute(
@@ -148,13 +153,7 @@ def record_progress(session: Session, run_id: int, step: int, total_steps: int |
 def heartbeat(session: Session, run_id: int, worker: str | None = None) -> bool:
     """Refresh the heartbeat of a running run (e.g. during a long step or an eval).
     Returns True when a cancel was requested or the run is no longer running."""
-    values: dict[str, Any] = {"heartbeat_at": utcnow()}
-    if worker is not None:
-        values["worker"] = worker
-    row = session.execute(
-        update(Run).where(Run.id == run_id, Run.status == "running").values(**values).returning(Run.cancel_requested)
-    ).first()
-    return True if row is None else bool(row[0])
+    return _touch_running(session, run_id, {"heartbeat_at": utcnow()}, worker)
 
 
 def is_cancel_requested(session: Session, run_id: int) -> bool:
