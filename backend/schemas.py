@@ -108,6 +108,22 @@ class SweepPublic(BaseModel):
     runs: list[RunPublic]
 
 
+class SweepSummary(BaseModel):
+    id: int
+    name: str
+    created_at: UtcDatetime
+    spec: dict[str, Any]
+    status_counts: dict[str, int]
+    run_count: int
+
+
+class SweepsPublic(BaseModel):
+    data: list[SweepSummary]
+    count: int = Field(description="All sweeps, before limit/offset.")
+    limit: int
+    offset: int
+
+
 # ----------------------------------------------------------------------------- metrics & evals
 
 

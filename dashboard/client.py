@@ -197,6 +197,9 @@ class AeroClient:
             params["baseline"] = baseline
         return self.request("GET", "/compare", params=params)
 
+    def list_sweeps(self, limit: int = 50, offset: int = 0) -> dict:
+        return self.request("GET", "/sweeps", params={"limit": limit, "offset": offset})
+
     def get_sweep(self, sweep_id: int) -> dict:
         return self.request("GET", f"/sweeps/{sweep_id}")
 

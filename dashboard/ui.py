@@ -90,6 +90,11 @@ def compare(url: str, token: str | None, run_ids: tuple[int, ...], baseline: int
 
 
 @st.cache_data(ttl=3, show_spinner=False)
+def sweeps_page(url: str, token: str | None, limit: int = 20) -> dict:
+    return _client(url, token).list_sweeps(limit=limit)
+
+
+@st.cache_data(ttl=3, show_spinner=False)
 def sweep(url: str, token: str | None, sweep_id: int) -> dict:
     return _client(url, token).get_sweep(sweep_id)
 

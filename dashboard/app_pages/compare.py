@@ -35,7 +35,8 @@ def choose_runs() -> list[dict]:
                 icon=":material/lightbulb:")
         st.page_link(ui.PAGES["launch"], label="Launch a sweep", icon=":material/rocket_launch:")
         return []
-    sweeps = tables.sweep_ids(runs)
+    names = {sw["id"]: sw["name"] for sw in ui.sweeps_page(url, token, limit=500)["data"]}
+    sweeps = list(names)
     qp_sweep, qp_runs = st.query_params.get("sweep"), st.query_params.get("runs")
     default_mode = "Runs" if qp_runs or not sweeps else "A sweep"
     mode = st.segmented_control("Compare", ["A sweep", "Runs"], default=default_mode, key="cmp_mode") or default_mode
@@ -44,7 +45,7 @@ def choose_runs() -> list[dict]:
             st.info("No sweeps yet: launch one from the Launch page (choose *Sweep*), or compare chosen runs.")
             return []
         default = int(qp_sweep) if qp_sweep and qp_sweep.isdigit() and int(qp_sweep) in sweeps else sweeps[0]
-        sid = st.selectbox("Sweep", sweeps, index=sweeps.index(default), key="cmp_sweep", format_func=lambda s: f"sweep #{s}")
+        sid = st.selectbox("Sweep", sweeps, index=sweeps.index(default), key="cmp_sweep", format_func=lambda s: f"sweep #{s} · {names[s]}")
         st.query_params.update({"sweep": str(sid)})
         st.query_params.pop("runs", None)
         chosen = ui.sweep(url, token, sid)["runs"]

@@ -35,22 +35,22 @@ def sweep_card(sw: dict) -> None:
 @ui.guarded
 def main() -> None:
     url, token = ui.api_url(), ui.api_token()
-    runs = ui.runs_page(url, token, limit=500)["data"]
-    ids = tables.sweep_ids(runs)
+    page = ui.sweeps_page(url, token, limit=SHOWN)
+    ids = [sw["id"] for sw in page["data"]]
     if not ids:
         st.info("**No sweeps yet.** On the Launch page choose *Sweep*, pick several methods and/or seeds, and launch: "
                 "the sweep appears here with its progress.", icon=":material/lightbulb:")
         st.page_link(ui.PAGES["launch"], label="Launch a sweep", icon=":material/rocket_launch:")
         return
-    live = any(ui.is_live(r) for r in runs if r.get("sweep_id"))
+    live = any(sw["status_counts"].get(st_, 0) for sw in page["data"] for st_ in ("queued", "running"))
 
     @st.fragment(run_every=3 if live else None)
     @ui.guarded
     def cards() -> None:
-        for sid in ids[:SHOWN]:
+        for sid in ids:
             sweep_card(ui.sweep(url, token, sid))
-        if len(ids) > SHOWN:
-            st.caption(f"{len(ids) - SHOWN} older sweep(s) not shown.")
+        if page["count"] > SHOWN:
+            st.caption(f"{page['count'] - SHOWN} older sweep(s) not shown.")
 
     cards()
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, status
+from fastapi import APIRouter, Path, Query, status
 from fastapi.exceptions import RequestValidationError
 
 from backend.api.deps import EnqueueDep, ReadAccess, SessionDep, SettingsDep, TokenDep
 from backend.api.errors import NOT_FOUND, config_validation_error
 from backend.db import sweeps as repo
 from backend.db.models import RUN_STATUSES
-from backend.schemas import RunPublic, SweepCreate, SweepPublic
+from backend.schemas import RunPublic, SweepCreate, SweepPublic, SweepsPublic, SweepSummary
 from backend.services.submit import enqueue_or_fail
 from backend.services.sweep_submit import SweepConfigError, SweepTooLarge, build_sweep
 
@@ -42,6 +42,17 @@ def create_sweep(body: SweepCreate, session: SessionDep, settings: SettingsDep, 
     session.commit()
     enqueue_or_fail(session, enqueue, runs)
     return _public(sweep, runs)
+
+
+@router.get("", response_model=SweepsPublic, dependencies=[ReadAccess])
+def list_sweeps(session: SessionDep, limit: Annotated[int, Query(ge=1, le=500)] = 50,
+                offset: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0):
+    """Sweeps, newest first, with a run count per status (no run bodies: see GET /sweeps/{id})."""
+    sweeps, total, counts = repo.list_sweeps(session, limit, offset)
+    data = [SweepSummary(id=sw.id, name=sw.name, created_at=sw.created_at, spec=sw.spec,
+                         status_counts={st: counts[sw.id].get(st, 0) for st in RUN_STATUSES},
+                         run_count=sum(counts[sw.id].values())) for sw in sweeps]
+    return SweepsPublic(data=data, count=total, limit=limit, offset=offset)
 
 
 @router.get("/{sweep_id}", response_model=SweepPublic, dependencies=[ReadAccess], responses=NOT_FOUND)

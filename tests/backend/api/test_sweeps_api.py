@@ -61,3 +61,16 @@ def test_invalid_grid_point_is_422_naming_override_and_field_and_stores_nothing(
     too_big = {"base": BASE, "methods": ["grpo", "aero"], "seeds": list(range(64)), "overrides": [{}] * 5}
     assert client.post("/api/sweeps", json=too_big, headers=auth).status_code == 422
     assert client.get("/api/runs").json()["count"] == 0 and enqueued.sent == []
+
+
+def test_list_sweeps_newest_first_with_status_counts(client, auth, enqueued):
+    for name in ("first", "second"):
+        r = client.post("/api/sweeps", json={"name": name, "base": BASE, "methods": ["grpo", "aero"], "seeds": [0, 1]},
+                        headers=auth)
+        assert r.status_code == 201, r.text
+    page = client.get("/api/sweeps?limit=1").json()
+    assert page["count"] == 2 and page["limit"] == 1 and [s["name"] for s in page["data"]] == ["second"]
+    assert page["data"][0]["run_count"] == 4 and page["data"][0]["status_counts"]["queued"] == 4
+    rest = client.get("/api/sweeps?limit=1&offset=1").json()
+    assert [s["name"] for s in rest["data"]] == ["first"]
+    assert client.get("/api/sweeps?limit=0").status_code == 422
