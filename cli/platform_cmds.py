@@ -403,7 +403,8 @@ def up(
             dash_url = f"http://{show_host}:{dashboard_port}"
             sup.start(Child("dashboard", [sys.executable, "-m", "streamlit", "run", str(dash), "--server.port", str(dashboard_port),
                                           "--server.address", host, "--server.headless", "true",
-                                          "--browser.gatherUsageStats", "false"],
+                                          "--browser.gatherUsageStats", "false",
+                                          "--client.toolbarMode", "viewer"],  # no "Deploy" button
                             env={**env, "AERO_API_URL": api_url, "AERO_API_TOKEN": token}))
         else:
             err.print("[yellow]dashboard/app.py not found: starting without the dashboard[/]")
