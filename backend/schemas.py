@@ -99,15 +99,6 @@ class SweepCreate(_In):
     tags: list[Tag] = Field(default_factory=list, max_length=32)
 
 
-class SweepPublic(BaseModel):
-    id: int
-    name: str
-    created_at: UtcDatetime
-    spec: dict[str, Any]
-    status_counts: dict[str, int]
-    runs: list[RunPublic]
-
-
 class SweepSummary(BaseModel):
     id: int
     name: str
@@ -115,6 +106,10 @@ class SweepSummary(BaseModel):
     spec: dict[str, Any]
     status_counts: dict[str, int]
     run_count: int
+
+
+class SweepPublic(SweepSummary):
+    runs: list[RunPublic]
 
 
 class SweepsPublic(BaseModel):

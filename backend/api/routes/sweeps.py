@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, status
@@ -20,11 +21,14 @@ router = APIRouter(prefix="/sweeps", tags=["sweeps"])
 SweepId = Annotated[int, Path(ge=1, le=2**63 - 1)]
 
 
+def _summary(sweep, counts: dict[str, int]) -> dict:
+    """SweepSummary fields from a {status: runs} count (every status listed, 0 when absent)."""
+    return dict(id=sweep.id, name=sweep.name, created_at=sweep.created_at, spec=sweep.spec,
+                status_counts={st: counts.get(st, 0) for st in RUN_STATUSES}, run_count=sum(counts.values()))
+
+
 def _public(sweep, runs) -> SweepPublic:
-    counts = dict.fromkeys(RUN_STATUSES, 0)
-    for r in runs:
-        counts[r.status] += 1
-    return SweepPublic(id=sweep.id, name=sweep.name, created_at=sweep.created_at, spec=sweep.spec, status_counts=counts,
+    return SweepPublic(**_summary(sweep, Counter(r.status for r in runs)),
                        runs=[RunPublic.model_validate(r) for r in runs])
 
 
@@ -49,9 +53,7 @@ def list_sweeps(session: SessionDep, limit: Annotated[int, Query(ge=1, le=500)] 
                 offset: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0):
     """Sweeps, newest first, with a run count per status (no run bodies: see GET /sweeps/{id})."""
     sweeps, total, counts = repo.list_sweeps(session, limit, offset)
-    data = [SweepSummary(id=sw.id, name=sw.name, created_at=sw.created_at, spec=sw.spec,
-                         status_counts={st: counts[sw.id].get(st, 0) for st in RUN_STATUSES},
-                         run_count=sum(counts[sw.id].values())) for sw in sweeps]
+    data = [SweepSummary(**_summary(sw, counts[sw.id])) for sw in sweeps]
     return SweepsPublic(data=data, count=total, limit=limit, offset=offset)
 
 
