@@ -281,3 +281,122 @@ def table_figure(columns: Sequence[str], rows: Sequence[Sequence[str]], bold: Se
     fig.update_layout(title={"text": title, "x": 0, "font": {"size": 15}}, margin={"l": 0, "r": 0, "t": 40 if title else 0, "b": 0},
                       height=(40 if title else 0) + 45 + 48 * max(1, len(rows)))
     return fig
+
+
+# ---------------------------------------------------------------- seed groups (Compare page, "Aggregate seeds")
+
+
+@dataclass(frozen=True)
+class Band:
+    """One seed group's curve: the mean over its runs at ``x[i]`` with a CI band [lo, hi]
+    (None where fewer than 2 runs cover the point) and ``n[i]`` runs averaged there."""
+
+    label: str
+    method: str
+    x: Sequence[float | None]
+    mean: Sequence[float | None]
+    lo: Sequence[float | None]
+    hi: Sequence[float | None]
+    n: Sequence[int | None]
+    dash: str = "solid"
+
+
+def rgba(hex_color: str, alpha: float) -> str:
+    """'#4C78A8', 0.2 -> 'rgba(76,120,168,0.2)' (bands are the method colour, see-through)."""
+    h = hex_color.lstrip("#")
+    r, g, b = (int(h[i:i + 2], 16) for i in (0, 2, 4))
+    return f"rgba({r},{g},{b},{alpha})"
+
+
+def dash_by_method(methods: Sequence[str]) -> list[str]:
+    """Items of one method share its colour, so the i-th item of a method gets the i-th dash."""
+    seen: dict[str, int] = {}
+    out = []
+    for m in methods:
+        out.append(DASHES[seen.get(m, 0) % len(DASHES)])
+        seen[m] = seen.get(m, 0) + 1
+    return out
+
+
+def band_polygon(x: Sequence[float | None], lo: Sequence[float | None], hi: Sequence[float | None]) -> tuple[list, list]:
+    """Outline of the band for a ``fill='toself'`` trace: along ``hi`` left to right, back along
+    ``lo``, one closed shape per stretch where x, lo and hi are all present; stretches are
+    separated by None (Plotly closes and fills each one on its own)."""
+    xs: list[float | None] = []
+    ys: list[float | None] = []
+    run: list[int] = []
+
+    def close() -> None:
+        if not run:
+            return
+        if xs:
+            xs.append(None)
+            ys.append(None)
+        xs.extend([x[i] for i in run] + [x[i] for i in reversed(run)])
+        ys.extend([hi[i] for i in run] + [lo[i] for i in reversed(run)])
+        run.clear()
+
+    for i in range(len(x)):
+        if x[i] is not None and lo[i] is not None and hi[i] is not None:
+            run.append(i)
+        else:
+            close()
+    close()
+    return xs, ys
+
+
+def _band_traces(b: Band, *, name: str | None = None, width: float = 2.0, alpha: float = 0.18,
+                 value_format: str = ".3f", level: int = 95) -> list[go.Scatter]:
+    """The shaded band (no legend entry, no hover) and the mean line (hover: mean, CI, n seeds)."""
+    color = method_color(b.method)
+    name = name or b.label
+    traces = []
+    px, py = band_polygon(b.x, b.lo, b.hi)
+    if px:
+        traces.append(go.Scatter(x=px, y=py, fill="toself", fillcolor=rgba(color, alpha), mode="lines",
+                                 line={"width": 0, "color": rgba(color, 0)}, hoverinfo="skip", showlegend=False,
+                                 legendgroup=b.label, name=f"{name} band"))
+    ci = ["–" if lo is None or hi is None else f"[{lo:{value_format}}, {hi:{value_format}}]" for lo, hi in zip(b.lo, b.hi)]
+    traces.append(go.Scatter(
+        x=list(b.x), y=list(b.mean), name=name, mode="lines", legendgroup=b.label, connectgaps=True,
+        line={"color": color, "dash": b.dash, "width": width},
+        customdata=[[c, "–" if n is None else n] for c, n in zip(ci, b.n)],
+        hovertemplate=f"{b.label}: %{{y:{value_format}}} · {level}% CI %{{customdata[0]}} · n=%{{customdata[1]}} seeds<extra></extra>",
+    ))
+    return traces
+
+
+def band_figure(bands: Sequence[Band], *, title: str, x_title: str, y_title: str, y_tickformat: str | None = None,
+                y_range: Sequence[float] | None = None, height: int = 360, level: int = 95) -> go.Figure:
+    """Seed groups: per group the mean line in its method's colour over a shaded CI band in
+    the same colour, see-through; the legend names groups (groups of one method differ by dash).
+    Works on any x (step, cumulative FLOPs, wall time): the API puts each group on its own grid."""
+    fig = go.Figure()
+    for b in bands:
+        for tr in _band_traces(b, value_format=".1%" if y_tickformat == ".0%" else ".3g", level=level):
+            fig.add_trace(tr)
+    fig = _layout(fig, f"{title} <span style='font-size:12px;color:#666'>(band: {level}% CI across seeds)</span>", x_title, y_title,
+                  height=height, y_tickformat=y_tickformat, y_range=y_range)
+    return integer_steps(fig, [v for b in bands for v in b.x]) if x_title == "step" else fig
+
+
+def zero_acc_band_figure(groups: Sequence[tuple[Band, Sequence[float | None] | None]], *, x_title: str = "step",
+                         level: int = 95) -> go.Figure:
+    """Paper Figure 9 for seed groups. ``groups``: (after-rescue band, after-explore mean or
+    None); solid/dashed line + band = after rescue (what the update sees), thin dotted = the
+    after-explore mean (no band, to keep the chart readable). The legend gives each group's
+    mean over the grid."""
+    fig = go.Figure()
+    for band, explore in groups:
+        vals = [v for v in band.mean if v is not None]
+        mean = f" (mean {sum(vals) / len(vals):.1%})" if vals else ""
+        for tr in _band_traces(band, name=f"{band.label}{mean}", value_format=".1%", level=level):
+            fig.add_trace(tr)
+        if explore is not None and any(a != b for a, b in zip(explore, band.mean)):
+            fig.add_trace(go.Scatter(x=list(band.x), y=list(explore), name=f"{band.label}: after explore", mode="lines",
+                                     legendgroup=band.label, showlegend=False, connectgaps=True,
+                                     hovertemplate=f"{band.label} after explore: %{{y:.1%}}<extra></extra>",
+                                     line={"color": method_color(band.method), "width": 1, "dash": "dot"}))
+    fig = _layout(fig, f"Zero-accuracy ratio (line + band: after rescue, {level}% CI across seeds; dotted: after exploration)", x_title,
+                  "fraction of prompts with no correct rollout", y_tickformat=".0%", height=380)
+    return integer_steps(fig, [v for g in groups for v in g[0].x]) if x_title == "step" else fig

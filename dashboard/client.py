@@ -127,6 +127,16 @@ def _csv(items: Iterable[Any]) -> str:
     return ",".join(str(i) for i in items)
 
 
+def _group_params(run_ids: Sequence[int], groups: Sequence[Sequence[int]], **extra: Any) -> dict[str, Any]:
+    """Query of the seed-group endpoints: ``run_ids=1,2,3`` and one ``groups=4,5`` per explicit group."""
+    params: dict[str, Any] = {k: v for k, v in extra.items() if v is not None}
+    if run_ids:
+        params["run_ids"] = _csv(run_ids)
+    if groups:
+        params["groups"] = [_csv(g) for g in groups]
+    return params
+
+
 class AeroClient:
     """Thin wrapper over the REST API; methods return the decoded JSON bodies (plain dicts)."""
 
@@ -196,6 +206,23 @@ class AeroClient:
         if baseline is not None:
             params["baseline"] = baseline
         return self.request("GET", "/compare", params=params)
+
+    def compare_groups(self, run_ids: Sequence[int] = (), *, groups: Sequence[Sequence[int]] = (),
+                       baseline: int | None = None, alpha: float = 0.05) -> dict:
+        """Seed groups side by side (``GET /compare/groups``): per group Student-t CIs across seeds,
+        paired-by-seed ratios to the baseline group and per-benchmark significance tests.
+        ``run_ids`` are grouped by the API (configs equal but for the seed); ``groups`` are
+        explicit groups; ``baseline`` is a run id whose group is the baseline."""
+        return self.request("GET", "/compare/groups", params=_group_params(run_ids, groups, baseline=baseline, alpha=alpha))
+
+    def compare_curves(self, run_ids: Sequence[int] = (), *, groups: Sequence[Sequence[int]] = (), keys: Sequence[str] = (),
+                       x: str = "step", points: int = 200, alpha: float = 0.05) -> dict:
+        """Mean curve and Student-t band across each group's seeds on a common x grid
+        (``GET /compare/curves``); ``x`` is step, flops (cumulative) or time (elapsed)."""
+        params = _group_params(run_ids, groups, x=x, points=points, alpha=alpha)
+        if keys:
+            params["keys"] = _csv(keys)
+        return self.request("GET", "/compare/curves", params=params)
 
     def list_sweeps(self, limit: int = 50, offset: int = 0) -> dict:
         return self.request("GET", "/sweeps", params={"limit": limit, "offset": offset})

@@ -89,6 +89,19 @@ def compare(url: str, token: str | None, run_ids: tuple[int, ...], baseline: int
     return _client(url, token).compare(list(run_ids), baseline)
 
 
+@st.cache_data(ttl=3600, max_entries=200, show_spinner=False)
+def compare_groups(url: str, token: str | None, run_ids: tuple[int, ...], baseline: int | None, version: tuple) -> dict:
+    """Seed groups of ``run_ids`` (``version``: the runs' versions, so live runs refresh)."""
+    return _client(url, token).compare_groups(list(run_ids), baseline=baseline)
+
+
+@st.cache_data(ttl=3600, max_entries=200, show_spinner=False)
+def compare_curves(url: str, token: str | None, run_ids: tuple[int, ...], keys: tuple[str, ...], x: str, points: int,
+                   version: tuple) -> dict:
+    """Mean curves with seed bands per group of ``run_ids``."""
+    return _client(url, token).compare_curves(list(run_ids), keys=list(keys), x=x, points=points)
+
+
 @st.cache_data(ttl=3, show_spinner=False)
 def sweeps_page(url: str, token: str | None, limit: int = 20) -> dict:
     return _client(url, token).list_sweeps(limit=limit)
