@@ -259,3 +259,161 @@ def sweep_progress(sweep: Mapping[str, Any]) -> float:
         return 0.0
     done = {"succeeded", "failed", "cancelled"}
     return sum(1.0 if r["status"] in done else float(r.get("progress") or 0.0) for r in runs) / len(runs)
+
+
+# ---------------------------------------------------------------- seed groups (GET /compare/groups)
+# Stat = {"mean", "lo", "hi", "n", "values"}: Student-t CI across a group's seeds (lo/hi None when n < 2).
+# RatioStat = {"mean", "lo", "hi", "n", "pairs"}: group / baseline, paired by seed.
+
+
+def half_ci(stat: Mapping[str, Any] | None) -> float | None:
+    """Half the CI width, (hi - lo) / 2, or None without a CI."""
+    if not stat or stat.get("lo") is None or stat.get("hi") is None:
+        return None
+    return (stat["hi"] - stat["lo"]) / 2
+
+
+def stat_text(stat: Mapping[str, Any] | None, fmt: Any = "{:.3f}".format) -> str:
+    """'0.480 ± 0.012' (mean ± half the CI); the mean alone with one seed; '–' when missing."""
+    if not stat or stat.get("mean") is None:
+        return "–"
+    half = half_ci(stat)
+    return fmt(stat["mean"]) + ("" if half is None else f" ± {fmt(half)}")
+
+
+def ratio_text(rs: Mapping[str, Any] | None) -> str:
+    """'0.52× [0.48, 0.56]' (mean of the per-seed-pair ratios and its CI); '0.52×' with one pair."""
+    if not rs or rs.get("mean") is None:
+        return "–"
+    ci = "" if rs.get("lo") is None or rs.get("hi") is None else f" [{rs['lo']:.2f}, {rs['hi']:.2f}]"
+    return f"{rs['mean']:.2f}×{ci}"
+
+
+def p_text(p: float | None) -> str:
+    """'p=0.012'; 'p<0.001' below that (a permutation test cannot resolve less)."""
+    if p is None:
+        return "p=–"
+    return "p<0.001" if p < 0.001 else f"p={p:.3f}"
+
+
+def seeds_text(group: Mapping[str, Any]) -> str:
+    """'3 (0, 1, 2)': how many seeds and which."""
+    seeds = group.get("seeds") or []
+    return f"{len(seeds)} ({', '.join(str(s) for s in seeds)})" if seeds else str(len(group.get("run_ids") or []))
+
+
+def _pct(v: float) -> str:
+    return f"{v:.1%}"
+
+
+# (column, section, key, higher is better, formatter); section "mean" = per-step means, "evals" = overall evals
+SUMMARY_COLUMNS: tuple[tuple[str, str, str, bool, Any], ...] = (
+    ("time / step", "mean", "time/step_s", False, lambda v: si(v, "s")),
+    ("FLOPs / step", "mean", "flops/total", False, lambda v: si(v, "FLOP")),
+    ("trained rollouts / step", "mean", "rollout/trained", False, lambda v: si(v)),
+    ("zero-acc after rescue", "mean", "zero_acc/after_rescue", False, _pct),
+    ("Avg@k total", "evals", "avg_at_k", True, "{:.3f}".format),
+    ("Pass@k total", "evals", "pass_at_k", True, "{:.3f}".format),
+)
+
+
+def group_k(groups: Sequence[Mapping[str, Any]]) -> int | None:
+    """The evaluations' k when every group shares one, else None."""
+    ks = {ev.get("k") for g in groups for ev in (g.get("evals") or {}).values() if ev.get("k")}
+    return ks.pop() if len(ks) == 1 else None
+
+
+def _group_stat(g: Mapping[str, Any], section: str, key: str) -> tuple[Mapping | None, Mapping | None]:
+    """(Stat, RatioStat) of one summary cell."""
+    ratios = g.get("ratios") or {}
+    if section == "evals":
+        return (g.get("evals") or {}).get("overall", {}).get(key), ((ratios.get("evals") or {}).get("overall") or {}).get(key)
+    return (g.get("mean") or {}).get(key), (ratios.get("mean") or {}).get(key)
+
+
+def _stat_record(rec: dict[str, Any], col: str, stat: Mapping | None, rs: Mapping | None) -> None:
+    """Numbers behind one cell, for the CSV."""
+    stat, rs = stat or {}, rs or {}
+    for part in ("mean", "lo", "hi", "n"):
+        rec[f"{col}:{part}"] = stat.get(part)
+    for part in ("mean", "lo", "hi", "n"):
+        rec[f"{col}:ratio_{part}"] = rs.get(part)
+
+
+def group_summary_table(groups: Sequence[Mapping[str, Any]], baseline_key: str) -> BenchTable:
+    """One row per seed group: seeds, then cost (time, FLOPs, trained rollouts per step),
+    zero-accuracy after rescue, Avg@k and Pass@k over all benchmarks, each as 'mean ± half-CI'
+    (95% Student-t across seeds) with the ratio to the baseline group below ('0.52× [0.48,
+    0.56]': mean and CI of the per-seed-pair ratios), and how many seed pairs those ratios
+    use. Best mean of each column in bold (lowest cost and zero-accuracy, highest accuracy)."""
+    k = group_k(groups)
+    has_evals = any((g.get("evals") or {}).get("overall") for g in groups)
+    cols = [c for c in SUMMARY_COLUMNS if c[1] == "mean" or has_evals]
+    columns = ["group", "seeds"] + [c[0].replace("@k", f"@{k}") if k else c[0] for c in cols] + ["seed pairs"]
+    cells = [[_group_stat(g, sec, key) for _, sec, key, _, _ in cols] for g in groups]
+    best = [_best([row[j][0].get("mean") if row[j][0] else None for row in cells], hi) for j, (_, _, _, hi, _) in enumerate(cols)]
+    rows, bold, records = [], [], []
+    for i, g in enumerate(groups):
+        is_base = g["key"] == baseline_key
+        row = [g["label"] + (" (baseline)" if is_base else ""), seeds_text(g)]
+        rec: dict[str, Any] = {"group": g["key"], "label": g["label"], "method": g["method"], "baseline": is_base,
+                               "run_ids": " ".join(map(str, g.get("run_ids") or [])), "seeds": len(g.get("seeds") or g.get("run_ids") or [])}
+        pairs = []
+        for (name, _, _, _, fmt), (stat, rs) in zip(cols, cells[i]):
+            text = stat_text(stat, fmt)
+            if not is_base and stat and stat.get("mean") is not None:
+                text += f"<br>{ratio_text(rs)}"
+                pairs.append((rs or {}).get("n") or 0)
+            row.append(text)
+            _stat_record(rec, name, stat, None if is_base else rs)
+        row.append("—" if is_base else str(max(pairs, default=0)))
+        rec["seed pairs"] = None if is_base else max(pairs, default=0)
+        rows.append(row)
+        bold.append([False, False] + [best[j][i] for j in range(len(cols))] + [False])
+        records.append(rec)
+    return BenchTable(columns, rows, bold, pd.DataFrame(records), k)
+
+
+def _significance(significance: Mapping[str, Any], bench: str, group_key: str, metric: str) -> Mapping[str, Any] | None:
+    """The test of ``group_key`` against the baseline on ``bench`` for ``metric``, if the API ran one."""
+    return next((t for t in significance.get(bench) or [] if t.get("group") == group_key and t.get("metric") == metric), None)
+
+
+def group_benchmark_table(groups: Sequence[Mapping[str, Any]], significance: Mapping[str, Any], baseline_key: str,
+                          metric: str = "avg_at_k") -> BenchTable:
+    """Paper Table 1 for seed groups: per benchmark the ``metric`` (Avg@k or Pass@k) averaged
+    over the group's seeds, then 'Total (P-value)': the pooled ('overall') value and the p-value
+    of the paired permutation test of the group against the baseline (seeds averaged per
+    problem), e.g. '0.480 (p=0.012)'; the baseline shows '—' there. Best of each column bold."""
+    k = group_k(groups)
+    name = ("Avg" if metric == "avg_at_k" else "Pass") + f"@{k or 'k'}"
+    benches = [b for b in bench_order([b for g in groups for b in g.get("evals") or {}]) if b != "overall"]
+    has_total = any("overall" in (g.get("evals") or {}) for g in groups)
+    keys = benches + (["overall"] if has_total else [])
+    columns = ["group"] + [f"{name} {b}" for b in benches] + ([f"{name} Total (P-value)"] if has_total else [])
+    stats = [[((g.get("evals") or {}).get(b) or {}).get(metric) or {} for b in keys] for g in groups]
+    best = [_best([row[j].get("mean") for row in stats], True) for j in range(len(keys))]
+    rows, bold, records = [], [], []
+    for i, g in enumerate(groups):
+        is_base = g["key"] == baseline_key
+        row = [g["label"] + (" (baseline)" if is_base else "")]
+        rec: dict[str, Any] = {"group": g["key"], "label": g["label"], "method": g["method"], "baseline": is_base,
+                               "seeds": len(g.get("seeds") or g.get("run_ids") or [])}
+        for b, stat in zip(keys, stats[i]):
+            mean = stat.get("mean")
+            text = "–" if mean is None else f"{mean:.3f}"
+            rec[f"{metric}:{b}"], rec[f"{metric}:{b}:lo"], rec[f"{metric}:{b}:hi"] = mean, stat.get("lo"), stat.get("hi")
+            if b == "overall":
+                test = None if is_base else _significance(significance, "overall", g["key"], metric)
+                if is_base:
+                    text += " (—)"
+                elif test is not None:
+                    text += f" ({p_text(test.get('p_value'))})"
+                rec["diff"], rec["p_value"] = (test or {}).get("diff"), (test or {}).get("p_value")
+                rec["diff_lo"], rec["diff_hi"] = ((test or {}).get("ci") or [None, None])[:2]
+                rec["problems"] = (test or {}).get("problems")
+            row.append(text)
+        rows.append(row)
+        bold.append([False] + [best[j][i] for j in range(len(keys))])
+        records.append(rec)
+    return BenchTable(columns, rows, bold, pd.DataFrame(records), k)
