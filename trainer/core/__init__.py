@@ -1,39 +1,31 @@
-"""Pure algorithm core: advantages, AERO allocation and curation, DAPO, losses, pass@k, savings.
+"""Pure algorithm core: advantages, AERO allocation and curation, DAPO, losses, pass@k,
+savings, and the statistics of comparisons across seeds.
 
-Imports only torch, numpy and the stdlib. See docs/algorithms.md for the spec.
+Imports only torch, numpy, scipy and the stdlib. See docs/algorithms.md for the spec.
+Names are re-exported lazily (PEP 562) so that the numpy-only modules (``passk``, ``stats``)
+can be imported by the backend without loading torch.
 """
 
-from trainer.core.advantages import bayesian_advantage, grpo_advantage, posterior_mean
-from trainer.core.aero import (
-    KINDS,
-    SPLITS,
-    Curated,
-    RescueState,
-    Stratum,
-    aero_advantages,
-    apply_round,
-    curate,
-    is_correct,
-    negatives_to_keep,
-    next_round,
-    plan_rescue_round,
-    plan_rounds,
-    replay,
-    start_rescue,
-    stratify,
-    theorem41_factor,
-)
-from trainer.core.dapo import nonzero_variance_mask, overlong_penalty
-from trainer.core.losses import AGG_MODES, aggregate, clipped_surrogate, entropy_from_logits, kl_k3
-from trainer.core.passk import avg_at_k, bootstrap_ci, pass_at_k
-from trainer.core.savings import RUNGS, STRATEGIES, Waterfall, ladder_counts, savings_cost, waterfall
+from __future__ import annotations
 
-__all__ = [
-    "AGG_MODES", "KINDS", "RUNGS", "SPLITS", "STRATEGIES",
-    "Curated", "RescueState", "Stratum", "Waterfall",
-    "aero_advantages", "aggregate", "apply_round", "avg_at_k", "bayesian_advantage", "bootstrap_ci",
-    "clipped_surrogate", "curate", "entropy_from_logits", "grpo_advantage", "is_correct", "kl_k3",
-    "ladder_counts", "negatives_to_keep", "next_round", "nonzero_variance_mask", "overlong_penalty",
-    "pass_at_k", "plan_rescue_round", "plan_rounds", "posterior_mean", "replay", "savings_cost",
-    "start_rescue", "stratify", "theorem41_factor", "waterfall",
-]
+import importlib
+
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    "advantages": ("bayesian_advantage", "grpo_advantage", "posterior_mean"),
+    "aero": ("KINDS", "SPLITS", "Curated", "RescueState", "Stratum", "aero_advantages", "apply_round", "curate",
+             "is_correct", "negatives_to_keep", "next_round", "plan_rescue_round", "plan_rounds", "replay",
+             "start_rescue", "stratify", "theorem41_factor"),
+    "dapo": ("nonzero_variance_mask", "overlong_penalty"),
+    "losses": ("AGG_MODES", "aggregate", "clipped_surrogate", "entropy_from_logits", "kl_k3"),
+    "passk": ("avg_at_k", "bootstrap_ci", "pass_at_k"),
+    "savings": ("RUNGS", "STRATEGIES", "Waterfall", "ladder_counts", "savings_cost", "waterfall"),
+    "stats": ("mean_ci", "paired_permutation_test", "paired_diff_ci", "interpolated_band", "paired_ratios"),
+}
+_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module 'trainer.core' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"trainer.core.{_WHERE[name]}"), name)
