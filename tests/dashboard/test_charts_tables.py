@@ -156,3 +156,152 @@ def test_sweep_helpers():
     sweep = {"runs": [{"status": "succeeded", "progress": 1.0}, {"status": "failed", "progress": 0.2},
                       {"status": "running", "progress": 0.5}, {"status": "queued", "progress": 0.0}]}
     assert tables.sweep_progress(sweep) == pytest.approx((1 + 1 + 0.5 + 0) / 4)
+
+
+# ---------------------------------------------------------------- seed groups (fixture payloads shaped as docs/api.md)
+
+
+def stat(mean, lo=None, hi=None, n=3):
+    return {"mean": mean, "lo": lo, "hi": hi, "n": n, "values": []}
+
+
+def rstat(mean, lo=None, hi=None, n=3):
+    return {"mean": mean, "lo": lo, "hi": hi, "n": n, "pairs": []}
+
+
+GROUPS = {
+    "baseline": "aaaaaaaaaa", "alpha": 0.05,
+    "groups": [
+        {"key": "aaaaaaaaaa", "label": "grpo", "method": "grpo", "run_ids": [1, 2, 3], "seeds": [0, 1, 2], "steps": stat(30),
+         "mean": {"time/step_s": stat(2.0, 1.9, 2.1), "flops/total": stat(4e9, 3.9e9, 4.1e9),
+                  "rollout/trained": stat(256.0, 256.0, 256.0), "zero_acc/after_rescue": stat(0.3, 0.28, 0.32)},
+         "total": {}, "evals": {"L1": {"k": 8, "n": 8, "problems": 4, "avg_at_k": stat(0.40, 0.38, 0.42), "pass_at_k": stat(0.7)},
+                               "L2": {"k": 8, "n": 8, "problems": 4, "avg_at_k": stat(0.20), "pass_at_k": stat(0.5)},
+                               "overall": {"k": 8, "n": 8, "problems": 8, "avg_at_k": stat(0.30, 0.29, 0.31), "pass_at_k": stat(0.6)}},
+         "ratios": {"mean": {"time/step_s": rstat(1.0, 1.0, 1.0)}, "total": {}, "evals": {}}},
+        {"key": "bbbbbbbbbb", "label": "aero", "method": "aero", "run_ids": [4, 5], "seeds": [0, 1], "steps": stat(30, n=2),
+         "mean": {"time/step_s": stat(1.04, 0.98, 1.10, 2), "flops/total": stat(2e9, None, None, 2),
+                  "rollout/trained": stat(70.0, 64.0, 76.0, 2), "zero_acc/after_rescue": stat(0.18, 0.16, 0.2, 2)},
+         "total": {}, "evals": {"L1": {"k": 8, "n": 8, "problems": 4, "avg_at_k": stat(0.46, n=2), "pass_at_k": stat(0.75, n=2)},
+                               "L2": {"k": 8, "n": 8, "problems": 4, "avg_at_k": stat(0.18, n=2), "pass_at_k": stat(0.5, n=2)},
+                               "overall": {"k": 8, "n": 8, "problems": 8, "avg_at_k": stat(0.32, 0.30, 0.34, 2),
+                                           "pass_at_k": stat(0.625, n=2)}},
+         "ratios": {"mean": {"time/step_s": rstat(0.52, 0.48, 0.56, 2), "flops/total": rstat(0.5, 0.5, 0.5, 2),
+                             "rollout/trained": rstat(0.2734, None, None, 1), "zero_acc/after_rescue": rstat(0.6, 0.5, 0.7, 2)},
+                    "total": {}, "evals": {"overall": {"avg_at_k": rstat(1.0667, 1.0, 1.13, 2), "pass_at_k": rstat(1.04, n=2)}}}},
+    ],
+    "significance": {"overall": [
+        {"group": "bbbbbbbbbb", "baseline": "aaaaaaaaaa", "metric": "avg_at_k", "k": 8, "diff": 0.02, "ci": [0.004, 0.036],
+         "p_value": 0.0123, "problems": 8, "seeds": [2, 3], "test": "paired sign-flip permutation over problems"},
+        {"group": "bbbbbbbbbb", "baseline": "aaaaaaaaaa", "metric": "pass_at_k", "k": 8, "diff": 0.025, "ci": [-0.01, 0.06],
+         "p_value": 0.0004, "problems": 8, "seeds": [2, 3], "test": "paired sign-flip permutation over problems"}]},
+}
+
+
+def test_stat_ratio_and_p_texts():
+    assert tables.stat_text(stat(0.48, 0.468, 0.492)) == "0.480 ± 0.012"
+    assert tables.stat_text(stat(0.48, n=1)) == "0.480" and tables.stat_text(stat(None)) == "–" and tables.stat_text(None) == "–"
+    assert tables.stat_text(stat(1.5, 1.0, 2.0), lambda v: charts.si(v, "s")) == "1.5 s ± 0.5 s"
+    assert tables.ratio_text(rstat(0.52, 0.48, 0.56)) == "0.52× [0.48, 0.56]"
+    assert tables.ratio_text(rstat(0.524, n=1)) == "0.52×" and tables.ratio_text(rstat(None)) == "–"
+    assert (tables.p_text(0.0123), tables.p_text(0.0004), tables.p_text(None)) == ("p=0.012", "p<0.001", "p=–")
+
+
+def test_group_summary_table_strings_bold_and_csv():
+    t = tables.group_summary_table(GROUPS["groups"], GROUPS["baseline"])
+    assert t.columns == ["group", "seeds", "time / step", "FLOPs / step", "trained rollouts / step", "zero-acc after rescue",
+                         "Avg@8 total", "Pass@8 total", "seed pairs"]
+    base, aero = t.rows
+    # baseline: mean ± half-CI only, no ratio, no pairs
+    assert base == ["grpo (baseline)", "3 (0, 1, 2)", "2 s ± 0.1 s", "4 GFLOP ± 100 MFLOP", "256 ± 0", "30.0% ± 2.0%",
+                    "0.300 ± 0.010", "0.600", "—"]
+    assert aero[1] == "2 (0, 1)"
+    assert aero[2] == "1.04 s ± 0.06 s<br>0.52× [0.48, 0.56]"  # half-CI = (1.10 - 0.98) / 2
+    assert aero[3] == "2 GFLOP<br>0.50× [0.50, 0.50]"  # one CI missing: the mean alone
+    assert aero[4] == "70 ± 6<br>0.27×" and aero[5] == "18.0% ± 2.0%<br>0.60× [0.50, 0.70]"
+    assert aero[6] == "0.320 ± 0.020<br>1.07× [1.00, 1.13]" and aero[7] == "0.625<br>1.04×"
+    assert aero[8] == "2"  # the most seed pairs behind any ratio of the row
+    # lower cost and zero-accuracy, higher accuracy win
+    assert t.bold == [[False, False, False, False, False, False, False, False, False],
+                      [False, False, True, True, True, True, True, True, False]]
+    f = t.frame.set_index("label")
+    assert f.loc["aero", "time / step:ratio_lo"] == pytest.approx(0.48) and f.loc["aero", "time / step:hi"] == pytest.approx(1.10)
+    assert f.loc["grpo", "baseline"] and pd_isna(f.loc["grpo", "seed pairs"]) and f.loc["aero", "seeds"] == 2
+
+
+def pd_isna(v):
+    import pandas as pd
+
+    return bool(pd.isna(v))
+
+
+def test_group_summary_table_without_evals_drops_accuracy_columns():
+    groups = [{**g, "evals": {}} for g in GROUPS["groups"]]
+    t = tables.group_summary_table(groups, "bbbbbbbbbb")
+    assert "Avg@k total" not in t.columns and "Avg@8 total" not in t.columns and t.columns[-1] == "seed pairs"
+    assert t.rows[1][0] == "aero (baseline)" and t.rows[0][-1] == "3"  # grpo's only ratio (time) has 3 pairs
+
+
+def test_group_benchmark_table_total_and_p_value():
+    t = tables.group_benchmark_table(GROUPS["groups"], GROUPS["significance"], GROUPS["baseline"])
+    assert t.columns == ["group", "Avg@8 L1", "Avg@8 L2", "Avg@8 Total (P-value)"]
+    assert t.rows == [["grpo (baseline)", "0.400", "0.200", "0.300 (—)"], ["aero", "0.460", "0.180", "0.320 (p=0.012)"]]
+    assert t.bold == [[False, False, True, False], [False, True, False, True]]
+    p = tables.group_benchmark_table(GROUPS["groups"], GROUPS["significance"], GROUPS["baseline"], metric="pass_at_k")
+    assert p.columns[-1] == "Pass@8 Total (P-value)" and p.rows[1][-1] == "0.625 (p<0.001)" and p.rows[0][-1] == "0.600 (—)"
+    assert p.bold[0][-1] and not p.bold[1][-1]  # the baseline's pooled Pass@8 is higher
+    f = t.frame.set_index("label")
+    assert f.loc["aero", "p_value"] == pytest.approx(0.0123) and f.loc["aero", "diff_lo"] == pytest.approx(0.004)
+    assert f.loc["aero", "avg_at_k:L1"] == pytest.approx(0.46) and f.loc["grpo", "avg_at_k:overall:hi"] == pytest.approx(0.31)
+
+
+def test_group_benchmark_table_without_a_test_shows_the_value_alone():
+    t = tables.group_benchmark_table(GROUPS["groups"], {}, GROUPS["baseline"])
+    assert t.rows[1][-1] == "0.320"
+
+
+def band(label, method, x, mean, lo, hi, n, dash="solid"):
+    return charts.Band(label, method, x, mean, lo, hi, n, dash)
+
+
+def test_band_polygon_closes_each_stretch_with_a_ci():
+    xs, ys = charts.band_polygon([0, 1, 2, 3, 4], [None, 0.1, 0.2, None, 0.4], [None, 0.3, 0.4, None, 0.6])
+    assert xs == [1, 2, 2, 1, None, 4, 4] and ys == [0.3, 0.4, 0.2, 0.1, None, 0.6, 0.4]
+    assert charts.band_polygon([0, 1], [None, None], [None, None]) == ([], [])
+
+
+def test_band_figure_shades_each_group_in_its_method_colour():
+    bands = [band("grpo", "grpo", [0, 1, 2], [0.1, 0.2, 0.3], [None, 0.15, 0.2], [None, 0.25, 0.4], [1, 2, 2]),
+             band("aero", "aero", [0, 1, 2], [0.2, 0.3, 0.4], [0.1, 0.2, 0.3], [0.3, 0.4, 0.5], [3, 3, 3]),
+             band("aero · aero.n_explore=4", "aero", [0, 1], [0.2, 0.3], [None, None], [None, None], [1, 1], dash="dash")]
+    fig = charts.band_figure(bands, title="reward/mean", x_title="step", y_title="reward")
+    fills = [t for t in fig.data if t.fill == "toself"]
+    lines = [t for t in fig.data if t.fill != "toself"]
+    assert [t.name for t in lines] == ["grpo", "aero", "aero · aero.n_explore=4"]  # legend by group label
+    assert len(fills) == 2 and all(not t.showlegend and t.hoverinfo == "skip" for t in fills)  # no band without a CI
+    assert fills[0].fillcolor == "rgba(76,120,168,0.18)" and fills[1].fillcolor == "rgba(228,87,86,0.18)"
+    assert list(fills[0].x) == [1, 2, 2, 1] and list(fills[0].y) == [0.25, 0.4, 0.2, 0.15]
+    assert lines[1].line.color == lines[2].line.color == charts.METHOD_COLORS["aero"] and lines[2].line.dash == "dash"
+    assert lines[0].customdata[1].tolist() == ["[0.15, 0.25]", 2] and lines[0].customdata[0].tolist() == ["–", 1]
+    assert "95% CI %{customdata[0]}" in lines[0].hovertemplate and "n=%{customdata[1]} seeds" in lines[0].hovertemplate
+    assert "95% CI across seeds" in fig.layout.title.text and fig.layout.xaxis.dtick == 1
+
+
+def test_band_figure_on_a_cumulative_x_axis():
+    b = band("g", "dapo", [1e9, 2e9, 3e9], [1.0, 2.0, 3.0], [0.5, 1.5, 2.5], [1.5, 2.5, 3.5], [2, 2, 2])
+    fig = charts.band_figure([b], title="t", x_title="cumulative FLOPs", y_title="y", level=90)
+    assert list(fig.data[0].x) == [1e9, 2e9, 3e9, 3e9, 2e9, 1e9] and fig.layout.xaxis.dtick is None
+    assert "90% CI" in fig.data[1].hovertemplate and fig.data[0].fillcolor.startswith("rgba(245,133,24,")
+
+
+def test_zero_acc_band_figure():
+    rescue = band("aero", "aero", [0, 1], [0.2, 0.1], [0.15, 0.05], [0.25, 0.15], [2, 2])
+    same = band("grpo", "grpo", [0, 1], [0.4, 0.3], [0.35, 0.25], [0.45, 0.35], [2, 2])
+    fig = charts.zero_acc_band_figure([(rescue, [0.4, 0.3]), (same, [0.4, 0.3])])
+    names = [t.name for t in fig.data if t.fill != "toself"]
+    assert names == ["aero (mean 15.0%)", "aero: after explore", "grpo (mean 35.0%)"]  # explore drawn only when it differs
+    assert sum(t.fill == "toself" for t in fig.data) == 2 and fig.layout.yaxis.tickformat == ".0%"
+
+
+def test_dash_by_method():
+    assert charts.dash_by_method(["grpo", "aero", "aero", "grpo", "aero"]) == ["solid", "solid", "dash", "dash", "dot"]
