@@ -249,7 +249,7 @@ def test_group_benchmark_table_total_and_p_value():
     assert t.bold == [[False, False, True, False], [False, True, False, True]]
     p = tables.group_benchmark_table(GROUPS["groups"], GROUPS["significance"], GROUPS["baseline"], metric="pass_at_k")
     assert p.columns[-1] == "Pass@8 Total (P-value)" and p.rows[1][-1] == "0.625 (p<0.001)" and p.rows[0][-1] == "0.600 (—)"
-    assert p.bold[0][-1] and not p.bold[1][-1]  # the baseline's pooled Pass@8 is higher
+    assert p.bold == [[False, False, False, False], [False, True, False, True]]  # L2: both 0.500, no bold
     f = t.frame.set_index("label")
     assert f.loc["aero", "p_value"] == pytest.approx(0.0123) and f.loc["aero", "diff_lo"] == pytest.approx(0.004)
     assert f.loc["aero", "avg_at_k:L1"] == pytest.approx(0.46) and f.loc["grpo", "avg_at_k:overall:hi"] == pytest.approx(0.31)
