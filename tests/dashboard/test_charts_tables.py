@@ -282,7 +282,7 @@ def test_band_figure_shades_each_group_in_its_method_colour():
     assert fills[0].fillcolor == "rgba(76,120,168,0.18)" and fills[1].fillcolor == "rgba(228,87,86,0.18)"
     assert list(fills[0].x) == [1, 2, 2, 1] and list(fills[0].y) == [0.25, 0.4, 0.2, 0.15]
     assert lines[1].line.color == lines[2].line.color == charts.METHOD_COLORS["aero"] and lines[2].line.dash == "dash"
-    assert lines[0].customdata[1].tolist() == ["[0.15, 0.25]", 2] and lines[0].customdata[0].tolist() == ["–", 1]
+    assert list(lines[0].customdata[1]) == ["[0.15, 0.25]", 2] and list(lines[0].customdata[0]) == ["–", 1]
     assert "95% CI %{customdata[0]}" in lines[0].hovertemplate and "n=%{customdata[1]} seeds" in lines[0].hovertemplate
     assert "95% CI across seeds" in fig.layout.title.text and fig.layout.xaxis.dtick == 1
 
