@@ -380,20 +380,20 @@ def band_figure(bands: Sequence[Band], *, title: str, x_title: str, y_title: str
     return integer_steps(fig, [v for b in bands for v in b.x]) if x_title == "step" else fig
 
 
-def zero_acc_band_figure(groups: Sequence[tuple[Band, Sequence[float | None] | None]], *, x_title: str = "step",
+def zero_acc_band_figure(groups: Sequence[tuple[Band, Band | None]], *, x_title: str = "step",
                          level: int = 95) -> go.Figure:
-    """Paper Figure 9 for seed groups. ``groups``: (after-rescue band, after-explore mean or
-    None); solid/dashed line + band = after rescue (what the update sees), thin dotted = the
-    after-explore mean (no band, to keep the chart readable). The legend gives each group's
-    mean over the grid."""
+    """Paper Figure 9 for seed groups. ``groups``: (after-rescue band, after-explore band or
+    None); line + band = after rescue (what the update sees), thin dotted = the after-explore
+    mean (its band is left out to keep the chart readable). The legend gives each group's
+    mean over its grid."""
     fig = go.Figure()
     for band, explore in groups:
         vals = [v for v in band.mean if v is not None]
         mean = f" (mean {sum(vals) / len(vals):.1%})" if vals else ""
         for tr in _band_traces(band, name=f"{band.label}{mean}", value_format=".1%", level=level):
             fig.add_trace(tr)
-        if explore is not None and any(a != b for a, b in zip(explore, band.mean)):
-            fig.add_trace(go.Scatter(x=list(band.x), y=list(explore), name=f"{band.label}: after explore", mode="lines",
+        if explore is not None and (list(explore.x) != list(band.x) or any(a != b for a, b in zip(explore.mean, band.mean))):
+            fig.add_trace(go.Scatter(x=list(explore.x), y=list(explore.mean), name=f"{band.label}: after explore", mode="lines",
                                      legendgroup=band.label, showlegend=False, connectgaps=True,
                                      hovertemplate=f"{band.label} after explore: %{{y:.1%}}<extra></extra>",
                                      line={"color": method_color(band.method), "width": 1, "dash": "dot"}))

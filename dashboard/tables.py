@@ -409,9 +409,10 @@ def group_benchmark_table(groups: Sequence[Mapping[str, Any]], significance: Map
                     text += " (—)"
                 elif test is not None:
                     text += f" ({p_text(test.get('p_value'))})"
-                rec["diff"], rec["p_value"] = (test or {}).get("diff"), (test or {}).get("p_value")
-                rec["diff_lo"], rec["diff_hi"] = ((test or {}).get("ci") or [None, None])[:2]
-                rec["problems"] = (test or {}).get("problems")
+                test = test or {}
+                rec[f"{metric}:diff"], rec[f"{metric}:p_value"] = test.get("diff"), test.get("p_value")
+                rec[f"{metric}:diff_lo"], rec[f"{metric}:diff_hi"] = (test.get("ci") or [None, None])[:2]
+                rec[f"{metric}:problems"] = test.get("problems")
             row.append(text)
         rows.append(row)
         bold.append([False] + [best[j][i] for j in range(len(keys))])

@@ -251,7 +251,8 @@ def test_group_benchmark_table_total_and_p_value():
     assert p.columns[-1] == "Pass@8 Total (P-value)" and p.rows[1][-1] == "0.625 (p<0.001)" and p.rows[0][-1] == "0.600 (—)"
     assert p.bold == [[False, False, False, False], [False, True, False, True]]  # L2: both 0.500, no bold
     f = t.frame.set_index("label")
-    assert f.loc["aero", "p_value"] == pytest.approx(0.0123) and f.loc["aero", "diff_lo"] == pytest.approx(0.004)
+    assert f.loc["aero", "avg_at_k:p_value"] == pytest.approx(0.0123) and f.loc["aero", "avg_at_k:diff_lo"] == pytest.approx(0.004)
+    assert p.frame.set_index("label").loc["aero", "pass_at_k:p_value"] == pytest.approx(0.0004)
     assert f.loc["aero", "avg_at_k:L1"] == pytest.approx(0.46) and f.loc["grpo", "avg_at_k:overall:hi"] == pytest.approx(0.31)
 
 
@@ -297,7 +298,8 @@ def test_band_figure_on_a_cumulative_x_axis():
 def test_zero_acc_band_figure():
     rescue = band("aero", "aero", [0, 1], [0.2, 0.1], [0.15, 0.05], [0.25, 0.15], [2, 2])
     same = band("grpo", "grpo", [0, 1], [0.4, 0.3], [0.35, 0.25], [0.45, 0.35], [2, 2])
-    fig = charts.zero_acc_band_figure([(rescue, [0.4, 0.3]), (same, [0.4, 0.3])])
+    explore = band("x", "aero", [0, 1], [0.4, 0.3], [None, None], [None, None], [2, 2])
+    fig = charts.zero_acc_band_figure([(rescue, explore), (same, band("x", "grpo", [0, 1], [0.4, 0.3], [0.3, 0.2], [0.5, 0.4], [2, 2]))])
     names = [t.name for t in fig.data if t.fill != "toself"]
     assert names == ["aero (mean 15.0%)", "aero: after explore", "grpo (mean 35.0%)"]  # explore drawn only when it differs
     assert sum(t.fill == "toself" for t in fig.data) == 2 and fig.layout.yaxis.tickformat == ".0%"
