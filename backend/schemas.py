@@ -203,3 +203,104 @@ class HealthPublic(BaseModel):
 
 class Message(BaseModel):
     detail: str
+
+
+# ----------------------------------------------------------------------------- seed groups
+
+
+class StatPublic(BaseModel):
+    """A number across a group's seeds: mean and Student-t CI (lo/hi null with fewer than 2 seeds)."""
+
+    mean: float | None
+    lo: float | None
+    hi: float | None
+    n: int = Field(description="Seeds with a value.")
+    values: list[float] = Field(description="The per-seed values, in run order.")
+
+
+class RatioPairPublic(BaseModel):
+    seed: int | None
+    run_id: int
+    baseline_run_id: int
+    ratio: float | None = Field(description="This run's value / its seed partner's in the baseline group.")
+
+
+class RatioStatPublic(BaseModel):
+    """Ratio to the baseline group, one per seed pair, summarised like StatPublic."""
+
+    mean: float | None
+    lo: float | None
+    hi: float | None
+    n: int = Field(description="Seed pairs with a defined ratio.")
+    values: list[float]
+    pairs: list[RatioPairPublic]
+
+
+class GroupEvalPublic(BaseModel):
+    k: int | None = Field(description="The common k: the smallest eval k among the compared runs.")
+    n: int = Field(description="Samples per problem.")
+    problems: int
+    avg_at_k: StatPublic
+    pass_at_k: StatPublic
+
+
+class GroupRatiosPublic(BaseModel):
+    mean: dict[str, RatioStatPublic]
+    total: dict[str, RatioStatPublic]
+    evals: dict[str, dict[str, RatioStatPublic]]
+
+
+class GroupPublic(BaseModel):
+    key: str = Field(description="Hash of the config without seed and name.")
+    label: str = Field(description="Method, plus the config fields that set the group apart from its method's other groups.")
+    method: str
+    run_ids: list[int]
+    seeds: list[int | None]
+    steps: StatPublic
+    mean: dict[str, StatPublic] = Field(description="Per-step means (as /compare), across seeds.")
+    total: dict[str, StatPublic] = Field(description="Per-run totals of the additive metrics, across seeds.")
+    evals: dict[str, GroupEvalPublic] = Field(description="Last evaluation per benchmark ('overall' pools them).")
+    ratios: GroupRatiosPublic
+
+
+class SignificancePublic(BaseModel):
+    group: str
+    baseline: str
+    metric: Literal["avg_at_k", "pass_at_k"]
+    k: int
+    diff: float = Field(description="Group minus baseline: mean over problems of the seed-averaged per-problem scores.")
+    ci: list[float] = Field(description="1-alpha two-level bootstrap CI of diff (problems and seeds resampled).")
+    p_value: float = Field(description="Two-sided paired sign-flip permutation test over problems.")
+    problems: int
+    seeds: list[int] = Field(description="Runs averaged on each side [group, baseline].")
+    test: str
+
+
+class GroupComparePublic(BaseModel):
+    baseline: str = Field(description="Key of the baseline group.")
+    alpha: float
+    k: int | None
+    groups: list[GroupPublic]
+    significance: dict[str, list[SignificancePublic]] = Field(description="Per benchmark, one row per (group, metric).")
+
+
+class BandPublic(BaseModel):
+    x: list[float]
+    mean: list[float | None]
+    lo: list[float | None]
+    hi: list[float | None]
+    n: list[int] = Field(description="Seeds covering each x.")
+
+
+class GroupCurvesEntry(BaseModel):
+    key: str
+    label: str
+    method: str
+    run_ids: list[int]
+    curves: dict[str, BandPublic]
+
+
+class GroupCurvesPublic(BaseModel):
+    x: Literal["step", "flops", "time"]
+    alpha: float
+    groups: list[GroupCurvesEntry]

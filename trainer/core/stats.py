@@ -145,7 +145,7 @@ def interpolated_band(series: Sequence[tuple[Sequence[float], Sequence[float | N
     g = np.asarray(grid, dtype=np.float64)
     ys = np.full((len(series), g.size), np.nan)
     for i, (x, y) in enumerate(series):
-        x = np.asarray(x, dtype=np.float64)
+        x = np.array([np.nan if v is None else v for v in x], dtype=np.float64)
         y = np.array([np.nan if v is None else v for v in y], dtype=np.float64)
         ok = np.isfinite(x) & np.isfinite(y)
         x, y = x[ok], y[ok]
