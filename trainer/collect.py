@@ -56,8 +56,8 @@ class _Sampler:
     """Generate + score with timing and verifier-failure counts accumulated over a step."""
 
     def __init__(self, ctx: StepContext):
-        self.ctx, self.t_gen, self.t_rew, self.calls = ctx, 0.0, 0.0, 0
-        self.failures = {"errors": 0, "timeouts": 0}
+        self.ctx, self.t_gen, self.t_rew, self.calls, self.scored = ctx, 0.0, 0.0, 0, 0
+        self.failures: dict[str, float] = {"errors": 0, "timeouts": 0}
 
     def __call__(self, prompts: list[list[int]], problems: list[Problem], n, round_: int = 0) -> list[Rollout]:
         t0 = time.perf_counter()
@@ -71,14 +71,19 @@ class _Sampler:
         self.t_gen += t1 - t0
         self.t_rew += time.perf_counter() - t1
         self.calls += 1
+        self.scored += len(rollouts)
         for k in fails:
-            self.failures[k] += fails[k]
+            self.failures[k] = self.failures.get(k, 0) + fails[k]
         return rollouts
 
     def finish(self, c: Collected) -> Collected:
         c.time_rollout, c.time_reward, c.gen_calls = self.t_gen, self.t_rew, self.calls
         c.stats["verifier/errors"] = self.failures["errors"]
         c.stats["verifier/timeouts"] = self.failures["timeouts"]
+        # Code task: sandbox outcome counts, and the mean per-response test pass rate.
+        c.stats.update({k: float(v) for k, v in self.failures.items() if k.startswith("sandbox/")})
+        if "test_pass_sum" in self.failures:
+            c.stats["reward/test_pass_rate"] = self.failures["test_pass_sum"] / max(1, self.scored)
         return c
 
 

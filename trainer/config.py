@@ -79,6 +79,38 @@ class DAPOConfig(_Strict):
     overlong_penalty: float = Field(1.0, ge=0.0, description="Maximum overlong penalty subtracted from the reward.")
 
 
+class CodeConfig(_Strict):
+    """Code task: the sandbox that runs candidate programs (docs/tasks.md "Code").
+
+    The paper gives no sandbox limits; the defaults follow common APPS/TACO/PRIME practice
+    (a few seconds per test, ~1 GiB)."""
+
+    test_timeout_s: float = Field(4.0, gt=0.0, le=600.0, description="Per test: wall-clock limit (the test's process "
+                                  "is killed) and CPU-time limit (RLIMIT_CPU, rounded up to whole seconds). After a "
+                                  "timeout the candidate's remaining tests are skipped (counted as failed).")
+    timeout_s: float = Field(30.0, gt=0.0, le=3600.0, description="Wall-clock limit for one candidate over all its "
+                             "tests, start-up included; past it the whole sandbox (process group / PID namespace) is "
+                             "SIGKILLed and the candidate scores 0 as a timeout.")
+    memory_mb: int = Field(1024, ge=64, le=1_048_576, description="Address-space limit per process (RLIMIT_AS), MiB.")
+    max_processes: int = Field(64, ge=2, le=100_000, description="RLIMIT_NPROC: processes and threads of the sandbox "
+                               "user (counted per uid, so shared by the candidates scored at once).")
+    max_output_bytes: int = Field(1_048_576, ge=1024, le=1 << 30, description="Cap on a test's captured stdout (the "
+                                  "process is killed past it) and on any file it writes (RLIMIT_FSIZE).")
+    network: Literal["auto", "namespace", "audit"] = Field(
+        "auto", description="Isolation: 'namespace' requires `unshare` network + PID namespaces (no network at all; "
+        "every process dies with the sandbox); 'audit' uses only the in-process audit hook; 'auto' = namespaces when "
+        "they work here, else the audit hook.")
+    audit_hook: Literal["always", "fallback"] = Field(
+        "always", description="Install the audit hook (blocks sockets, subprocesses, ctypes, writes outside the "
+        "sandbox directory) always, or only when namespaces are unavailable.")
+    run_as_uid: int = Field(65534, ge=1, description="When the worker runs as root: uid/gid the sandbox drops to "
+                            "(65534 = nobody). Ignored for an unprivileged worker.")
+    python: str | None = Field(None, description="Interpreter for candidate code; default: the worker's if the sandbox "
+                               "user can run it, else the system python3.")
+    workers: int = Field(0, ge=0, le=1024, description="Sandboxes run at once when scoring a batch (0 = min(8, CPUs)).")
+    max_tests: int = Field(0, ge=0, description="Keep the first N tests of each problem (0 = all).")
+
+
 class OptimConfig(_Strict):
     lr: float = Field(3e-5, gt=0.0, description="AdamW learning rate. Paper: 5e-6 for 1.5B-7B models. Tiny preset: 3e-5 (1e-4 degraded it; see BENCHMARKS.md).")
     warmup_ratio: float = Field(0.03, ge=0.0, lt=1.0, description="Linear warmup as a fraction of steps (paper: 0.03).")
@@ -96,12 +128,14 @@ class RunConfig(_Strict):
     engine: Literal["embedded", "verl"] = "embedded"
     preset: Literal["tiny"] | None = Field("tiny", description="Embedded preset: the shipped ~1M-parameter policy on the synthetic arithmetic task.")
     model_path: str | None = Field(None, description="Local Hugging Face model directory (used instead of a preset).")
-    task: Literal["arithmetic", "math"] = "arithmetic"
-    train_data: str | None = Field(None, description="Math task: local verl parquet or JSONL file.")
+    task: Literal["arithmetic", "math", "code"] = "arithmetic"
+    train_data: str | None = Field(None, description="Math and code tasks: local verl parquet or JSONL file (code: "
+                                   "also APPS/TACO, CodeContests, PRIME/Eurus, MBPP/HumanEval layouts).")
     benchmarks: dict[str, str] = Field(
         default_factory=dict,
-        description="Math task: held-out benchmarks as {name: local parquet/JSONL/JSON file}, e.g. "
-        "{'MATH-500': '/data/math500.jsonl', 'AIME24': '/data/aime24.parquet'}; evaluated and reported per name, "
+        description="Math and code tasks: held-out benchmarks as {name: local parquet/JSONL/JSON file}, e.g. "
+        "{'MATH-500': '/data/math500.jsonl', 'AIME24': '/data/aime24.parquet'} or {'APPS': '/data/apps.jsonl', "
+        "'CodeContests': '/data/cc.parquet', 'TACO': '/data/taco.jsonl'}; evaluated and reported per name, "
         "in the given order. Flat layouts of AIME24, AMC23, MATH-500, Minerva and OlympiadBench are read as shipped.",
     )
     rollout_engine: Literal["embedded", "vllm"] = Field(
@@ -139,6 +173,7 @@ class RunConfig(_Strict):
     aero: AEROConfig = Field(default_factory=AEROConfig)
     dapo: DAPOConfig = Field(default_factory=DAPOConfig)
     optim: OptimConfig = Field(default_factory=OptimConfig)
+    code: CodeConfig = Field(default_factory=CodeConfig)
 
     @property
     def effective_loss_agg(self) -> str:
@@ -185,14 +220,17 @@ def cross_field_issues(cfg: RunConfig) -> list[tuple[str, str]]:
         issues.append(("dapo.overlong_buffer", f"must be < max_new_tokens ({cfg.max_new_tokens})"))
     if (cfg.preset is None) == (cfg.model_path is None):
         issues.append(("model_path", "give exactly one of preset or model_path"))
-    if cfg.task == "math" and not cfg.train_data:
-        issues.append(("train_data", "the math task needs a local parquet or JSONL file"))
+    if cfg.task in ("math", "code") and not cfg.train_data:
+        issues.append(("train_data", f"the {cfg.task} task needs a local parquet or JSONL file"))
+    if cfg.code.timeout_s < cfg.code.test_timeout_s:
+        issues.append(("code.timeout_s", f"must be >= code.test_timeout_s ({cfg.code.test_timeout_s})"))
     if cfg.preset == "tiny" and cfg.task != "arithmetic":
         issues.append(("task", "the tiny preset is trained on the arithmetic task"))
     if cfg.mini_batches > cfg.batch_prompts:
         issues.append(("mini_batches", f"must be <= batch_prompts ({cfg.batch_prompts})"))
-    if cfg.benchmarks and cfg.task != "math":
-        issues.append(("benchmarks", "benchmark files are for the math task; the arithmetic task has its own held-out sets"))
+    if cfg.benchmarks and cfg.task not in ("math", "code"):
+        issues.append(("benchmarks", "benchmark files are for the math and code tasks; the arithmetic task has its own "
+                       "held-out sets"))
     for name, path in cfg.benchmarks.items():
         if not name.strip() or not str(path).strip():
             issues.append(("benchmarks", f"each benchmark needs a name and a local file path; got {name!r}: {path!r}"))

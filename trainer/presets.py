@@ -113,28 +113,52 @@ def build_engine(cfg: RunConfig, model: torch.nn.Module, path: Path, task, devic
 def build_task(cfg: RunConfig, model_dir: Path):
     """The run's task, with the tokenizer that ships in the model directory.
 
-    Math: training problems longer than ``max_prompt_tokens`` are dropped at load (as verl's
-    filter_overlong_prompts); benchmarks come from ``cfg.benchmarks``. A missing data file or a
+    Math and code: training problems longer than ``max_prompt_tokens`` are dropped at load (as
+    verl's filter_overlong_prompts); benchmarks come from ``cfg.benchmarks``; code runs in the
+    sandbox with ``cfg.code``'s limits. A missing data file or a
     model directory without a usable tokenizer is a ConfigError naming the field."""
     if cfg.task == "arithmetic":
         from trainer.tasks.arithmetic import ArithmeticTask
         from trainer.tasks.tokenizer import CharTokenizer
 
         return ArithmeticTask(tokenizer=CharTokenizer.load(model_dir), benchmark_size=cfg.eval_problems)
-    from trainer.tasks.math import MathTask
-
     for name, bench in cfg.benchmarks.items():
         if not Path(bench).expanduser().is_file():
             raise ConfigError([("benchmarks", f"benchmark {name!r}: {bench} is not a local file")])
     if not Path(cfg.train_data).expanduser().is_file():
         raise ConfigError([("train_data", f"{cfg.train_data} is not a local file (nothing is downloaded)")])
     tokenizer = load_model_tokenizer(model_dir)
+    common = dict(tokenizer=tokenizer, benchmark_paths={k: Path(v).expanduser() for k, v in cfg.benchmarks.items()},
+                  max_prompt_tokens=cfg.max_prompt_tokens)
     try:
-        return MathTask(Path(cfg.train_data).expanduser(), tokenizer=tokenizer,
-                        benchmark_paths={k: Path(v).expanduser() for k, v in cfg.benchmarks.items()},
-                        max_prompt_tokens=cfg.max_prompt_tokens)
+        if cfg.task == "code":
+            return code_task(cfg, common)
+        from trainer.tasks.math import MathTask
+
+        return MathTask(Path(cfg.train_data).expanduser(), **common)
     except ValueError as e:  # a bad row (file + line + field), or every prompt over max_prompt_tokens
         raise ConfigError([("train_data", str(e))]) from None
+
+
+def code_task(cfg: RunConfig, common: dict):
+    """The code task with the sandbox limits of ``cfg.code``; fails early (ConfigError) when
+    ``network='namespace'`` is required but unavailable or no interpreter runs in the sandbox."""
+    import os
+
+    from trainer.tasks.code import CodeTask
+    from trainer.tasks.sandbox import Limits, isolation, sandbox_python
+
+    c = cfg.code
+    limits = Limits(timeout_s=c.timeout_s, test_timeout_s=c.test_timeout_s, memory_mb=c.memory_mb,
+                    max_processes=c.max_processes, max_output_bytes=c.max_output_bytes, network=c.network,
+                    audit_hook=c.audit_hook, run_as_uid=c.run_as_uid, python=c.python)
+    try:
+        prefix, _ = isolation(limits)
+        sandbox_python(limits.python, prefix, limits.run_as_uid if os.geteuid() == 0 else None)
+    except RuntimeError as e:
+        raise ConfigError([("code.network" if "namespace" in str(e) else "code.python", str(e))]) from None
+    return CodeTask(Path(cfg.train_data).expanduser(), limits=limits, workers=c.workers or min(8, os.cpu_count() or 1),
+                    max_tests=c.max_tests, **common)
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tiktoken.model")

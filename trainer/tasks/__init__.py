@@ -2,6 +2,7 @@
 
 ``arithmetic``: the embedded synthetic task (levels L1-L6 + OOD), char tokenizer, exact match.
 ``math``: verl parquet / JSONL problems, the paper's prompt, math-verify reward.
+``code``: APPS/TACO/CodeContests/PRIME/MBPP-style problems, the paper's code prompt, sandboxed tests.
 Both modules import their heavy dependencies (math-verify, pyarrow, transformers) lazily.
 """
 
@@ -11,11 +12,12 @@ from typing import Any
 
 from trainer.tasks.arithmetic import ArithmeticTask
 from trainer.tasks.base import Problem, Task, Tokenizer
+from trainer.tasks.code import CodeTask
 from trainer.tasks.math import MathTask
 from trainer.tasks.tokenizer import CharTokenizer
 from trainer.tasks.verify import safe_score, score_batch
 
-TASKS: dict[str, type] = {"arithmetic": ArithmeticTask, "math": MathTask}
+TASKS: dict[str, type] = {"arithmetic": ArithmeticTask, "math": MathTask, "code": CodeTask}
 
 
 def make_task(name: str, **kw: Any) -> Task:
@@ -27,5 +29,5 @@ def make_task(name: str, **kw: Any) -> Task:
     return cls(**kw)
 
 
-__all__ = ["TASKS", "make_task", "ArithmeticTask", "MathTask", "CharTokenizer", "Problem", "Task", "Tokenizer",
+__all__ = ["TASKS", "make_task", "ArithmeticTask", "CodeTask", "MathTask", "CharTokenizer", "Problem", "Task", "Tokenizer",
            "safe_score", "score_batch"]

@@ -179,9 +179,14 @@ def score_batch(
     """Rewards for ``responses[i]`` against ``problems[i]`` plus failure counts
     ``{"errors": int, "timeouts": int}`` (each failure scores 0). ``timeout_s`` applies per
     response. Process isolation scores on ``workers`` subprocesses at once (default:
-    ``min(4, cpu_count)``)."""
+    ``min(4, cpu_count)``). A task with ``score_many(responses, problems) -> (rewards, stats)``
+    (the code task) scores the batch itself under its own limits; its stats are added to the
+    counts (``sandbox/*`` outcome counts and ``test_pass_sum``)."""
     if len(responses) != len(problems):
         raise ValueError(f"score_batch: {len(responses)} responses but {len(problems)} problems")
+    if hasattr(task, "score_many"):  # the task bounds and parallelises its own scoring (code: the sandbox)
+        rewards, stats = task.score_many(responses, problems)
+        return [float(r) for r in rewards], {"errors": 0, "timeouts": 0, **stats}
     mode = resolve_isolation(task, isolation)
     if mode == "none":
         scored = [_direct(task, r, p) for r, p in zip(responses, problems)]
