@@ -147,6 +147,12 @@ def test_aero_up_end_to_end(tmp_path):
         assert httpx.get(f"{api}/api/runs/{rid}").json()["status"] == "succeeded"
         res = _cli("runs", "--api", api, "--status", "succeeded", "--tag", "cli", env=env)
         assert res.returncode == 0 and "cli-run" in res.stdout and "succeeded" in res.stdout and "3/3" in res.stdout
+        # `aero compare`: the run as a one-seed group, over /compare/groups
+        res = _cli("compare", "--api", api, "--runs", str(rid), env=env)
+        assert res.returncode == 0, res.stderr
+        assert "aero (baseline)" in res.stdout and "s / step" in res.stdout and "(n=1)" in res.stdout
+        res = _cli("compare", "--api", api, "--group", f"{rid},{runs[0]['id']}", env=env)  # differs by more than seed
+        assert res.returncode == 1 and "query.groups" in res.stderr and "differ in more than the seed" in res.stderr
 
         # `aero token create` prints a new token once; it authenticates state-changing calls.
         res = _cli("token", "create", "ci-bot", env=env)

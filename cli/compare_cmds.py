@@ -1,0 +1,130 @@
+"""``aero compare``: seed groups side by side in the terminal (a thin client of
+GET /api/compare/groups; docs/comparisons.md explains how to read it)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.table import Table
+
+from cli.main import app
+from cli.platform_cmds import ApiOpt, TokenOpt, _csv, call, client, out
+
+# (metric part, key, column title, format)
+COST_COLUMNS = (
+    ("mean", "time/step_s", "s / step", "{:.3g}"),
+    ("mean", "flops/total", "FLOPs / step", "{:.3g}"),
+    ("mean", "rollout/trained", "trained rollouts / step", "{:.4g}"),
+    ("mean", "zero_acc/after_rescue", "zero-acc after rescue", "{:.3f}"),
+)
+
+
+def stat_text(s: Mapping[str, Any] | None, fmt: str = "{:.3f}") -> str:
+    """"0.480 ± 0.021 (n=3)": mean ± half the CI width; without a CI just the mean."""
+    if not s or s.get("mean") is None:
+        return "—"
+    text = fmt.format(s["mean"])
+    if s.get("lo") is not None and s.get("hi") is not None:
+        text += " ± " + fmt.format((s["hi"] - s["lo"]) / 2)
+    return text + f" (n={s['n']})"
+
+
+def ratio_text(r: Mapping[str, Any] | None) -> str:
+    """"0.52× [0.48, 0.56]": mean per-seed-pair ratio and its CI."""
+    if not r or r.get("mean") is None:
+        return "—"
+    ci = f" [{r['lo']:.2f}, {r['hi']:.2f}]" if r.get("lo") is not None else ""
+    return f"{r['mean']:.2f}×{ci} ({r['n']} pair{'s' if r['n'] != 1 else ''})"
+
+
+def p_text(p: float) -> str:
+    return "p<0.001" if p < 0.001 else f"p={p:.3f}"
+
+
+def cost_table(cmp: Mapping[str, Any]) -> Table:
+    t = Table(title=f"Cost per seed group (mean ± {100 * (1 - cmp['alpha']):.0f}% CI across seeds; ratio vs baseline per seed pair)")
+    t.add_column("group")
+    t.add_column("runs (seeds)")
+    for _, _, title, _ in COST_COLUMNS:
+        t.add_column(title, justify="right")
+    for g in cmp["groups"]:
+        base = " [bold](baseline)[/]" if g["key"] == cmp["baseline"] else ""
+        t.add_row(g["label"] + base, ",".join(map(str, g["run_ids"])) + f" ({','.join(map(str, g['seeds']))})",
+                  *[stat_text(g[part].get(key), fmt) for part, key, _, fmt in COST_COLUMNS])
+        if g["key"] != cmp["baseline"]:
+            t.add_row("  ratio", "", *[ratio_text(g["ratios"][part].get(key)) for part, key, _, _ in COST_COLUMNS])
+    return t
+
+
+def bench_table(cmp: Mapping[str, Any], metric: str) -> Table:
+    k = cmp.get("k") or "k"
+    name = {"avg_at_k": f"Avg@{k}", "pass_at_k": f"Pass@{k}"}[metric]
+    benches = sorted({b for g in cmp["groups"] for b in g["evals"]}, key=lambda b: (b == "overall", b))
+    t = Table(title=f"{name} per benchmark (mean ± CI across seeds; 'overall (p)' = paired permutation test vs baseline)")
+    t.add_column("group")
+    for b in benches:
+        t.add_column("overall (p)" if b == "overall" else b, justify="right")
+    sig = {(row["group"], bench): row for bench, rows in cmp["significance"].items() for row in rows if row["metric"] == metric}
+    for g in cmp["groups"]:
+        cells = []
+        for b in benches:
+            text = stat_text(g["evals"].get(b, {}).get(metric))
+            row = sig.get((g["key"], b))
+            if row is not None and b == "overall":
+                text += f" ({p_text(row['p_value'])})"
+            cells.append(text)
+        t.add_row(g["label"], *cells)
+    return t
+
+
+def sig_table(cmp: Mapping[str, Any]) -> Table:
+    labels = {g["key"]: g["label"] for g in cmp["groups"]}
+    t = Table(title="Paired tests against the baseline, per benchmark")
+    for col in ("benchmark", "group", "metric", "diff", "CI (problems + seeds)", "p", "problems", "seeds"):
+        t.add_column(col, justify="left" if col in ("benchmark", "group", "metric") else "right")
+    for bench, rows in sorted(cmp["significance"].items(), key=lambda kv: (kv[0] == "overall", kv[0])):
+        for r in rows:
+            t.add_row(bench, labels[r["group"]], f"{r['metric']}@{r['k']}", f"{r['diff']:+.4f}",
+                      f"[{r['ci'][0]:+.4f}, {r['ci'][1]:+.4f}]", p_text(r["p_value"]), str(r["problems"]), "/".join(map(str, r["seeds"])))
+    return t
+
+
+@app.command("compare")
+def compare_cmd(
+    sweep: Annotated[Optional[int], typer.Option("--sweep", help="Compare every run of this sweep.")] = None,
+    runs: Annotated[Optional[str], typer.Option("--runs", help="Run ids, comma-separated (grouped by config without seed).")] = None,
+    group: Annotated[Optional[list[str]], typer.Option("--group", help="An explicit seed group: run ids, comma-separated; repeatable.")] = None,
+    baseline: Annotated[Optional[int], typer.Option(help="A run id whose group is the baseline [default: the first GRPO group].")] = None,
+    alpha: Annotated[float, typer.Option(help="1 - confidence level of the intervals.")] = 0.05,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the API's JSON instead of tables.")] = False,
+    api: ApiOpt = None,
+    token: TokenOpt = None,
+):
+    """Seed groups side by side: cost with CIs, ratios per seed pair, benchmark accuracy with
+    paired p-values (see docs/comparisons.md)."""
+    params: dict[str, Any] = {"alpha": alpha}
+    with client(api, token, timeout=120.0) as c:
+        ids = _csv(runs)
+        if sweep is not None:
+            ids += [str(r["id"]) for r in call(c, "GET", f"/sweeps/{sweep}")["runs"]]
+        if ids:
+            params["run_ids"] = ",".join(dict.fromkeys(ids))
+        if group:
+            params["groups"] = group
+        if baseline is not None:
+            params["baseline"] = baseline
+        if "run_ids" not in params and not group:
+            raise typer.BadParameter("give --sweep, --runs or --group", param_hint="--sweep")
+        cmp = call(c, "GET", "/compare/groups", params=params)
+    if as_json:
+        out.print_json(json.dumps(cmp))
+        return
+    out.print(cost_table(cmp))
+    for metric in ("avg_at_k", "pass_at_k"):
+        if any(g["evals"] for g in cmp["groups"]):
+            out.print(bench_table(cmp, metric))
+    if cmp["significance"]:
+        out.print(sig_table(cmp))
