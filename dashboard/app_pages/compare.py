@@ -1,10 +1,12 @@
 """Compare runs or a whole sweep: overlaid curves on a chosen x axis, the savings waterfall
 (paper Fig. 8; measured from ablation runs when present, else counterfactual, and labelled
-which), zero-accuracy curves (Fig. 9) and a benchmark table (Table 1) with a CSV download."""
+which), zero-accuracy curves (Fig. 9) and a benchmark table (Table 1) with a CSV download.
+When the runs hold seed groups (same config, several seeds), "Aggregate seeds" switches the
+curves, Fig. 9 and the tables to per-group means with confidence bands (dashboard/group_view.py)."""
 
 import streamlit as st
 
-from dashboard import charts, tables, ui
+from dashboard import charts, group_view, tables, ui
 
 st.title("Compare")
 
@@ -183,12 +185,22 @@ def main() -> None:
     if not runs:
         return
     ids = [r["id"] for r in runs]
+    url, token = ui.api_url(), ui.api_token()
+    versions = tuple(ui.version(r) for r in runs)
+    groups = group_view.seed_groups(url, token, tuple(ids), versions)
+    if group_view.has_seed_groups(groups) and st.toggle(
+            "Aggregate seeds", value=True, key="cmp_agg",
+            help="Runs that differ only in their seed form a group: show each group's mean with a 95% band across seeds, "
+                 "ratios per seed pair and p-values against a baseline group. Off: every run on its own."):
+        if any(ui.is_live(r) for r in runs):
+            st.caption("Some runs are still training: reload the page (or change a control) for their newest steps.")
+        cmp = ui.compare(url, token, tuple(ids), None, versions)
+        group_view.group_page(groups, tuple(ids), versions, CURVES, lambda: waterfall_section(cmp))
+        return
     grpo = [r["id"] for r in runs if r["method"] == "grpo"]
     baseline = st.selectbox("Baseline", ids, index=ids.index(grpo[0]) if grpo else 0, key="cmp_baseline",
                             format_func=lambda i: run_name(next(r for r in runs if r["id"] == i)),
                             help="Ratios in the table are against this run (default: the first GRPO run).")
-    url, token = ui.api_url(), ui.api_token()
-    versions = tuple(ui.version(r) for r in runs)
     cmp = ui.compare(url, token, tuple(ids), baseline, versions)
     key = st.session_state.get("cmp_metric", next(iter(CURVES)))
     data = {r["id"]: ui.metrics(url, token, r["id"], tuple(dict.fromkeys((key, *BASE_KEYS))), MAX_POINTS, ui.version(r)) for r in runs}

@@ -100,13 +100,55 @@ def fake_evals(method: str, step: int) -> dict[str, dict]:
     return out
 
 
+PROBLEM_BASE = (5, 2, 6, 3, 4, 1, 7, 2)  # correct of n=8 per problem (seed groups: 8 problems per benchmark)
+METHOD_GAIN = {"aero": 2, "dapo": 1}  # extra correct per problem over GRPO
+
+
+def varied_evals(method: str, step: int, seed: int) -> dict[str, dict]:
+    """Eval results for seed-group tests: 8 problems per benchmark whose counts depend on the
+    method (AERO +2 correct per problem) and the seed (+1 on every other problem, shifted by
+    seed), so groups differ and seeds spread; Avg@k / Pass@k follow from the counts."""
+    out, pooled = {}, []
+    for b, (bench, offset) in enumerate((("L1", 1), ("L2", -1))):
+        counts = [min(8, max(0, c + offset + METHOD_GAIN.get(method, 0) + ((i + seed) % 2) * seed + (step > 15)))
+                  for i, c in enumerate(PROBLEM_BASE)]
+        pp = [[8, c] for c in counts]
+        avg = sum(counts) / (8 * len(counts))
+        pas = sum(c > 0 for c in counts) / len(counts)  # Pass@8 of n=8: any correct
+        out[bench] = {"n": 8, "k": 8, "avg_at_k": avg, "pass_at_k": pas, "avg_ci": [avg - 0.05, avg + 0.05],
+                      "pass_ci": [max(0.0, pas - 0.1), pas], "per_problem": pp}
+        pooled += pp
+    avg = sum(c for _, c in pooled) / (8 * len(pooled))
+    pas = sum(c > 0 for _, c in pooled) / len(pooled)
+    out["overall"] = {"n": 8, "k": 8, "avg_at_k": avg, "pass_at_k": pas, "avg_ci": [avg - 0.04, avg + 0.04],
+                      "pass_ci": [max(0.0, pas - 0.1), pas], "per_problem": pooled}
+    return out
+
+
+def varied_metrics(method: str, step: int, total: int, seed: int) -> dict[str, float]:
+    """fake_metrics with a seed effect: time and FLOPs scaled by 1 + 0.05 seed, reward up and
+    zero-accuracy down by 0.01 seed, so a seed group has a band of non-zero width."""
+    m = fake_metrics(method, step, total)
+    scale = 1 + 0.05 * seed
+    for k in list(m):
+        if k.startswith(("time/", "flops/")):
+            m[k] *= scale
+    m["reward/mean"] += 0.01 * seed
+    m["zero_acc/after_rescue"] = max(0.0, m["zero_acc/after_rescue"] - 0.01 * seed)
+    return m
+
+
 def config(method: str, steps: int, seed: int = 0) -> dict:
     return RunConfig(method=method, steps=steps, seed=seed, eval_every=15).model_dump(mode="json")
 
 
 def add_run(url: str, method: str, *, steps: int, done: int, status: str, seed: int = 0, sweep_id: int | None = None,
-            error: str | None = None, evals_at: tuple[int, ...] = (), tags: tuple[str, ...] = (), name: str | None = None) -> int:
-    """Insert a run in ``status`` with ``done`` steps of fake metrics (and evals at ``evals_at``)."""
+            error: str | None = None, evals_at: tuple[int, ...] = (), tags: tuple[str, ...] = (), name: str | None = None,
+            vary: bool = False) -> int:
+    """Insert a run in ``status`` with ``done`` steps of fake metrics (and evals at ``evals_at``);
+    ``vary``: metrics and per-problem evals that depend on the seed (seed-group tests)."""
+    metrics_of = (lambda t: varied_metrics(method, t, steps, seed)) if vary else (lambda t: fake_metrics(method, t, steps))
+    evals_of = (lambda t: varied_evals(method, t, seed)) if vary else (lambda t: fake_evals(method, t))
     with session_scope(url) as s:
         run = create_run(s, config(method, steps, seed), queue="cpu", sweep_id=sweep_id, tags=tags, name=name)
         run.status, run.current_step, run.progress, run.error = status, done, done / steps, error
@@ -115,9 +157,9 @@ def add_run(url: str, method: str, *, steps: int, done: int, status: str, seed: 
         if status in ("succeeded", "failed", "cancelled"):
             run.finished_at = utcnow()
         if done:
-            upsert_step_metrics(s, run.id, {t: fake_metrics(method, t, steps) for t in range(1, done + 1)})
+            upsert_step_metrics(s, run.id, {t: metrics_of(t) for t in range(1, done + 1)})
         for t in evals_at:
-            upsert_eval_results(s, run.id, t, fake_evals(method, t))
+            upsert_eval_results(s, run.id, t, evals_of(t))
         return run.id
 
 
@@ -176,6 +218,24 @@ def seeded(tmp_path_factory) -> Iterator[LiveApi]:
 
 
 @pytest.fixture(scope="session")
+def seed_groups(tmp_path_factory) -> Iterator[LiveApi]:
+    """A live API with sweep "seeds": GRPO x seeds 0, 1, 2 and AERO x seeds 0, 1 (20 steps each,
+    seed-dependent metrics and per-problem evals at steps 10 and 20), plus one DAPO run alone."""
+    tmp = tmp_path_factory.mktemp("groups")
+    url = f"sqlite:///{tmp / 'aero.sqlite'}"
+    with serve(url, tmp) as api:
+        with session_scope(url) as s:
+            sweep_id = create_sweep(s, "seeds", {"methods": ["grpo", "aero"], "seeds": [0, 1, 2]}).id
+        api.ids["sweep"] = sweep_id
+        for method, seeds in (("grpo", (0, 1, 2)), ("aero", (0, 1))):
+            for seed in seeds:
+                api.ids[f"{method}{seed}"] = add_run(url, method, steps=20, done=20, status="succeeded", seed=seed,
+                                                     sweep_id=sweep_id, evals_at=(10, 20), vary=True)
+        api.ids["dapo"] = add_run(url, "dapo", steps=20, done=20, status="succeeded", evals_at=(20,), vary=True)
+        yield api
+
+
+@pytest.fixture(scope="session")
 def empty_api(tmp_path_factory) -> Iterator[LiveApi]:
     tmp = tmp_path_factory.mktemp("empty")
     with serve(f"sqlite:///{tmp / 'aero.sqlite'}", tmp) as api:
@@ -199,7 +259,8 @@ def serve_api():
 def helpers() -> SimpleNamespace:
     """The seeding helpers for test modules (importing conftest by name is not reliable under
     --import-mode=importlib)."""
-    return SimpleNamespace(app=APP, add_run=add_run, fake_metrics=fake_metrics, free_port=free_port)
+    return SimpleNamespace(app=APP, add_run=add_run, fake_metrics=fake_metrics, varied_metrics=varied_metrics,
+                           varied_evals=varied_evals, free_port=free_port, create_sweep=create_sweep, session_scope=session_scope)
 
 
 @pytest.fixture

@@ -11,6 +11,8 @@ import httpx
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from dashboard.tables import p_text
+
 APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")
 
 PAGES = ["overview", "launch", "runs", "run_detail", "compare", "sweeps"]
@@ -378,3 +380,83 @@ def test_sweeps_empty(empty_api, use_api):
     use_api(empty_api)
     at = open_page("sweeps")
     assert "No sweeps yet" in texts(at.info)
+
+
+# ---------------------------------------------------------------- compare: seed groups ("Aggregate seeds")
+
+
+def test_compare_sweep_aggregates_seed_groups(seed_groups, use_api):
+    use_api(seed_groups)
+    at = open_page("compare", {"sweep": str(seed_groups.ids["sweep"])})
+    no_errors(at)
+    assert at.toggle(key="cmp_agg").value is True  # a group has 2+ seeds: aggregated by default
+    api = httpx.get(f"{seed_groups.url}/api/compare/groups",
+                    params={"run_ids": ",".join(str(seed_groups.ids[k]) for k in ("grpo0", "grpo1", "grpo2", "aero0", "aero1"))}).json()
+    grpo, aero = api["groups"]
+    assert at.selectbox(key="cmp_baseline_group").value == grpo["key"] == api["baseline"]
+    figs = figures(at)
+    curves = figs[0]
+    assert fig_title(curves).startswith("reward/mean per step") and "95% CI across seeds" in fig_title(curves)
+    lines = [t for t in curves["data"] if t.get("fill") != "toself"]
+    bands = [t for t in curves["data"] if t.get("fill") == "toself"]
+    assert [t["name"] for t in lines] == ["grpo", "aero"]  # legend by group label
+    assert [t["line"]["color"] for t in lines] == ["#4C78A8", "#E45756"]
+    assert bands[0]["fillcolor"] == "rgba(76,120,168,0.18)" and bands[1]["fillcolor"] == "rgba(228,87,86,0.18)"
+    # GRPO's mean at step 10 averages its seeds: reward 0.3 + 0.3 * 10/20 + 0.01 * seed
+    i = lines[0]["x"].index(10)
+    assert lines[0]["y"][i] == pytest.approx(0.45 + 0.01)
+    assert lines[0]["customdata"][i][1] == 3 and lines[1]["customdata"][i][1] == 2  # n seeds in the hover
+    assert "Student-t confidence interval across seeds" in texts(at.caption)
+    titles = [fig_title(f) for f in figs]
+    assert any("measured" in t or "counterfactual" in t for t in titles)  # the waterfall stays
+    fig9 = next(f for f in figs if fig_title(f).startswith("Zero-accuracy ratio (line + band"))
+    assert sum(t.get("fill") == "toself" for t in fig9["data"]) == 2
+    # the grouped summary: seeds, mean ± half-CI and the per-seed-pair ratio under it
+    summary = next(f for f in figs if f["data"][0].get("type") == "table" and "<b>seed pairs</b>" in f["data"][0]["header"]["values"])
+    cols = summary["data"][0]["cells"]["values"]
+    header = summary["data"][0]["header"]["values"]
+    assert cols[0] == ["grpo (baseline)", "aero"] and cols[1] == ["3 (0, 1, 2)", "2 (0, 1)"]
+    time_cell = cols[header.index("<b>time / step</b>")][1]
+    r = aero["ratios"]["mean"]["time/step_s"]
+    assert f"{r['mean']:.2f}× [{r['lo']:.2f}, {r['hi']:.2f}]" in time_cell and " ± " in time_cell
+    assert cols[-1] == ["—", "2"]
+    # the grouped Table 1: Total (P-value) from significance["overall"]
+    bench = next(f for f in figs if "<b>Avg@8 Total (P-value)</b>" in f["data"][0].get("header", {}).get("values", []))
+    total = bench["data"][0]["cells"]["values"][-1]
+    test = next(t for t in api["significance"]["overall"] if t["group"] == aero["key"] and t["metric"] == "avg_at_k")
+    mean = aero["evals"]["overall"]["avg_at_k"]["mean"]
+    assert total[0].endswith("(—)") and total[1] == f"<b>{mean:.3f} ({p_text(test['p_value'])})</b>"  # AERO best: bold
+    assert test["p_value"] < 0.05  # AERO solves 2 more per problem on every seed
+    labels = [b.label for b in at.get("download_button")]
+    assert labels == ["Download summary (CSV)", "Download benchmarks (CSV)"]
+    assert "paired sign-flip permutation over problems" in texts(at.caption) and "per seed pair" in texts(at.caption)
+    assert any("How to read a comparison" in e.label for e in at.expander)
+
+
+def test_compare_seed_groups_toggle_off_and_baseline_choice(seed_groups, use_api):
+    use_api(seed_groups)
+    ids = [seed_groups.ids[k] for k in ("grpo0", "grpo1", "aero0", "aero1", "dapo")]
+    at = open_page("compare", {"runs": ",".join(map(str, ids))})
+    no_errors(at)
+    keys = at.selectbox(key="cmp_baseline_group").options
+    assert len(keys) == 3  # grpo, aero, dapo (a group of one)
+    at.selectbox(key="cmp_baseline_group").select_index(1).run()  # AERO's group as the baseline
+    no_errors(at)
+    summary = next(f for f in figures(at) if "<b>seed pairs</b>" in f["data"][0].get("header", {}).get("values", []))
+    rows = summary["data"][0]["cells"]["values"][0]
+    assert rows == ["grpo", "aero (baseline)", "dapo"]
+    bench = next(f for f in figures(at) if "<b>Avg@8 Total (P-value)</b>" in f["data"][0].get("header", {}).get("values", []))
+    total = [c.replace("<b>", "").replace("</b>", "") for c in bench["data"][0]["cells"]["values"][-1]]
+    assert total[1].endswith("(—)") and "(p" in total[0] and "(p" in total[2]
+    at.toggle(key="cmp_agg").set_value(False).run()  # per-run view, as before
+    no_errors(at)
+    curves = figures(at)[0]
+    assert len(curves["data"]) == 5 and not any(t.get("fill") for t in curves["data"])
+    assert at.selectbox(key="cmp_baseline").value == ids[0]
+
+
+def test_compare_without_seed_groups_has_no_toggle(seeded, use_api):
+    use_api(seeded)
+    at = open_page("compare", {"sweep": str(seeded.ids["sweep"])})  # one run per method
+    no_errors(at)
+    assert not [t for t in at.toggle if t.key == "cmp_agg"]

@@ -1,0 +1,160 @@
+"""The Compare page's seed-group view ("Aggregate seeds"): runs whose configs differ only in the
+seed form a group (the API decides, GET /compare/groups); curves become a mean line with a
+Student-t band across seeds, Fig. 9 the same, and the tables give mean ± half-CI, paired
+ratios to a baseline group and a significance test per benchmark.
+
+Streamlit sections only; the figures and tables are built by charts.py and tables.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import streamlit as st
+
+from dashboard import charts, tables, ui
+from dashboard.client import ApiError
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "comparisons.md"
+GRID_POINTS = 200  # per group curve, on the API's common grid
+ZERO_KEYS = ("zero_acc/after_rescue", "zero_acc/after_explore")
+
+
+def level(alpha: float | None) -> int:
+    """0.05 -> 95 (the CI level in captions and hovers)."""
+    return round(100 * (1 - (alpha if alpha is not None else 0.05)))
+
+
+def seed_groups(url: str, token: str | None, ids: tuple[int, ...], versions: tuple, baseline: int | None = None) -> dict | None:
+    """The chosen runs' seed groups, or None when the API cannot group them (an older API
+    without the endpoint, or a refusal): the page then keeps its per-run view."""
+    try:
+        return ui.compare_groups(url, token, ids, baseline, versions)
+    except ApiError as e:
+        if e.kind in ("down", "auth"):
+            raise
+        st.caption(f"Seed groups unavailable ({e.message}); showing runs one by one.")
+        return None
+
+
+def has_seed_groups(body: Mapping[str, Any] | None) -> bool:
+    """True when some group holds two or more runs (only then is aggregating worth a toggle)."""
+    return bool(body) and any(len(g.get("run_ids") or []) > 1 for g in body["groups"])
+
+
+def group_name(g: Mapping[str, Any]) -> str:
+    n = len(g.get("run_ids") or [])
+    return f"{g['label']} · {n} seed{'s' if n != 1 else ''}"
+
+
+def choose_baseline(body: dict, url: str, token: str | None, ids: tuple[int, ...], versions: tuple) -> dict:
+    """Baseline group selector (default: the API's, i.e. the first GRPO group); re-asks the API
+    for ratios and tests against another group when one is picked."""
+    keys = [g["key"] for g in body["groups"]]
+    by_key = {g["key"]: g for g in body["groups"]}
+    chosen = st.selectbox("Baseline group", keys, index=keys.index(body["baseline"]) if body["baseline"] in keys else 0,
+                          key="cmp_baseline_group", format_func=lambda k: group_name(by_key[k]),
+                          help="Ratios and p-values are against this group (default: the first GRPO group).")
+    if chosen == body["baseline"]:
+        return body
+    return ui.compare_groups(url, token, ids, by_key[chosen]["run_ids"][0], versions) or body
+
+
+def band_of(g: Mapping[str, Any], key: str, dash: str = "solid") -> charts.Band | None:
+    """A group's curve for ``key`` as a Band, or None when the API returned none."""
+    c = (g.get("curves") or {}).get(key)
+    if not c or not c.get("x"):
+        return None
+    return charts.Band(g["label"], g["method"], c["x"], c["mean"], c["lo"], c["hi"], c["n"], dash)
+
+
+def curves_section(ids: tuple[int, ...], versions: tuple, curves: Mapping[str, tuple[str, str | None]]) -> tuple[str, dict]:
+    """Mean ± band per group for the chosen metric and x axis; returns (axis, the curves body)."""
+    url, token = ui.api_url(), ui.api_token()
+    st.subheader("Training curves")
+    c1, c2 = st.columns([2, 3])
+    axis = c1.segmented_control("x axis", list(tables.X_AXES), default="step", format_func=tables.X_AXES.get, key="cmp_x") or "step"
+    key = c2.selectbox("Metric", list(curves), key="cmp_metric", help="Keys as in docs/metrics.md.")
+    body = ui.compare_curves(url, token, ids, tuple(dict.fromkeys((key, *ZERO_KEYS))), axis, GRID_POINTS, versions)
+    lv = level(body.get("alpha"))
+    dashes = charts.dash_by_method([g["method"] for g in body["groups"]])
+    bands = [b for g, d in zip(body["groups"], dashes) if (b := band_of(g, key, d)) is not None]
+    y_title, fmt = curves[key]
+    ui.plot(charts.band_figure(bands, title=f"{key} per step", x_title=tables.X_AXES[axis], y_title=y_title,
+                               y_tickformat=fmt, level=lv))
+    st.caption(f"Line: the mean over a group's seeds, each run interpolated linearly onto a common grid. Band: {lv}% "
+               "Student-t confidence interval across seeds at each point (no band where fewer than 2 seeds reach it). "
+               "Hover for the mean, the interval and how many seeds. Groups of one method share its colour and differ by dash."
+               + (" Cumulative FLOPs sum `flops/total` over every step; wall time is `time/elapsed_s`." if axis != "step" else ""))
+    return axis, body
+
+
+def zero_acc_section(body: Mapping[str, Any], axis: str) -> None:
+    """Paper Fig. 9 per group: after-rescue mean and band, after-explore mean dotted."""
+    st.subheader("Prompts with no correct answer (paper Fig. 9)")
+    dashes = charts.dash_by_method([g["method"] for g in body["groups"]])
+    rows = [(b, band_of(g, "zero_acc/after_explore")) for g, d in zip(body["groups"], dashes)
+            if (b := band_of(g, "zero_acc/after_rescue", d)) is not None and any(v is not None for v in b.mean)]
+    if not rows:
+        st.caption("No zero-accuracy ratios logged yet.")
+        return
+    ui.plot(charts.zero_acc_band_figure(rows, x_title=tables.X_AXES[axis], level=level(body.get("alpha"))))
+
+
+def tables_section(body: Mapping[str, Any]) -> None:
+    """The grouped cost summary and the grouped Table 1 (Avg@k and Pass@k), each with a CSV."""
+    groups, base, lv = body["groups"], body["baseline"], level(body.get("alpha"))
+    st.subheader("Cost and accuracy per group")
+    summary = tables.group_summary_table(groups, base)
+    widths = [2.0, 1.0] + [1.5] * (len(summary.columns) - 3) + [0.8]
+    ui.plot(charts.table_figure(summary.columns, summary.rows, summary.bold, col_widths=widths), key="group_summary")
+    st.caption(f"Per-step means (time, FLOPs rollout + train, trained rollouts, zero-accuracy after rescue) and the last "
+               f"evaluation pooled over benchmarks, each as **mean ± half the {lv}% Student-t CI across seeds**. Second line: "
+               "the ratio to the baseline group **per seed pair** (seed s against the baseline's seed s), averaged, with its "
+               "CI; *seed pairs* = how many pairs. Best mean of each column in **bold**.")
+    st.download_button("Download summary (CSV)", summary.frame.to_csv(index=False).encode(), file_name="aero-groups-summary.csv",
+                       mime="text/csv", icon=":material/download:", key="cmp_group_summary_csv")
+
+    st.subheader("Benchmarks (paper Table 1)")
+    if not any(g.get("evals") for g in groups):
+        st.info("No evaluations yet: each run evaluates its held-out benchmarks every `eval_every` steps and at the end. "
+                "The table fills in as results land.", icon=":material/table:")
+        return
+    parts = [tables.group_benchmark_table(groups, body.get("significance") or {}, base, m) for m in ("avg_at_k", "pass_at_k")]
+    for i, part in enumerate(parts):
+        widths = [2.0] + [1.0] * (len(part.columns) - 2) + [1.6]
+        ui.plot(charts.table_figure(part.columns, part.rows, part.bold, col_widths=widths), key=f"group_bench_{i}")
+    test = next((t.get("test") for ts in (body.get("significance") or {}).values() for t in ts if t.get("test")),
+                "paired sign-flip permutation over problems")
+    st.caption(f"Per benchmark: the metric of each run's last evaluation, **averaged over the group's seeds**. "
+               f"*Total (P-value)*: pooled over benchmarks, and the two-sided p-value of the group against the baseline "
+               f"({test}; each problem's score is first averaged over the group's seeds, so the test pairs problems, not "
+               "seeds). The baseline shows —. Best of each column in **bold**.")
+    frame = parts[0].frame.merge(parts[1].frame, on=["group", "label", "method", "baseline", "seeds"])
+    st.download_button("Download benchmarks (CSV)", frame.to_csv(index=False).encode(), file_name="aero-groups-benchmarks.csv",
+                       mime="text/csv", icon=":material/download:", key="cmp_group_bench_csv")
+
+
+def doc_link() -> None:
+    """'How to read a comparison' (docs/comparisons.md), shown in place: the dashboard has no
+    docs server, and the file ships with the checkout it runs from."""
+    with st.expander("How to read a comparison (docs/comparisons.md)", icon=":material/menu_book:"):
+        if DOC.exists():
+            st.markdown(DOC.read_text())
+        else:
+            st.caption("See docs/comparisons.md in the AERO Lab repository.")
+
+
+def group_page(body: dict, ids: tuple[int, ...], versions: tuple, curves: Mapping[str, tuple[str, str | None]],
+               waterfall: Any) -> None:
+    """The whole group view: baseline group, curves, waterfall (``waterfall()`` draws it), Fig. 9, tables."""
+    url, token = ui.api_url(), ui.api_token()
+    body = choose_baseline(body, url, token, ids, versions)
+    st.caption(" · ".join(group_name(g) + (" (baseline)" if g["key"] == body["baseline"] else "") for g in body["groups"]))
+    doc_link()
+    axis, curve_body = curves_section(ids, versions, curves)
+    waterfall()
+    zero_acc_section(curve_body, axis)
+    tables_section(body)
