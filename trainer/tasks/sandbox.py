@@ -71,6 +71,8 @@ class TestSuite:
     """A problem's tests. ``inputs[i]``: stdin text (stdio), a JSON list of arguments (call) or a
     test script (assert); ``outputs[i]``: expected stdout (stdio) or return value (call)."""
 
+    __test__ = False  # not a pytest class
+
     kind: Literal["stdio", "call", "assert"]
     inputs: tuple[str, ...]
     outputs: tuple[Any, ...] = ()

@@ -24,6 +24,7 @@ each child also gets RLIMIT_CPU (per test) and RLIMIT_FSIZE (the output cap).
 
 import ast
 import builtins
+import errno
 import json
 import os
 import resource
@@ -159,6 +160,8 @@ def compile_test(source):
 def _classify(exc):
     if isinstance(exc, MemoryError):
         return "memory"
+    if isinstance(exc, OSError) and exc.errno == errno.EFBIG:  # RLIMIT_FSIZE (Python ignores SIGXFSZ)
+        return "output"
     if isinstance(exc, (PermissionError, ImportError)) and str(exc).startswith(_BLOCK_PREFIX):
         return "blocked"
     return "error"
@@ -214,7 +217,7 @@ def _child(job, test, stdin_path, out_w, st_w):
         _limit(resource.RLIMIT_FSIZE, max(1, int(limits["max_output_bytes"])))
         sys.stdin = open(0, "r", encoding="utf-8", errors="replace", closefd=False)
         sys.stdout = open(1, "w", encoding="utf-8", errors="replace", closefd=False)
-        write, dumps = os.write, json.dumps
+        write, dumps, exit_ = os.write, json.dumps, os._exit  # bound before candidate code can patch them
         if job.get("audit"):
             sys.addaudithook(make_audit_hook(job["tmp"]))
         record = _run_candidate(job, test)
@@ -223,6 +226,7 @@ def _child(job, test, stdin_path, out_w, st_w):
         except BaseException as e:  # noqa: BLE001 - e.g. a stdout that cannot be written
             record = {"status": "output" if isinstance(e, OSError) else "error", "error": type(e).__name__}
         write(st_w, dumps(record).encode())
+        exit_(0)
     finally:
         os._exit(0)
 
@@ -323,8 +327,9 @@ def _report(job, i, out, st, stop, status, cap):
         rec["status"] = "output"
     else:
         try:
-            rec.update(json.loads(st.decode("utf-8", "replace")))
-        except ValueError:  # no record: os._exit before the end, or a crash (e.g. SIGSEGV)
+            got = json.loads(st.decode("utf-8", "replace"))
+            rec.update(status=str(got["status"]), **{k: str(got[k]) for k in ("value", "error") if k in got})
+        except (ValueError, TypeError, KeyError):  # no record: os._exit before the end, or a crash (e.g. SIGSEGV)
             rec.update(status="error", error="exited without a result (signal %d)" % sig if sig else
                        "exited without a result")
             if job["kind"] == "stdio" and not sig and os.WEXITSTATUS(status) == 0:

@@ -1,0 +1,250 @@
+"""The code sandbox against hostile candidates: every attack scores 0, lands in the right
+outcome counter, leaves no temporary directory and no process behind, and ends within its
+limit plus a margin. Real processes, real namespaces (``unshare``) where this machine has them;
+the audit-hook fallback is forced with ``network="audit"``."""
+
+import os
+import socket
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from trainer.tasks.sandbox import (Limits, TestSuite, isolation, judge, namespace_prefix, outputs_match, run_candidate,
+                                   run_many, values_match)
+
+MARKER = b"Child side of the code sandbox"  # in the harness source, so in every sandbox process's argv
+LIMITS = Limits(test_timeout_s=1.0, timeout_s=6.0, memory_mb=512, max_processes=32, max_output_bytes=64 * 1024)
+HAS_NS = namespace_prefix(LIMITS.run_as_uid) is not None
+ADD = TestSuite("stdio", ("1 2\n", "5 7\n"), ("3", "12"))
+needs_ns = pytest.mark.skipif(not HAS_NS, reason="no user/network namespaces here (unshare)")
+
+
+def sandbox_dirs() -> set[str]:
+    return {p.name for p in Path(tempfile.gettempdir()).glob("aero-sandbox-*")}
+
+
+def sandbox_processes() -> list[int]:
+    """Live processes whose command line carries the harness source (unshare, harness, test
+    children and anything they forked), plus any child of this test process."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes()
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        state = (d / "stat").read_text().rsplit(")", 1)[1].split()[0] if (d / "stat").exists() else "X"
+        if (MARKER in cmd or ppid == os.getpid()) and state != "Z":
+            found.append(int(d.name))
+    return found
+
+
+def run(code, tests=ADD, limits=LIMITS, budget=None):
+    """run_candidate plus the invariants every run must keep: no leftovers, bounded time."""
+    before = sandbox_dirs()
+    t0 = time.monotonic()
+    result = run_candidate(code, tests, limits)
+    wall = time.monotonic() - t0
+    assert wall < (budget if budget is not None else limits.timeout_s) + 3.0, f"took {wall:.1f} s"
+    assert sandbox_dirs() <= before, "temporary directory left behind"
+    deadline = time.monotonic() + 2.0  # the kernel tears a PID namespace down asynchronously
+    while sandbox_processes() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not sandbox_processes(), "sandbox process left behind"
+    return result, wall
+
+
+# -- the positive path ------------------------------------------------------------------------
+
+
+def test_correct_programs_pass_and_partial_credit_is_kept():
+    ok, _ = run("a, b = map(int, input().split())\nprint(a + b)")
+    assert ok.outcome == "passed" and ok.reward == 1.0 and ok.pass_rate == 1.0
+    fd0, _ = run("import sys\nprint(sum(map(int, open(0).read().split())))")  # reads fd 0 directly
+    assert fd0.outcome == "passed"
+    half, _ = run("print(3)")
+    assert half.outcome == "wrong" and half.reward == 0.0 and half.passed == 1 and half.pass_rate == 0.5
+
+
+def test_call_based_and_assert_tests():
+    call = TestSuite("call", ("[1, 2]", "[[1, 2, 3]]"), ([3], 6), fn_name="f")  # APPS wraps outputs in a list
+    assert run("def f(*a):\n    return a[0] + a[1] if len(a) == 2 else sum(a[0])", call)[0].outcome == "passed"
+    leet = TestSuite("call", ("[2, 3]",), (6,), fn_name="mul")
+    assert run("class Solution:\n    def mul(self, a, b):\n        return a * b", leet)[0].outcome == "passed"
+    asserts = TestSuite("assert", ("assert add(1, 2) == 3", "assert add(2, 2) == 4"), setup="import math")
+    assert run("def add(a, b):\n    return a + b", asserts)[0].outcome == "passed"
+    r, _ = run("def add(a, b):\n    return 3", asserts)
+    assert (r.outcome, r.passed) == ("error", 1)  # AssertionError in the second test
+
+
+def test_comparison_rules():
+    assert outputs_match("3 \n\n4\n", "3\n4") and outputs_match("1 2 3", "1\n2\n3")
+    assert not outputs_match("3", "3\n4") and not outputs_match("1000001", "1000000")
+    assert outputs_match("0.3333333", "0.333333333") and not outputs_match("0.34", "0.333333333")
+    assert values_match("[1, 2]", (1, 2)) and values_match("3", [3]) and values_match("0.1", 0.1 + 1e-12)
+    assert not values_match("true", 1) and not values_match('"3"', 3)
+
+
+def test_judge_outcome_is_the_worst_failure():
+    t = TestSuite("assert", ("a", "b", "c"))
+    recs = {0: {"status": "ok"}, 1: {"status": "error"}, 2: {"status": "memory"}}
+    assert judge(t, recs, finished=True).outcome == "memory"
+    assert judge(t, {0: {"status": "ok"}}, finished=True).outcome == "wrong"  # tests without a record failed
+    assert judge(t, {i: {"status": "ok"} for i in range(3)}, finished=False).outcome == "error"
+
+
+# -- resource attacks -------------------------------------------------------------------------
+
+
+def test_infinite_loop_is_a_timeout_within_the_test_limit():
+    r, wall = run("while True:\n    pass", budget=LIMITS.test_timeout_s)
+    assert r.outcome == "timeout" and r.reward == 0.0
+    assert wall < LIMITS.test_timeout_s + 2.0  # the remaining test is skipped, not waited for
+
+
+def test_sleeping_past_the_wall_clock_is_a_timeout():
+    r, _ = run("import time\ntime.sleep(60)", budget=LIMITS.test_timeout_s)
+    assert r.outcome == "timeout"
+
+
+def test_whole_candidate_wall_clock_kills_the_sandbox():
+    many = TestSuite("stdio", tuple("1 2\n" for _ in range(20)), tuple("3" for _ in range(20)))
+    slow = Limits(**{**LIMITS.__dict__, "timeout_s": 1.5, "test_timeout_s": 1.0})
+    r, wall = run("import time\ntime.sleep(0.4)\nprint(3)", many, slow, budget=1.5)
+    assert r.outcome == "timeout" and 0 < r.passed < 20 and wall < 1.5 + 1.5
+
+
+def test_fork_bomb_is_blocked_by_the_audit_hook():
+    r, _ = run("import os\nwhile True:\n    os.fork()")
+    assert (r.outcome, r.reward) == ("blocked", 0.0)
+
+
+@needs_ns
+def test_fork_bomb_without_the_hook_hits_the_process_limit_and_dies_with_the_namespace():
+    no_hook = Limits(**{**LIMITS.__dict__, "audit_hook": "fallback"})
+    assert isolation(no_hook) == (namespace_prefix(no_hook.run_as_uid), False)
+    r, _ = run("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass", limits=no_hook,
+               budget=LIMITS.test_timeout_s)
+    assert r.outcome in ("timeout", "error") and r.reward == 0.0  # then run() checks nothing survived
+
+
+def test_huge_allocation_is_a_memory_failure():
+    assert run("x = bytearray(8 * 2**30)\nprint(3)")[0].outcome == "memory"
+    assert run("x = [0] * (4 * 10**9)\nprint(3)")[0].outcome == "memory"
+
+
+def test_huge_output_is_cut_off():
+    r, _ = run("while True:\n    print('x' * 1000)", budget=LIMITS.test_timeout_s)
+    assert r.outcome == "output" and r.reward == 0.0
+    big_file = "open('big', 'w').write('x' * 10**6)\nprint(3)"  # RLIMIT_FSIZE inside the sandbox dir
+    assert run(big_file)[0].outcome == "output"
+
+
+# -- escape attempts ----------------------------------------------------------------------------
+
+
+def test_write_outside_the_sandbox_dir_fails(tmp_path):
+    target = Path(tempfile.gettempdir()) / f"aero-escape-{os.getpid()}"
+    r, _ = run(f"open({str(target)!r}, 'w').write('pwned')\nprint(sum(map(int, input().split())))")
+    assert r.outcome == "blocked" and not target.exists()
+    own = tmp_path / "planted"  # the worker's own (root, 0700) directory, hook off: the uid drop stops it
+    no_hook = Limits(**{**LIMITS.__dict__, "audit_hook": "fallback"})
+    if HAS_NS and os.geteuid() == 0:
+        r, _ = run(f"open({str(own)!r}, 'w').write('pwned')\nprint(sum(map(int, input().split())))", limits=no_hook)
+        assert r.outcome == "error" and not own.exists()
+
+
+def test_worker_environment_is_not_inherited(monkeypatch):
+    secret = "s3cret-" + os.urandom(6).hex()
+    monkeypatch.setenv("AERO_TEST_SECRET", secret)
+    leak = TestSuite("stdio", ("",), (secret,))
+    r, _ = run("import os\nprint(os.environ.get('AERO_TEST_SECRET'))", leak)
+    assert r.outcome == "wrong" and r.reward == 0.0
+    r, _ = run(f"print(open('/proc/{os.getpid()}/environ').read())", leak)  # the worker's environ via /proc
+    assert r.reward == 0.0 and r.outcome == ("error" if os.geteuid() == 0 else r.outcome)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="file isolation needs the uid drop (root worker)")
+def test_worker_file_is_not_readable(tmp_path):
+    secret = "file-secret-" + os.urandom(6).hex()
+    f = tmp_path / "secret.txt"
+    f.write_text(secret)
+    f.chmod(0o600)
+    r, _ = run(f"print(open({str(f)!r}).read())", TestSuite("stdio", ("",), (secret,)))
+    assert (r.outcome, r.reward) == ("error", 0.0)
+
+
+@pytest.mark.parametrize("network", ["auto", "audit"])
+def test_no_network(network):
+    if network == "auto" and not HAS_NS:
+        pytest.skip("no network namespace here")
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    srv.settimeout(0.3)
+    port = srv.getsockname()[1]
+    code = (f"import socket\ns = socket.create_connection(('127.0.0.1', {port}), timeout=1)\ns.sendall(b'hi')\n"
+            "print(sum(map(int, input().split())))")
+    limits = Limits(**{**LIMITS.__dict__, "network": network, "audit_hook": "fallback"})
+    r, _ = run(code, limits=limits)
+    assert r.reward == 0.0 and r.outcome == ("error" if network == "auto" else "blocked")
+    with pytest.raises(socket.timeout):
+        srv.accept()  # nothing ever connected
+    srv.close()
+
+
+# -- cheating the checker ----------------------------------------------------------------------
+
+ASSERTS = TestSuite("assert", ("assert add(1, 2) == 3", "assert add(2, 2) == 4"))
+CALL = TestSuite("call", ("[1, 2]", "[2, 2]"), (3, 4), fn_name="add")
+
+
+@pytest.mark.parametrize("tests", [ASSERTS, CALL], ids=["assert", "call"])
+@pytest.mark.parametrize("trick", ["import sys\nsys.exit(0)", "import os\nos._exit(0)", "raise SystemExit"])
+def test_exiting_before_the_tests_fails(tests, trick):
+    r, _ = run(trick + "\ndef add(a, b):\n    return a + b", tests)
+    assert (r.outcome, r.reward, r.passed) == ("error", 0.0, 0)
+
+
+def test_exit_after_printing_is_fine_for_stdio_but_exit_before_is_not():
+    assert run("print(sum(map(int, input().split())))\nimport sys\nsys.exit(0)")[0].outcome == "passed"
+    assert run("import os\nos._exit(0)")[0].outcome == "wrong"
+
+
+ALWAYS_EQUAL = "class E:\n    def __eq__(self, other):\n        return True\n    __hash__ = None\ndef add(a, b):\n    return E()"
+
+
+@pytest.mark.parametrize("tests", [ASSERTS, CALL], ids=["assert", "call"])
+def test_objects_that_equal_everything_fail(tests):
+    r, _ = run(ALWAYS_EQUAL, tests)
+    assert r.reward == 0.0 and r.outcome == "error" and r.passed == 0
+
+
+@pytest.mark.parametrize("patch", [
+    "import builtins\nbuiltins.__aero_eq__ = lambda a, b: True\nbuiltins.AssertionError = type('Ok', (Exception,), {})",
+    "import __main__\n__main__.strict_eq = lambda a, b: True\n__main__.canonical = lambda v, d=0: 3",
+    "import json\njson.dumps = lambda *a, **k: '{\"status\": \"ok\"}'\nimport os\nos._exit = lambda c: None",
+])
+def test_patching_the_checker_does_not_help(patch):
+    r, _ = run(patch + "\ndef add(a, b):\n    return 0", ASSERTS)
+    assert r.reward == 0.0 and r.outcome == "error"
+    r, _ = run(patch + "\ndef add(a, b):\n    return 0", CALL)
+    assert r.reward == 0.0 and r.outcome == "wrong"
+
+
+def test_frame_and_gc_introspection_are_blocked():
+    for code in ("import gc\ngc.get_objects()", "try:\n    1/0\nexcept Exception as e:\n    e.__traceback__.tb_frame",
+                 "import ctypes"):
+        assert run(code + "\ndef add(a, b):\n    return a + b", ASSERTS)[0].outcome == "blocked", code
+
+
+def test_candidates_run_in_parallel():
+    jobs = [("import time\ntime.sleep(0.5)\nprint(sum(map(int, input().split())))", ADD)] * 4
+    t0 = time.monotonic()
+    results = run_many(jobs, LIMITS, workers=4)
+    assert [r.outcome for r in results] == ["passed"] * 4
+    assert time.monotonic() - t0 < 4 * 2 * 0.5  # serial would take >= 4 s (2 tests x 0.5 s each)
