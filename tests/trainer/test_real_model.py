@@ -14,44 +14,14 @@ from trainer.model import is_gradient_checkpointing
 from trainer.presets import load_setup, weight_dtype
 from trainer.tasks.math import PAPER_MATH_SYSTEM_PROMPT
 
-CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 PROBLEMS = [("What is 2+3?", "5"), ("Compute 7*6.", "42"), ("What is 10-4?", "6"), ("Simplify 1/2+1/2.", "1")]
 
 
-def build_tokenizer(directory):
-    """A byte-level BPE tokenizer trained offline on the paper prompt and some math text,
-    wrapped as PreTrainedTokenizerFast with a ChatML template (Qwen's special tokens)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    corpus = [PAPER_MATH_SYSTEM_PROMPT, "system user assistant \\boxed{5} \\frac{1}{2}"] + [q for q, _ in PROBLEMS]
-    tok.train_from_iterator(corpus * 4, trainers.BpeTrainer(vocab_size=400, special_tokens=specials,
-                                                            initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    hf = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                                 additional_special_tokens=["<|im_start|>"])
-    hf.chat_template = CHATML
-    hf.save_pretrained(directory)
-    return hf
-
-
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    from transformers import AutoModelForCausalLM, Qwen2Config
-
-    d = tmp_path_factory.mktemp("tiny-qwen2")
-    hf = build_tokenizer(d)
-    config = Qwen2Config(vocab_size=len(hf), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                         tie_word_embeddings=True, bos_token_id=None, eos_token_id=hf.eos_token_id,
-                         pad_token_id=hf.pad_token_id)
-    torch.manual_seed(0)
-    AutoModelForCausalLM.from_config(config).save_pretrained(d)
-    return d
+def model_dir(tmp_path_factory, tiny_hf_model):
+    # tests/trainer/conftest.py: a tiny Qwen2 + a BPE tokenizer trained on the paper prompt and some math text
+    corpus = [PAPER_MATH_SYSTEM_PROMPT, "system user assistant \\boxed{5} \\frac{1}{2}"] + [q for q, _ in PROBLEMS]
+    return tiny_hf_model(tmp_path_factory.mktemp("tiny-qwen2"), corpus)
 
 
 @pytest.fixture(scope="module")
