@@ -2,7 +2,8 @@
 decimated by the API (the dashboard asks for at most a few hundred points per run).
 
 Budgets are generous for a shared 2-core CI machine; measured here (2026-11-30): Compare over
-the 20-run sweep ~1.5 s cold and ~0.2 s warm, run detail ~0.4 s, Runs ~0.2 s.
+the 20-run sweep ~1.5 s cold and ~0.2 s warm, run detail ~0.4 s, Runs ~0.2 s. The sweep has
+4 seeds per method, so Compare opens in its seed-group view; the per-run view is timed too.
 """
 
 from __future__ import annotations
@@ -50,10 +51,19 @@ def test_compare_twenty_runs_of_2000_steps(big, use_api):
     at.query_params["sweep"] = str(big.ids["sweep"])
     cold = timed_run(at)
     warm = timed_run(at)
+    # 5 methods x 4 seeds: seed groups, aggregated by default (a band and a mean line per group)
+    curves = json.loads(at.get("plotly_chart")[0].proto.spec)["data"]
+    lines = [c for c in curves if c.get("fill") != "toself"]
+    assert len(curves) == 10 and len(lines) == 5
+    assert all(len(c["x"]) <= 200 and c["x"][-1] == 2000 for c in lines)  # the API's grid, to the last step
+    assert cold < 15 and warm < 3, (cold, warm)
+    at.toggle(key="cmp_agg").set_value(False)
+    per_run = timed_run(at)
     curves = json.loads(at.get("plotly_chart")[0].proto.spec)["data"]
     assert len(curves) == 20
     assert all(len(c["x"]) <= 400 and c["x"][-1] == 2000 for c in curves)  # decimated, last step kept
-    assert cold < 15 and warm < 3, (cold, warm)
+    assert per_run < 15, per_run
+    print(f"compare 20 x 2000: grouped cold {cold:.2f} s, warm {warm:.2f} s; per run (cold) {per_run:.2f} s")
 
 
 def test_run_detail_and_runs_with_2000_steps(big, use_api):
