@@ -27,6 +27,14 @@ BAD = [
     ({"unknown_field": 1}, "unknown_field"),
     ({"aero": {"bogus": 1}}, "aero.bogus"),
     ({"mini_batches": 64, "batch_prompts": 4}, "mini_batches"),
+    ({"task": "code", "preset": None, "model_path": "/m"}, "train_data"),
+    ({"task": "cobol"}, "task"),
+    ({"code": {"timeout_s": 2.0, "test_timeout_s": 4.0}}, "code.timeout_s"),
+    ({"code": {"memory_mb": 16}}, "code.memory_mb"),
+    ({"code": {"max_processes": 1}}, "code.max_processes"),
+    ({"code": {"network": "none"}}, "code.network"),
+    ({"code": {"test_timeout_s": 0}}, "code.test_timeout_s"),
+    ({"code": {"bogus": 1}}, "code.bogus"),
 ]
 
 
@@ -59,3 +67,13 @@ def test_config_round_trips_through_json():
     cfg = parse_run_config({"method": "aero", "aero": {"k": 2}, "seed": 3})
     again = parse_run_config(RunConfig.model_validate_json(cfg.model_dump_json()).model_dump())
     assert again == cfg
+
+
+def test_code_task_config():
+    cfg = parse_run_config({"task": "code", "preset": None, "model_path": "/m", "train_data": "/d/train.jsonl",
+                            "benchmarks": {"APPS": "/d/apps.jsonl", "TACO": "/d/taco.parquet"}})
+    assert list(cfg.benchmarks) == ["APPS", "TACO"]  # benchmark files are allowed for code as for math
+    c = cfg.code
+    assert (c.test_timeout_s, c.timeout_s, c.memory_mb, c.network, c.audit_hook) == (4.0, 30.0, 1024, "auto", "always")
+    assert RunConfig.model_validate_json(cfg.model_dump_json()) == cfg
+    assert all(f.description for f in type(c).model_fields.values())  # every limit has help text
