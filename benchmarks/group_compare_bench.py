@@ -6,7 +6,7 @@ benchmarks x 64 problems + the pooled ``overall`` (448 problems), each with per-
 Then times, in this process (FastAPI TestClient, no network), cold and warm:
 
 * ``GET /api/compare/groups`` (t intervals, per-seed-pair ratios, 2 paired tests per benchmark
-  per non-baseline group: 10,000 sign flips + 2,000 two-level bootstrap draws each);
+  per non-baseline group: 10,000 sign flips + 1,000 two-level bootstrap draws each);
 * ``GET /api/compare/curves`` for 2 keys on each x axis (every stored step read).
 
     python benchmarks/group_compare_bench.py --db sqlite postgresql
