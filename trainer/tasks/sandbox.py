@@ -294,7 +294,7 @@ def run_candidate(code: str, tests: TestSuite, limits: Limits = Limits()) -> Res
     cmd = [*(prefix or ()), python, "-I", "-B", "-c", _harness_source()]
     try:
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                cwd=tmp, env=dict(SANDBOX_ENV, HOME=tmp), start_new_session=True, **user)
+                                cwd=tmp, env=dict(SANDBOX_ENV, HOME=tmp, TMPDIR=tmp), start_new_session=True, **user)
         try:
             out, _ = proc.communicate(json.dumps(job).encode("utf-8"), timeout=limits.timeout_s)
             timed_out = False
