@@ -63,9 +63,15 @@ def si(value: float | None, unit: str = "", digits: int = 3) -> str:
     if value == 0:
         return f"0 {unit}".strip()
     prefixes = {12: "T", 9: "G", 6: "M", 3: "k", 0: "", 15: "P", 18: "E"}
-    exp = int(math.floor(math.log10(abs(value)) / 3) * 3)
-    exp = max(0, min(18, exp))
+    exp = si_exponent(value)
     return f"{value / 10 ** exp:.{digits}g} {prefixes[exp]}{unit}".strip()
+
+
+def si_exponent(value: float) -> int:
+    """The power of ten :func:`si` writes ``value`` in: a multiple of 3 in 0..18 (0 for 0)."""
+    if not value:
+        return 0
+    return max(0, min(18, int(math.floor(math.log10(abs(value)) / 3) * 3)))
 
 
 def _layout(fig: go.Figure, title: str, x_title: str, y_title: str, *, height: int = 320,
@@ -345,13 +351,22 @@ def band_polygon(x: Sequence[float | None], lo: Sequence[float | None], hi: Sequ
     return xs, ys
 
 
+def clipped(values: Sequence[float | None], bounds: tuple[float, float] | None) -> list[float | None]:
+    """Values limited to ``bounds`` (None = unchanged; gaps stay gaps)."""
+    if bounds is None:
+        return list(values)
+    return [None if v is None else min(bounds[1], max(bounds[0], v)) for v in values]
+
+
 def _band_traces(b: Band, *, name: str | None = None, width: float = 2.0, alpha: float = 0.18,
-                 value_format: str = ".3f", level: int = 95) -> list[go.Scatter]:
-    """The shaded band (no legend entry, no hover) and the mean line (hover: mean, CI, n seeds)."""
+                 value_format: str = ".3f", level: int = 95, clip: tuple[float, float] | None = None) -> list[go.Scatter]:
+    """The shaded band (no legend entry, no hover) and the mean line (hover: mean, CI, n seeds).
+    ``clip``: the metric's possible range; the drawn band stops there (a t interval over two
+    seeds easily reaches below 0 or above 1), the hover keeps the interval as computed."""
     color = method_color(b.method)
     name = name or b.label
     traces = []
-    px, py = band_polygon(b.x, b.lo, b.hi)
+    px, py = band_polygon(b.x, clipped(b.lo, clip), clipped(b.hi, clip))
     if px:
         traces.append(go.Scatter(x=px, y=py, fill="toself", fillcolor=rgba(color, alpha), mode="lines",
                                  line={"width": 0, "color": rgba(color, 0)}, hoverinfo="skip", showlegend=False,
@@ -367,13 +382,15 @@ def _band_traces(b: Band, *, name: str | None = None, width: float = 2.0, alpha:
 
 
 def band_figure(bands: Sequence[Band], *, title: str, x_title: str, y_title: str, y_tickformat: str | None = None,
-                y_range: Sequence[float] | None = None, height: int = 360, level: int = 95) -> go.Figure:
+                y_range: Sequence[float] | None = None, height: int = 360, level: int = 95,
+                clip: tuple[float, float] | None = None) -> go.Figure:
     """Seed groups: per group the mean line in its method's colour over a shaded CI band in
     the same colour, see-through; the legend names groups (groups of one method differ by dash).
-    Works on any x (step, cumulative FLOPs, wall time): the API puts each group on its own grid."""
+    Works on any x (step, cumulative FLOPs, wall time): the API puts each group on its own grid.
+    ``clip``: the metric's possible range (e.g. (0, 1) for a ratio), where bands stop."""
     fig = go.Figure()
     for b in bands:
-        for tr in _band_traces(b, value_format=".1%" if y_tickformat == ".0%" else ".3g", level=level):
+        for tr in _band_traces(b, value_format=".1%" if y_tickformat == ".0%" else ".3g", level=level, clip=clip):
             fig.add_trace(tr)
     fig = _layout(fig, f"{title} <span style='font-size:12px;color:#666'>(band: {level}% CI across seeds)</span>", x_title, y_title,
                   height=height, y_tickformat=y_tickformat, y_range=y_range)
@@ -390,7 +407,7 @@ def zero_acc_band_figure(groups: Sequence[tuple[Band, Band | None]], *, x_title:
     for band, explore in groups:
         vals = [v for v in band.mean if v is not None]
         mean = f" (mean {sum(vals) / len(vals):.1%})" if vals else ""
-        for tr in _band_traces(band, name=f"{band.label}{mean}", value_format=".1%", level=level):
+        for tr in _band_traces(band, name=f"{band.label}{mean}", value_format=".1%", level=level, clip=(0.0, 1.0)):
             fig.add_trace(tr)
         if explore is not None and (list(explore.x) != list(band.x) or any(a != b for a, b in zip(explore.mean, band.mean))):
             fig.add_trace(go.Scatter(x=list(explore.x), y=list(explore.mean), name=f"{band.label}: after explore", mode="lines",

@@ -20,6 +20,7 @@ from dashboard.client import ApiError
 DOC = Path(__file__).resolve().parent.parent / "docs" / "comparisons.md"
 GRID_POINTS = 200  # per group curve, on the API's common grid
 ZERO_KEYS = ("zero_acc/after_rescue", "zero_acc/after_explore")
+FRACTIONS = frozenset({"reward/mean", "zero_acc/after_rescue", "all_correct/ratio", "adv/zero_frac"})  # 0..1
 
 
 def level(alpha: float | None) -> int:
@@ -83,10 +84,11 @@ def curves_section(ids: tuple[int, ...], versions: tuple, curves: Mapping[str, t
     bands = [b for g, d in zip(body["groups"], dashes) if (b := band_of(g, key, d)) is not None]
     y_title, fmt = curves[key]
     ui.plot(charts.band_figure(bands, title=f"{key} per step", x_title=tables.X_AXES[axis], y_title=y_title,
-                               y_tickformat=fmt, level=lv))
+                               y_tickformat=fmt, level=lv, clip=(0.0, 1.0) if key in FRACTIONS else (0.0, float("inf"))))
     st.caption(f"Line: the mean over a group's seeds, each run interpolated linearly onto a common grid. Band: {lv}% "
                "Student-t confidence interval across seeds at each point (no band where fewer than 2 seeds reach it). "
-               "Hover for the mean, the interval and how many seeds. Groups of one method share its colour and differ by dash."
+               "Hover for the mean, the interval and how many seeds; the shading stops at what the metric can reach "
+               "(0, and 1 for fractions). Groups of one method share its colour and differ by dash."
                + (" Cumulative FLOPs sum `flops/total` over every step; wall time is `time/elapsed_s`." if axis != "step" else ""))
     return axis, body
 
@@ -108,7 +110,7 @@ def tables_section(body: Mapping[str, Any]) -> None:
     groups, base, lv = body["groups"], body["baseline"], level(body.get("alpha"))
     st.subheader("Cost and accuracy per group")
     summary = tables.group_summary_table(groups, base)
-    widths = [2.0, 1.0] + [1.5] * (len(summary.columns) - 3) + [0.8]
+    widths = [1.6, 0.9] + [1.7 if c.startswith("FLOPs") else 1.4 for c in summary.columns[2:-1]] + [0.7]
     ui.plot(charts.table_figure(summary.columns, summary.rows, summary.bold, col_widths=widths), key="group_summary")
     st.caption(f"Per-step means (time, FLOPs rollout + train, trained rollouts, zero-accuracy after rescue) and the last "
                f"evaluation pooled over benchmarks, each as **mean ± half the {lv}% Student-t CI across seeds**. Second line: "

@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from dashboard.charts import method_label, si
+from dashboard.charts import method_label, si, si_exponent
 
 LATEST_KEYS: tuple[str, ...] = ("time/step_s", "reward/mean", "zero_acc/after_rescue")
 
@@ -281,6 +281,18 @@ def stat_text(stat: Mapping[str, Any] | None, fmt: Any = "{:.3f}".format) -> str
     return fmt(stat["mean"]) + ("" if half is None else f" ± {fmt(half)}")
 
 
+def si_stat_text(stat: Mapping[str, Any] | None, unit: str = "") -> str:
+    """'2.44 ± 0.31 GFLOP': mean and half-CI in the mean's SI prefix, the unit once."""
+    if not stat or stat.get("mean") is None:
+        return "–"
+    half = half_ci(stat)
+    mean = si(stat["mean"], unit)
+    if half is None:
+        return mean
+    num, _, suffix = mean.partition(" ")
+    return f"{num} ± {half / 10 ** si_exponent(stat['mean']):.3g}" + (f" {suffix}" if suffix else "")
+
+
 def ratio_text(rs: Mapping[str, Any] | None) -> str:
     """'0.52× [0.48, 0.56]' (mean of the per-seed-pair ratios and its CI); '0.52×' with one pair."""
     if not rs or rs.get("mean") is None:
@@ -306,14 +318,14 @@ def _pct(v: float) -> str:
     return f"{v:.1%}"
 
 
-# (column, section, key, higher is better, formatter); section "mean" = per-step means, "evals" = overall evals
+# (column, section, key, higher is better, Stat -> text); section "mean" = per-step means, "evals" = overall evals
 SUMMARY_COLUMNS: tuple[tuple[str, str, str, bool, Any], ...] = (
-    ("time / step", "mean", "time/step_s", False, lambda v: si(v, "s")),
-    ("FLOPs / step", "mean", "flops/total", False, lambda v: si(v, "FLOP")),
-    ("trained rollouts / step", "mean", "rollout/trained", False, lambda v: si(v)),
-    ("zero-acc after rescue", "mean", "zero_acc/after_rescue", False, _pct),
-    ("Avg@k total", "evals", "avg_at_k", True, "{:.3f}".format),
-    ("Pass@k total", "evals", "pass_at_k", True, "{:.3f}".format),
+    ("time / step", "mean", "time/step_s", False, lambda st: si_stat_text(st, "s")),
+    ("FLOPs / step", "mean", "flops/total", False, lambda st: si_stat_text(st, "FLOP")),
+    ("trained rollouts / step", "mean", "rollout/trained", False, si_stat_text),
+    ("zero-acc after rescue", "mean", "zero_acc/after_rescue", False, lambda st: stat_text(st, _pct)),
+    ("Avg@k total", "evals", "avg_at_k", True, stat_text),
+    ("Pass@k total", "evals", "pass_at_k", True, stat_text),
 )
 
 
@@ -360,7 +372,7 @@ def group_summary_table(groups: Sequence[Mapping[str, Any]], baseline_key: str) 
                                "run_ids": " ".join(map(str, g.get("run_ids") or [])), "seeds": len(g.get("seeds") or g.get("run_ids") or [])}
         pairs = []
         for (name, _, _, _, fmt), (stat, rs) in zip(cols, cells[i]):
-            text = stat_text(stat, fmt)
+            text = fmt(stat)
             if not is_base and stat and stat.get("mean") is not None:
                 text += f"<br>{ratio_text(rs)}"
                 pairs.append((rs or {}).get("n") or 0)

@@ -202,6 +202,8 @@ def test_stat_ratio_and_p_texts():
     assert tables.stat_text(stat(0.48, 0.468, 0.492)) == "0.480 ± 0.012"
     assert tables.stat_text(stat(0.48, n=1)) == "0.480" and tables.stat_text(stat(None)) == "–" and tables.stat_text(None) == "–"
     assert tables.stat_text(stat(1.5, 1.0, 2.0), lambda v: charts.si(v, "s")) == "1.5 s ± 0.5 s"
+    assert tables.si_stat_text(stat(2.4449e9, 2.13e9, 2.75e9), "FLOP") == "2.44 ± 0.31 GFLOP"  # half in the mean's prefix
+    assert tables.si_stat_text(stat(1500.0, 1400.0, 1600.0)) == "1.5 ± 0.1 k" and tables.si_stat_text(stat(0.5), "s") == "0.5 s"
     assert tables.ratio_text(rstat(0.52, 0.48, 0.56)) == "0.52× [0.48, 0.56]"
     assert tables.ratio_text(rstat(0.524, n=1)) == "0.52×" and tables.ratio_text(rstat(None)) == "–"
     assert (tables.p_text(0.0123), tables.p_text(0.0004), tables.p_text(None)) == ("p=0.012", "p<0.001", "p=–")
@@ -213,10 +215,10 @@ def test_group_summary_table_strings_bold_and_csv():
                          "Avg@8 total", "Pass@8 total", "seed pairs"]
     base, aero = t.rows
     # baseline: mean ± half-CI only, no ratio, no pairs
-    assert base == ["grpo (baseline)", "3 (0, 1, 2)", "2 s ± 0.1 s", "4 GFLOP ± 100 MFLOP", "256 ± 0", "30.0% ± 2.0%",
+    assert base == ["grpo (baseline)", "3 (0, 1, 2)", "2 ± 0.1 s", "4 ± 0.1 GFLOP", "256 ± 0", "30.0% ± 2.0%",
                     "0.300 ± 0.010", "0.600", "—"]
     assert aero[1] == "2 (0, 1)"
-    assert aero[2] == "1.04 s ± 0.06 s<br>0.52× [0.48, 0.56]"  # half-CI = (1.10 - 0.98) / 2
+    assert aero[2] == "1.04 ± 0.06 s<br>0.52× [0.48, 0.56]"  # half-CI = (1.10 - 0.98) / 2
     assert aero[3] == "2 GFLOP<br>0.50× [0.50, 0.50]"  # one CI missing: the mean alone
     assert aero[4] == "70 ± 6<br>0.27×" and aero[5] == "18.0% ± 2.0%<br>0.60× [0.50, 0.70]"
     assert aero[6] == "0.320 ± 0.020<br>1.07× [1.00, 1.13]" and aero[7] == "0.625<br>1.04×"
@@ -293,6 +295,14 @@ def test_band_figure_on_a_cumulative_x_axis():
     fig = charts.band_figure([b], title="t", x_title="cumulative FLOPs", y_title="y", level=90)
     assert list(fig.data[0].x) == [1e9, 2e9, 3e9, 3e9, 2e9, 1e9] and fig.layout.xaxis.dtick is None
     assert "90% CI" in fig.data[1].hovertemplate and fig.data[0].fillcolor.startswith("rgba(245,133,24,")
+
+
+def test_band_stops_at_the_metrics_range_but_hover_keeps_the_interval():
+    b = band("g", "grpo", [1, 2], [0.1, 0.9], [-0.5, 0.4], [0.7, 1.6], [2, 2])
+    fig = charts.band_figure([b], title="t", x_title="step", y_title="y", clip=(0.0, 1.0))
+    assert list(fig.data[0].y) == [0.7, 1.0, 0.4, 0.0]
+    assert list(fig.data[1].customdata[1]) == ["[0.4, 1.6]", 2]
+    assert list(charts.band_figure([b], title="t", x_title="step", y_title="y").data[0].y) == [0.7, 1.6, 0.4, -0.5]
 
 
 def test_zero_acc_band_figure():
