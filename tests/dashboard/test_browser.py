@@ -3,7 +3,8 @@ reaper, dashboard) in a temp data dir, driven by Playwright on Debian's chromium
 
 Submits a tiny AERO run through the Launch form, watches its step count rise on the run page
 without a page reload (the live fragment), launches the ablation-ladder sweep, then finds the
-waterfalls and the benchmark table on Compare. A full-page screenshot of every page lands in
+waterfalls and the benchmark table on Compare, and finally compares a GRPO/AERO x 2 seeds sweep
+(seed bands in the Plotly figures, a p-value in the Table-1 table). A full-page screenshot of every page lands in
 test-artifacts/screenshots/ (gitignored; CI keeps it as an artifact).
 
 Needs /usr/bin/chromium (scripts/install.sh installs it); no browser download.
@@ -135,6 +136,37 @@ def step_of(pg) -> tuple[int, int]:
     return int(done), int(total)
 
 
+# Every band trace (fill='toself') in the page's Plotly figures once at least `min` are drawn, else null.
+BANDS_JS = """(min) => {
+  const out = [];
+  for (const el of document.querySelectorAll('.js-plotly-plot')) {
+    for (const t of (el.data || [])) {
+      if (t.fill === 'toself') out.push({group: t.legendgroup, fill: t.fill, fillcolor: t.fillcolor,
+                                          points: (t.x || []).filter(v => v !== null).length});
+    }
+  }
+  return out.length >= min ? out : null;
+}"""
+
+
+def launch_seed_sweep(platform) -> int:
+    """POST a 2 methods x 2 seeds sweep of tiny 2-step runs and wait until every run finished."""
+    token = (platform.data / "admin.token").read_text().strip()
+    body = {"name": "seeds", "methods": ["grpo", "aero"], "seeds": [0, 1],
+            "base": {"preset": "tiny", "steps": 2, "batch_prompts": 4, "eval_every": 0, "eval_problems": 4}}
+    with httpx.Client(base_url=platform.api + "/api", headers={"Authorization": f"Bearer {token}"}, timeout=30) as api:
+        resp = api.post("/sweeps", json=body)
+        assert resp.status_code == 201, resp.text
+        sid = resp.json()["id"]
+        deadline = time.monotonic() + 240
+        while any(r["status"] in ("queued", "running") for r in api.get(f"/sweeps/{sid}").json()["runs"]):
+            assert time.monotonic() < deadline, logs(platform.data)
+            time.sleep(1)
+        runs = api.get(f"/sweeps/{sid}").json()["runs"]
+    assert [r["status"] for r in runs] == ["succeeded"] * 4, [(r["id"], r["status"], r["error"]) for r in runs]
+    return sid
+
+
 def test_launch_watch_compare_in_a_browser(platform, page):
     pg = page
     open_page(pg, platform.dash + "/", "AERO Lab")
@@ -223,4 +255,19 @@ def test_launch_watch_compare_in_a_browser(platform, page):
     pg.locator(".js-plotly-plot").filter(has_text=f"counterfactual accounting, run #{run_id}").first.wait_for()
     no_exceptions(pg)
     screenshot(pg, "compare-one-run")
+
+    # -- Seed groups: GRPO and AERO x seeds 0, 1 (REST, with the admin token `aero up` wrote), then bands and p-values
+    sid = launch_seed_sweep(platform)
+    open_page(pg, platform.dash + f"/compare?sweep={sid}", "Compare")
+    pg.get_by_text("Aggregate seeds").first.wait_for()
+    pg.get_by_role("heading", name="Benchmarks (paper Table 1)").first.wait_for()
+    bands = pg.wait_for_function(BANDS_JS, arg=2).json_value()  # Plotly keeps each figure's traces on its div
+    assert {b["group"] for b in bands} >= {"grpo", "aero"}, bands
+    assert all(b["fill"] == "toself" and b["fillcolor"].startswith("rgba(") and b["points"] >= 3 for b in bands), bands
+    p_value = pg.locator(".js-plotly-plot").filter(has_text=re.compile(r"Total\s*\(P-value\)")).filter(
+        has_text=re.compile(r"\(p[=<]\d\.\d{3}\)"))
+    p_value.first.wait_for()
+    assert pg.locator(".js-plotly-plot").filter(has_text="(—)").count() >= 1  # the baseline's Total cell
+    no_exceptions(pg)
+    screenshot(pg, "compare-seeds")
     assert {"overview.png", "launch.png", "run.png", "runs.png", "sweeps.png", "compare.png"} <= {p.name for p in SHOTS.glob("*.png")}
