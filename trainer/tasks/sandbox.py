@@ -15,7 +15,8 @@ candidates), running :mod:`trainer.tasks.sandbox_harness` as ``python -I -B -c``
   for the whole candidate here (the process group is SIGKILLed), RLIMIT_NOFILE, no core files.
 * **Files and environment**: a fresh temporary directory (owned by the sandbox user, mode
   0700) is the cwd and is removed afterwards; the environment is a fixed minimal dict
-  (nothing is inherited from the worker); ``-I`` ignores PYTHON* variables and user site.
+  (nothing is inherited from the worker; HOME and TMPDIR are the temporary directory); ``-I``
+  ignores PYTHON* variables and user site.
   The interpreter is this process's if the sandbox user can run it, else the system python3.
 * **Audit hook** (in each test's process, before candidate code): blocks sockets,
   subprocesses/exec/fork/kill, ctypes, frame and GC introspection, and file writes or path
