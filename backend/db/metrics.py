@@ -97,7 +97,8 @@ def delete_steps_after(session: Session, run_id: int, step: int) -> int:
 
 
 def upsert_eval_results(session: Session, run_id: int, step: int, results: Mapping[str, Mapping[str, Any]]) -> int:
-    """Store ``MetricSink.log_eval`` results, idempotent on (run_id, step, benchmark).
+    """Store ``MetricSink.log_eval`` results, idempotent on (run_id, step, benchmark), and bump
+    the run's ``metrics_version``.
 
     ``results``: {benchmark: {"n", "k", "avg_at_k", "pass_at_k", "avg_ci": [lo, hi],
     "pass_ci": [lo, hi], "per_problem": [[n, c], ...]}} (the pseudo-benchmark "overall" too).
@@ -124,7 +125,11 @@ def upsert_eval_results(session: Session, run_id: int, step: int, results: Mappi
                 "logged_at": now,
             }
         )
-    return _upsert(session, EvalResult, rows, ("run_id", "step", "benchmark")) if rows else 0
+    if not rows:
+        return 0
+    n = _upsert(session, EvalResult, rows, ("run_id", "step", "benchmark"))
+    bump_metrics_version(session, run_id)  # cached comparisons include the evals
+    return n
 
 
 def record_checkpoint(session: Session, run_id: int, step: int, path: str) -> None:

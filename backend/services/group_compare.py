@@ -16,12 +16,18 @@ from sqlalchemy.orm import Session
 
 from backend.db.metrics import latest_evals
 from backend.db.models import EvalResult
-from backend.services.compare import ADDITIVE_KEYS, COMPARE_KEYS, run_stats
+from backend.db.models import Run
+from backend.services.compare import ADDITIVE_KEYS, COMPARE_KEYS, metric_aggregates
 from backend.services.groups import Group, seed_pairs
 from trainer.core.stats import mean_ci, paired_diff_ci, paired_permutation_test, paired_ratios, problem_scores
 
 EVAL_METRICS = ("avg_at_k", "pass_at_k")
 TEST_NAME = "paired sign-flip permutation over problems"
+
+
+def run_numbers(session: Session, run: Run) -> dict[str, Any]:
+    """steps, per-step means and totals of one run (the /compare keys; no savings keys)."""
+    return metric_aggregates(session, run.id, COMPARE_KEYS)
 
 
 def common_k(evals: Mapping[int, Mapping[str, EvalResult]]) -> int | None:
@@ -130,7 +136,7 @@ def significance(groups: Sequence[Group], base: Group, evals: Mapping[int, Mappi
 def compare_groups(session: Session, groups: Sequence[Group], baseline_key: str, alpha: float = 0.05) -> dict[str, Any]:
     """The whole /compare/groups answer (see docs/api.md)."""
     runs = [r for g in groups for r in g.runs]
-    stats = {r.id: run_stats(session, r) for r in runs}
+    stats = {r.id: run_numbers(session, r) for r in runs}
     evals = {r.id: latest_evals(session, r.id) for r in runs}
     k = common_k(evals)
     base = next(g for g in groups if g.key == baseline_key)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request, Response
 from pydantic import StringConstraints
 from fastapi.exceptions import RequestValidationError
 
@@ -19,6 +19,7 @@ from backend.services.group_compare import compare_groups
 from backend.services.group_curves import XAxis, group_curves
 from backend.services.groups import Group, GroupError, auto_groups, explicit_groups
 from backend.services.groups import default_baseline as default_group_baseline
+from backend.services.metrics import dumps
 
 router = APIRouter(tags=["compare"], dependencies=[ReadAccess])
 
@@ -99,19 +100,30 @@ def resolve_groups(session, run_ids: list[str] | None, groups: list[str] | None,
     return out, holder.key
 
 
+def cached_json(request: Request, groups: list[Group], params: tuple, build) -> Response:
+    """The JSON answer of ``build()``, from the API's response cache while no compared run has
+    changed: the key holds every run's (id, metrics_version, status), and each step or eval
+    write bumps metrics_version."""
+    cache = request.app.state.metrics_cache
+    runs = tuple((g.key, tuple((r.id, r.metrics_version, r.status) for r in g.runs)) for g in groups)
+    body = cache.get_or_build((request.url.path, runs, params), lambda: dumps(build())) if cache is not None else dumps(build())
+    return Response(body, media_type="application/json")
+
+
 @router.get("/compare/groups", response_model=GroupComparePublic, responses=NOT_FOUND)
-def compare_seed_groups(session: SessionDep, run_ids: RunIdsQuery = None, groups: GroupsQuery = None,
+def compare_seed_groups(request: Request, session: SessionDep, run_ids: RunIdsQuery = None, groups: GroupsQuery = None,
                         baseline: BaselineQuery = None, alpha: AlphaQuery = 0.05):
     """Seed groups side by side: every /compare number as mean and Student-t CI across seeds,
     ratios to the baseline group per seed pair, and per benchmark a paired permutation test
     against the baseline over the problems (p-values as in the paper's Table 1; see
     docs/comparisons.md)."""
     gs, base = resolve_groups(session, run_ids, groups, baseline)
-    return compare_groups(session, gs, base, alpha)
+    return cached_json(request, gs, (base, alpha), lambda: compare_groups(session, gs, base, alpha))
 
 
 @router.get("/compare/curves", response_model=GroupCurvesPublic, responses=NOT_FOUND)
 def compare_curves(
+    request: Request,
     session: SessionDep,
     keys: Annotated[str, Query(max_length=2000, description="Metric keys, comma-separated (at most 8).")],
     run_ids: RunIdsQuery = None, groups: GroupsQuery = None,
@@ -125,4 +137,4 @@ def compare_curves(
     if not names or len(names) > 8:
         raise _invalid("keys", "give 1 to 8 metric keys, comma-separated, e.g. keys=reward/mean,zero_acc/after_rescue", keys)
     gs, _ = resolve_groups(session, run_ids, groups, None)
-    return group_curves(session, gs, names, x, points, alpha)
+    return cached_json(request, gs, (tuple(names), x, points, alpha), lambda: group_curves(session, gs, names, x, points, alpha))

@@ -169,3 +169,19 @@ def test_curves_reject_bad_keys(client, seeded):
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "keys"]
     r = client.get(f"/api/compare/curves?run_ids={seeded['grpo'][0]}&keys=reward/mean&x=tokens")
     assert r.status_code == 422 and r.json()["detail"][0]["loc"][-1] == "x"
+
+
+def test_cached_answers_follow_new_steps_and_evals(client, session, seeded):
+    ids = _ids(seeded["grpo"], seeded["aero"])
+    first = client.get(f"/api/compare/groups?run_ids={ids}").json()
+    assert client.get(f"/api/compare/groups?run_ids={ids}").json() == first  # served from the cache
+    g0 = seeded["grpo"][0]
+    upsert_eval_results(session, g0, 3, {"overall": {"n": 4, "k": 4, "per_problem": BETTER_PP}})
+    session.commit()
+    again = client.get(f"/api/compare/groups?run_ids={ids}").json()
+    assert again["groups"][0]["evals"]["overall"]["avg_at_k"]["values"] == [0.625, 0.375, 0.375]
+    upsert_step_metrics(session, g0, {4: {"time/step_s": 6.0, "reward/mean": 0.0, "flops/total": 10.0}})
+    session.commit()
+    assert client.get(f"/api/compare/groups?run_ids={ids}").json()["groups"][0]["steps"]["values"] == [4.0, 3.0, 3.0]
+    band = client.get(f"/api/compare/curves?run_ids={ids}&keys=reward/mean").json()["groups"][0]["curves"]["reward/mean"]
+    assert band["x"][-1] == 4.0 and band["n"][-1] == 1
