@@ -217,10 +217,13 @@ def _child(job, test, stdin_path, out_w, st_w):
         _limit(resource.RLIMIT_FSIZE, max(1, int(limits["max_output_bytes"])))
         sys.stdin = open(0, "r", encoding="utf-8", errors="replace", closefd=False)
         sys.stdout = open(1, "w", encoding="utf-8", errors="replace", closefd=False)
-        write, dumps, exit_ = os.write, json.dumps, os._exit  # bound before candidate code can patch them
+        write, dumps, exit_, getpid = os.write, json.dumps, os._exit, os.getpid  # bound before candidate code can patch them
+        me = getpid()
         if job.get("audit"):
             sys.addaudithook(make_audit_hook(job["tmp"]))
         record = _run_candidate(job, test)
+        if getpid() != me:  # a process the candidate forked (e.g. a fork bomb) returned here: only the test reports
+            exit_(0)
         try:
             sys.stdout.flush()
         except BaseException as e:  # noqa: BLE001 - e.g. a stdout that cannot be written

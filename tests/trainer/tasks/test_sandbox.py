@@ -130,6 +130,10 @@ def test_fork_bomb_without_the_hook_hits_the_process_limit_and_dies_with_the_nam
     r, _ = run("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass", limits=no_hook,
                budget=LIMITS.test_timeout_s)
     assert r.outcome in ("timeout", "error") and r.reward == 0.0  # then run() checks nothing survived
+    # the plain bomb: forked copies of the test process must not report for it (their records
+    # used to concatenate into an unreadable status, which a stdio test then scored as "wrong")
+    r, _ = run("import os\nwhile True:\n    os.fork()", limits=no_hook, budget=LIMITS.test_timeout_s)
+    assert r.outcome == "error" and r.reward == 0.0
 
 
 def test_huge_allocation_is_a_memory_failure():
