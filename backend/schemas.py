@@ -226,13 +226,15 @@ class RatioPairPublic(BaseModel):
 
 
 class RatioStatPublic(BaseModel):
-    """Ratio to the baseline group, one per seed pair, summarised like StatPublic."""
+    """Ratio to the baseline group, one per seed pair: geometric mean and a Student-t interval
+    on log ratios (``scale`` "log"), or the arithmetic mean_ci when a ratio is <= 0 ("linear")."""
 
     mean: float | None
     lo: float | None
     hi: float | None
     n: int = Field(description="Seed pairs with a defined ratio.")
     values: list[float]
+    scale: Literal["log", "linear"]
     pairs: list[RatioPairPublic]
 
 
@@ -240,6 +242,7 @@ class GroupEvalPublic(BaseModel):
     k: int | None = Field(description="The common k: the smallest eval k among the compared runs.")
     n: int = Field(description="Samples per problem.")
     problems: int
+    steps: list[int] = Field(description="The step of each run's evaluation (a running seed may lag).")
     avg_at_k: StatPublic
     pass_at_k: StatPublic
 

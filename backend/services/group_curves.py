@@ -22,9 +22,11 @@ XAxis = Literal["step", "flops", "time"]
 X_KEYS = ("flops/total", "time/elapsed_s", "time/step_s")
 
 
-def running_sum(values: Sequence[float | None]) -> list[float]:
+def running_sum(values: Sequence[float | None]) -> list[float | None]:
     """Cumulative sum; a missing value adds nothing (the step cost is unknown, not free, but
-    skipping it keeps the axis monotone)."""
+    skipping it keeps the axis monotone). A run that never logged the quantity has no x at all."""
+    if all(v is None for v in values):
+        return [None] * len(values)
     return list(accumulate(0.0 if v is None else float(v) for v in values))
 
 

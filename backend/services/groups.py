@@ -110,18 +110,29 @@ def auto_groups(runs: Sequence[Run]) -> list[Group]:
 
 def explicit_groups(run_lists: Sequence[Sequence[Run]]) -> list[Group]:
     """The given groups, each checked to differ only by seed (:class:`GroupError` otherwise).
-    Two explicit groups with the same config stay separate (keys get a ``-2`` suffix)."""
-    groups, seen = [], set()
+    Two explicit groups with the same config stay separate (see :func:`make_unique`)."""
+    groups = []
     for i, runs in enumerate(run_lists):
         fields = differing([seedless(r.config) for r in runs])
         if fields:
             raise GroupError(i, fields)
-        g = _group(list(runs))
-        while g.key in seen:
-            g.key += "-2"
-        seen.add(g.key)
-        groups.append(g)
+        groups.append(_group(list(runs)))
     label_groups(groups)
+    return make_unique(groups)
+
+
+def make_unique(groups: list[Group]) -> list[Group]:
+    """Keys and labels unique across the list (two groups of the same config, e.g. an explicit
+    group and loose runs of that config, get ``-2`` / ``(2)`` suffixes) so none is dropped."""
+    keys: set[str] = set()
+    labels: dict[str, int] = {}
+    for g in groups:
+        while g.key in keys:
+            g.key += "-2"
+        keys.add(g.key)
+        labels[g.label] = labels.get(g.label, 0) + 1
+        if labels[g.label] > 1:
+            g.label += f" ({labels[g.label]})"
     return groups
 
 

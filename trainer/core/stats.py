@@ -8,7 +8,8 @@ whose configs differ only by seed. Three questions, three tools:
 * is group A better than B on a benchmark?     -> :func:`paired_permutation_test` (p-value,
   paired over problems, as the paper's Table 1 "Total (P-value)") and :func:`paired_diff_ci`
   (a CI of the difference that also resamples seeds)
-* what does AERO cost relative to GRPO?        -> :func:`paired_ratios` (one ratio per seed pair)
+* what does AERO cost relative to GRPO?        -> :func:`paired_ratios` (one ratio per seed pair,
+  geometric mean)
 
 numpy and scipy only (no torch): the backend imports this module.
 """
@@ -71,14 +72,23 @@ def mean_ci(values: Sequence[float | None], alpha: float = 0.05) -> dict[str, An
 
 
 def paired_ratios(pairs: Sequence[tuple[float | None, float | None]], alpha: float = 0.05) -> dict[str, Any]:
-    """Ratios value / baseline, one per seed pair, summarised with :func:`mean_ci`.
+    """Ratios value / baseline, one per seed pair, summarised on the log scale.
 
     Pairing by seed cancels what the two runs of one seed share (the same training stream
     and initial sampling noise); a pair with a missing value or a zero baseline is skipped.
-    Returns mean_ci's dict plus "ratios": the per-pair ratio (None for skipped pairs), in order.
+    The summary is the geometric mean with a Student-t interval on log ratios, exponentiated
+    back (ratios multiply: 0.5x and 2x are symmetric around 1x on this scale, and the interval
+    can never reach 0). Where a ratio is <= 0 (a negative saving, say) logs do not exist and
+    the arithmetic mean_ci is used instead. Returns {"mean", "lo", "hi", "n", "values"
+    (the usable ratios), "ratios" (per pair, None where skipped), "scale": "log" | "linear"}.
     """
     ratios = [None if v is None or b is None or b == 0 else float(v) / float(b) for v, b in pairs]
-    return {**mean_ci(ratios, alpha), "ratios": ratios}
+    usable = _finite(ratios)
+    if usable.size and (usable > 0).all():
+        logs = mean_ci(np.log(usable).tolist(), alpha)
+        back = {k: None if logs[k] is None else float(np.exp(logs[k])) for k in ("mean", "lo", "hi")}
+        return {**back, "n": logs["n"], "values": usable.tolist(), "ratios": ratios, "scale": "log"}
+    return {**mean_ci(ratios, alpha), "ratios": ratios, "scale": "linear"}
 
 
 def problem_scores(per_problem: Sequence[Sequence[int]], metric: str, k: int) -> np.ndarray:

@@ -17,7 +17,7 @@ from backend.schemas import ComparePublic, GroupComparePublic, GroupCurvesPublic
 from backend.services.compare import compare_runs
 from backend.services.group_compare import compare_groups
 from backend.services.group_curves import XAxis, group_curves
-from backend.services.groups import Group, GroupError, auto_groups, explicit_groups
+from backend.services.groups import Group, GroupError, auto_groups, explicit_groups, make_unique
 from backend.services.groups import default_baseline as default_group_baseline
 from backend.services.metrics import dumps
 
@@ -90,7 +90,7 @@ def resolve_groups(session, run_ids: list[str] | None, groups: list[str] | None,
         out = explicit_groups(explicit)
     except GroupError as e:
         raise _invalid("groups", str(e), groups) from None
-    out += [g for g in auto_groups(rest) if g.key not in {o.key for o in out}] if rest else []
+    out = make_unique(out + (auto_groups(rest) if rest else []))  # loose runs of an explicit group's config stay apart
     if baseline is None:
         return out, default_group_baseline(out)
     holder = next((g for g in out if baseline in g.run_ids), None)

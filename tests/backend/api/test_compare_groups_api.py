@@ -66,8 +66,11 @@ def test_mean_ci_and_seed_pair_ratios_by_hand(client, seeded):
     r = a["ratios"]["mean"]["time/step_s"]  # pairs by seed: 1/2, 1.5/3, 3/4
     assert [p["ratio"] for p in r["pairs"]] == pytest.approx([0.5, 0.5, 0.75])
     assert [(p["seed"], p["run_id"], p["baseline_run_id"]) for p in r["pairs"]] == list(zip([0, 1, 2], seeded["aero"], seeded["grpo"]))
-    s = math.sqrt(((0.5 - 7 / 12) ** 2 * 2 + (0.75 - 7 / 12) ** 2) / 2)
-    assert r["mean"] == pytest.approx(7 / 12) and r["hi"] == pytest.approx(7 / 12 + T975_2 * s / math.sqrt(3))
+    logs = [math.log(0.5), math.log(0.5), math.log(0.75)]  # geometric mean, t interval on the log scale
+    m = sum(logs) / 3
+    s = math.sqrt(sum((v - m) ** 2 for v in logs) / 2)
+    assert r["scale"] == "log" and r["mean"] == pytest.approx((0.5 * 0.5 * 0.75) ** (1 / 3))
+    assert r["hi"] == pytest.approx(math.exp(m + T975_2 * s / math.sqrt(3)))
     assert a["ratios"]["mean"]["flops/total"]["mean"] == pytest.approx(0.4) and a["ratios"]["mean"]["flops/total"]["lo"] == pytest.approx(0.4)
     assert g["ratios"]["mean"]["time/step_s"]["mean"] == pytest.approx(1.0)  # the baseline against itself
 
@@ -105,10 +108,14 @@ def test_explicit_groups_and_baseline(client, seeded):
     out = client.get(f"/api/compare/groups?groups={_ids(g[:2])}&groups={_ids(a[:2])}&baseline={a[0]}").json()
     assert [x["run_ids"] for x in out["groups"]] == [g[:2], a[:2]]
     assert out["baseline"] == out["groups"][1]["key"]
-    assert out["groups"][0]["ratios"]["mean"]["time/step_s"]["mean"] == pytest.approx((2 / 1 + 3 / 1.5) / 2)
+    assert out["groups"][0]["ratios"]["mean"]["time/step_s"]["mean"] == pytest.approx(2.0)  # 2/1 and 3/1.5
     # explicit groups plus loose run ids: the loose ones are grouped automatically
     out = client.get(f"/api/compare/groups?groups={_ids(g)}&run_ids={_ids(a)}").json()
     assert [x["run_ids"] for x in out["groups"]] == [g, a]
+    # a loose run with an explicit group's config is kept, as a group of its own
+    out = client.get(f"/api/compare/groups?groups={_ids(g[:2])}&run_ids={g[2]}&baseline={g[2]}").json()
+    assert [x["run_ids"] for x in out["groups"]] == [g[:2], [g[2]]]
+    assert [x["label"] for x in out["groups"]] == ["grpo", "grpo (2)"] and out["baseline"] == out["groups"][1]["key"]
 
 
 @pytest.mark.parametrize("query, field, words", [
@@ -185,3 +192,53 @@ def test_cached_answers_follow_new_steps_and_evals(client, session, seeded):
     assert client.get(f"/api/compare/groups?run_ids={ids}").json()["groups"][0]["steps"]["values"] == [4.0, 3.0, 3.0]
     band = client.get(f"/api/compare/curves?run_ids={ids}&keys=reward/mean").json()["groups"][0]["curves"]["reward/mean"]
     assert band["x"][-1] == 4.0 and band["n"][-1] == 1
+
+
+def test_overall_is_rebuilt_from_aligned_benchmarks(client, session):
+    """Runs that evaluated different numbers of problems: the stored pooled lists would pair
+    problem i of one run with another problem of the other; the test must not."""
+    def run(method, seed, first, second):
+        rid = _run(session, method, seed, 1.0, 1.0)
+        upsert_eval_results(session, rid, 3, {
+            "b1": {"n": 4, "k": 4, "per_problem": first}, "b2": {"n": 4, "k": 4, "per_problem": second},
+            "overall": {"n": 4, "k": 4, "per_problem": first + second}})
+        return rid
+    same1, same2 = [[4, 4], [4, 0], [4, 4], [4, 0]], [[4, 0], [4, 0], [4, 4], [4, 4]]
+    a = run("grpo", 0, same1, same2)
+    b = run("aero", 0, same1[:2], same2)  # same model, but only 2 problems of b1 evaluated
+    session.commit()
+    rows = client.get(f"/api/compare/groups?run_ids={a},{b}").json()["significance"]
+    for bench in ("b1", "b2", "overall"):
+        avg = next(r for r in rows[bench] if r["metric"] == "avg_at_k")
+        assert avg["diff"] == 0.0 and avg["p_value"] == 1.0, (bench, avg)
+    assert next(r for r in rows["overall"] if r["metric"] == "avg_at_k")["problems"] == 2 + 4
+
+
+def test_bad_or_partial_evals_do_not_break_the_comparison(client, session):
+    a = _run(session, "grpo", 0, 1.0, 1.0)
+    b = _run(session, "aero", 0, 1.0, 1.0)
+    c = _run(session, "aero", 1, 1.0, 1.0)
+    upsert_eval_results(session, a, 3, {"overall": {"n": 8, "k": 8, "avg_at_k": 0.5, "pass_at_k": 0.9}})  # no counts, k=8
+    upsert_eval_results(session, b, 3, {"overall": {"n": 2, "k": 2, "per_problem": [[2, 1], [2, 2]]}})
+    upsert_eval_results(session, c, 3, {"overall": {"n": 4, "k": 4, "per_problem": [[0, 0], [4, 5]]}})  # invalid counts
+    session.commit()
+    r = client.get(f"/api/compare/groups?run_ids={a},{b},{c}")
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["k"] == 2
+    grpo, aero = out["groups"]
+    assert grpo["evals"]["overall"]["pass_at_k"]["n"] == 0  # stored at k=8, cannot be shown as Pass@2
+    assert grpo["evals"]["overall"]["avg_at_k"]["values"] == [0.5]  # Avg@k does not depend on k
+    assert aero["evals"]["overall"]["avg_at_k"]["values"] == [0.75]  # the invalid run's counts are ignored
+    assert aero["evals"]["overall"]["steps"] == [3, 3]
+    assert out["significance"] == {}  # the baseline has no per-problem counts: nothing to pair
+
+
+def test_runs_without_flops_have_no_flops_axis(client, session):
+    rid = repo.create_run(session, RunConfig(method="grpo").model_dump(mode="json"), queue="cpu").id
+    upsert_step_metrics(session, rid, {s: {"reward/mean": 0.1 * s} for s in (1, 2, 3)})
+    other = _run(session, "grpo", 1, 1.0, 5.0)
+    session.commit()
+    band = client.get(f"/api/compare/curves?run_ids={rid},{other}&keys=reward/mean&x=flops&points=10").json()
+    curve = band["groups"][0]["curves"]["reward/mean"]
+    assert curve["x"][0] == 5.0 and curve["n"] == [1] * 10  # only the run that logged FLOPs

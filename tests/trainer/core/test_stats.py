@@ -44,12 +44,25 @@ def test_mean_ci_missing_and_single_values():
     assert same["lo"] == pytest.approx(0.3) and same["hi"] == pytest.approx(0.3)
 
 
-def test_paired_ratios_pair_by_pair():
+def test_paired_ratios_pair_by_pair_on_the_log_scale():
     out = paired_ratios([(1.0, 2.0), (3.0, 4.0), (None, 1.0), (1.0, 0.0)])
-    assert out["ratios"] == [0.5, 0.75, None, None]
-    assert out["n"] == 2 and out["mean"] == pytest.approx(0.625)
-    s = math.sqrt(((0.5 - 0.625) ** 2 + (0.75 - 0.625) ** 2) / 1)
-    assert out["hi"] == pytest.approx(0.625 + T975[1] * s / math.sqrt(2), rel=1e-6)
+    assert out["ratios"] == [0.5, 0.75, None, None] and out["scale"] == "log"
+    # geometric mean sqrt(0.5 * 0.75); interval exp(mean(log) ± t * s(log) / sqrt(2))
+    logs = [math.log(0.5), math.log(0.75)]
+    m, s = sum(logs) / 2, abs(logs[0] - logs[1]) / math.sqrt(2)
+    assert out["n"] == 2 and out["mean"] == pytest.approx(math.sqrt(0.375))
+    assert out["lo"] == pytest.approx(math.exp(m - T975[1] * s / math.sqrt(2)), rel=1e-6)
+    assert out["hi"] == pytest.approx(math.exp(m + T975[1] * s / math.sqrt(2)), rel=1e-6)
+    assert out["lo"] > 0  # never reaches 0 on the log scale
+    # x and 1/x are symmetric around 1
+    sym = paired_ratios([(2.0, 1.0), (1.0, 2.0)])
+    assert sym["mean"] == pytest.approx(1.0) and sym["lo"] * sym["hi"] == pytest.approx(1.0)
+
+
+def test_paired_ratios_fall_back_to_linear_for_non_positive_ratios():
+    out = paired_ratios([(-1.0, 2.0), (1.0, 2.0)])
+    assert out["scale"] == "linear" and out["mean"] == pytest.approx(0.0) and out["ratios"] == [-0.5, 0.5]
+    assert paired_ratios([(None, 1.0)])["n"] == 0
 
 
 def test_problem_scores_avg_and_pass():
