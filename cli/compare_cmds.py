@@ -45,7 +45,7 @@ def p_text(p: float) -> str:
 
 
 def cost_table(cmp: Mapping[str, Any]) -> Table:
-    t = Table(title=f"Cost per seed group (mean ± {100 * (1 - cmp['alpha']):.0f}% CI across seeds; ratio vs baseline per seed pair)")
+    t = Table(title=f"Cost per seed group (mean ± {100 * (1 - cmp['alpha']):.0f}% CI across seeds; ratio vs baseline: geometric mean over seed pairs)")
     t.add_column("group")
     t.add_column("runs (seeds)")
     for _, _, title, _ in COST_COLUMNS:

@@ -114,7 +114,7 @@ def tables_section(body: Mapping[str, Any]) -> None:
     ui.plot(charts.table_figure(summary.columns, summary.rows, summary.bold, col_widths=widths), key="group_summary")
     st.caption(f"Per-step means (time, FLOPs rollout + train, trained rollouts, zero-accuracy after rescue) and the last "
                f"evaluation pooled over benchmarks, each as **mean ± half the {lv}% Student-t CI across seeds**. Second line: "
-               "the ratio to the baseline group **per seed pair** (seed s against the baseline's seed s), averaged, with its "
+               "the ratio to the baseline group **per seed pair** (seed s against the baseline's seed s), summarised as a geometric mean with its "
                "CI; *seed pairs* = how many pairs. Best mean of each column in **bold**.")
     st.download_button("Download summary (CSV)", summary.frame.to_csv(index=False).encode(), file_name="aero-groups-summary.csv",
                        mime="text/csv", icon=":material/download:", key="cmp_group_summary_csv")

@@ -356,7 +356,7 @@ def group_summary_table(groups: Sequence[Mapping[str, Any]], baseline_key: str) 
     """One row per seed group: seeds, then cost (time, FLOPs, trained rollouts per step),
     zero-accuracy after rescue, Avg@k and Pass@k over all benchmarks, each as 'mean ± half-CI'
     (95% Student-t across seeds) with the ratio to the baseline group below ('0.52× [0.48,
-    0.56]': mean and CI of the per-seed-pair ratios), and how many seed pairs those ratios
+    0.56]': geometric mean and CI of the per-seed-pair ratios), and how many seed pairs those ratios
     use. Best mean of each column in bold (lowest cost and zero-accuracy, highest accuracy)."""
     k = group_k(groups)
     has_evals = any((g.get("evals") or {}).get("overall") for g in groups)
