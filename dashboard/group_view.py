@@ -144,7 +144,8 @@ def doc_link() -> None:
     docs server, and the file ships with the checkout it runs from."""
     with st.expander("How to read a comparison (docs/comparisons.md)", icon=":material/menu_book:"):
         if DOC.exists():
-            st.markdown(DOC.read_text())
+            # images are relative to docs/, which the dashboard does not serve: leave them out
+            st.markdown("\n".join(line for line in DOC.read_text().splitlines() if not line.startswith("![")))
         else:
             st.caption("See docs/comparisons.md in the AERO Lab repository.")
 
