@@ -81,6 +81,7 @@ def to_overrides(cfg: RunConfig, *, out_dir: str | Path, train_file: str | Path,
         "data.filter_overlong_prompts": True,
         "data.truncation": "error",
         "data.shuffle": True,
+        "data.validation_shuffle": False,  # per-problem (n, c) are paired by position across runs (docs/comparisons.md)
         "data.seed": cfg.seed,
         # model + optimizer
         "actor_rollout_ref.model.path": str(Path(cfg.model_path).expanduser()),
