@@ -36,7 +36,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from trainer.tasks.base import Problem
-from trainer.tasks.math import HFTokenizer, _field, _messages, load_hf_tokenizer, read_records
+from trainer.tasks.math import FileTask, _field, _messages, format_prompt, read_records
 from trainer.tasks.sandbox import Limits, Result, TestSuite, run_candidate, run_many
 
 # Appendix E, "System Prompt Design", verbatim except that the paper's typeset quotes
@@ -234,23 +234,13 @@ def parse_row(row: Mapping[str, Any], where: str) -> tuple[list[dict[str, str]],
     return messages, row_tests(row, where), (str(source[1]) if source else None)
 
 
-def format_prompt(messages: list[dict[str, str]], hf: Any, system_prompt: str | None, use_chat_template: bool) -> str:
-    """System prompt (unless the row has its own) + chat template when the tokenizer has one;
-    otherwise the contents joined by blank lines."""
-    if system_prompt and not any(m["role"] == "system" for m in messages):
-        messages = [{"role": "system", "content": system_prompt}, *messages]
-    if use_chat_template and getattr(hf, "chat_template", None):
-        return hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    return "\n\n".join(m["content"] for m in messages) + "\n\n"
-
-
 # -- the task ------------------------------------------------------------------------------------
 
 
-class CodeTask:
+class CodeTask(FileTask):
     """Code-generation RL task (implements ``trainer.tasks.base.Task``).
 
-    Like :class:`trainer.tasks.math.MathTask` for data order, benchmarks and prompt length;
+    Data order, benchmarks and prompt length as :class:`trainer.tasks.math.FileTask`;
     ``limits`` are the sandbox limits, ``workers`` the sandboxes run at once per batch,
     ``max_tests`` keeps the first N tests of each problem (0 = all). ``score_many`` scores a
     batch and returns the sandbox outcome counts (``trainer.tasks.verify.score_batch`` uses it).
@@ -271,25 +261,8 @@ class CodeTask:
         workers: int = 4,
         max_tests: int = 0,
     ):
-        if tokenizer is None:
-            raise ValueError("CodeTask needs a tokenizer (a Hugging Face tokenizer or a local model directory)")
-        if isinstance(tokenizer, (str, Path)):
-            tokenizer = load_hf_tokenizer(tokenizer)
-        self.tokenizer = tokenizer if isinstance(tokenizer, HFTokenizer) else HFTokenizer(tokenizer)
-        self.system_prompt, self.use_chat_template = system_prompt, use_chat_template
-        self.templated = bool(use_chat_template and getattr(self.tokenizer.hf, "chat_template", None))
-        self.limits, self.workers, self.max_tests = limits, max(1, workers), max_tests
-        self.benchmark_paths = dict(benchmark_paths or {})
-        problems = self.load(train_path)
-        self.dropped = 0
-        if max_prompt_tokens is not None:
-            keep = [p for p in problems if len(self.encode_prompt(p)) <= max_prompt_tokens]
-            self.dropped, problems = len(problems) - len(keep), keep
-        if not problems:
-            raise ValueError(f"{train_path}: no training problems" + (" after max_prompt_tokens" if self.dropped else ""))
-        self.problems = problems
-        self._perm: tuple[int, int, np.ndarray] | None = None
-        self._benchmarks: dict[str, list[Problem]] | None = None
+        self.limits, self.workers, self.max_tests = limits, max(1, workers), max_tests  # load() reads max_tests
+        super().__init__(train_path, benchmark_paths, tokenizer, system_prompt, use_chat_template, max_prompt_tokens)
 
     def load(self, path: str | Path, source: str | None = None) -> list[Problem]:
         """Problems from one file; ``source`` overrides each row's ``data_source``."""
@@ -299,27 +272,10 @@ class CodeTask:
             if self.max_tests:
                 tests = TestSuite(tests.kind, tests.inputs[: self.max_tests], tests.outputs[: self.max_tests],
                                   tests.fn_name, tests.setup)
-            prompt = format_prompt(messages, self.tokenizer.hf, self.system_prompt, self.use_chat_template)
+            prompt = format_prompt(messages, self.tokenizer.hf, self.system_prompt, self.use_chat_template, plain_suffix="\n\n")
             meta = {"question": messages[-1]["content"], "where": where, "tests": tests}
             out.append(Problem(prompt, f"{len(tests)} {tests.kind} tests", source or data_source or Path(path).stem, meta))
         return out
-
-    def train_problems(self, start: int, count: int, seed: int) -> list[Problem]:
-        n = len(self.problems)
-        return [self.problems[int(self._permutation(seed, i // n)[i % n])] for i in range(start, start + count)]
-
-    def _permutation(self, seed: int, epoch: int) -> np.ndarray:
-        if self._perm is None or self._perm[:2] != (seed, epoch):
-            self._perm = (seed, epoch, np.random.default_rng([seed, epoch]).permutation(len(self.problems)))
-        return self._perm[2]
-
-    def benchmarks(self) -> dict[str, list[Problem]]:
-        if self._benchmarks is None:
-            self._benchmarks = {name: self.load(path, source=name) for name, path in self.benchmark_paths.items()}
-        return {k: list(v) for k, v in self._benchmarks.items()}
-
-    def encode_prompt(self, problem: Problem) -> list[int]:
-        return list(self.tokenizer.hf.encode(problem.prompt, add_special_tokens=not self.templated))
 
     def run(self, response: str, problem: Problem) -> Result:
         """The sandbox result for one response (``no_code`` without a fenced block)."""

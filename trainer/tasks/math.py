@@ -233,20 +233,22 @@ def load_hf_tokenizer(model_dir: str | Path) -> Any:
     return AutoTokenizer.from_pretrained(str(p), local_files_only=True)
 
 
-def format_prompt(messages: list[dict[str, str]], hf: Any, system_prompt: str | None, use_chat_template: bool) -> str:
-    """Prompt text: system prompt (unless the row has its own) + chat template when available."""
+def format_prompt(messages: list[dict[str, str]], hf: Any, system_prompt: str | None, use_chat_template: bool,
+                  plain_suffix: str = PLAIN_SUFFIX) -> str:
+    """Prompt text: system prompt (unless the row has its own) + chat template when available;
+    without one, the contents joined by blank lines + ``plain_suffix``."""
     if system_prompt and not any(m["role"] == "system" for m in messages):
         messages = [{"role": "system", "content": system_prompt}, *messages]
     if use_chat_template and getattr(hf, "chat_template", None):
         return hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    return "\n\n".join(m["content"] for m in messages) + PLAIN_SUFFIX
+    return "\n\n".join(m["content"] for m in messages) + plain_suffix
 
 
 # -- the task ------------------------------------------------------------------------------------
 
 
-class MathTask:
-    """verl-style math RL task (implements ``trainer.tasks.base.Task``).
+class FileTask:
+    """What the tasks on local files with a Hugging Face tokenizer share (math, code).
 
     ``tokenizer``: a Hugging Face tokenizer, an :class:`HFTokenizer`, or a local model dir.
     ``benchmark_paths``: ``{name: file}``, e.g. ``{"AIME24": ".../aime24.parquet"}``, kept in
@@ -254,58 +256,33 @@ class MathTask:
     prompts at load (verl's ``filter_overlong_prompts``); ``dropped`` counts them.
     The training stream visits the data in epochs, each a permutation seeded by
     ``(seed, epoch)``: problem ``i`` depends only on ``(seed, i)``.
+    Subclasses implement ``load(path, source)`` (and ``score``); attributes their ``load``
+    reads must be set before calling this ``__init__``.
     """
 
-    name = "math"
-    score_is_safe = False
-    isolated_preload = ("trainer.tasks.math:warmup",)
-
-    def __init__(
-        self,
-        train_path: str | Path,
-        benchmark_paths: Mapping[str, str | Path] | None = None,
-        tokenizer: Any = None,
-        system_prompt: str | None = PAPER_MATH_SYSTEM_PROMPT,
-        use_chat_template: bool = True,
-        max_answer_chars: int = 1000,
-        max_prompt_tokens: int | None = None,
-    ):
+    def __init__(self, train_path: str | Path, benchmark_paths: Mapping[str, str | Path] | None, tokenizer: Any,
+                 system_prompt: str | None, use_chat_template: bool, max_prompt_tokens: int | None):
         if tokenizer is None:
-            raise ValueError("MathTask needs a tokenizer (a Hugging Face tokenizer or a local model directory)")
+            raise ValueError(f"{type(self).__name__} needs a tokenizer (a Hugging Face tokenizer or a local model directory)")
         if isinstance(tokenizer, (str, Path)):
             tokenizer = load_hf_tokenizer(tokenizer)
         self.tokenizer = tokenizer if isinstance(tokenizer, HFTokenizer) else HFTokenizer(tokenizer)
         self.system_prompt, self.use_chat_template = system_prompt, use_chat_template
         self.templated = bool(use_chat_template and getattr(self.tokenizer.hf, "chat_template", None))
-        self.max_answer_chars = max_answer_chars
-        self.isolated_scorer = partial(score_math, max_answer_chars=max_answer_chars)
         self.benchmark_paths = dict(benchmark_paths or {})
         problems = self.load(train_path)
+        self.dropped = 0
         if max_prompt_tokens is not None:
             keep = [p for p in problems if len(self.encode_prompt(p)) <= max_prompt_tokens]
-            self.dropped = len(problems) - len(keep)
-            problems = keep
-        else:
-            self.dropped = 0
+            self.dropped, problems = len(problems) - len(keep), keep
         if not problems:
             raise ValueError(f"{train_path}: no training problems" + (" after max_prompt_tokens" if self.dropped else ""))
         self.problems = problems
         self._perm: tuple[int, int, np.ndarray] | None = None
         self._benchmarks: dict[str, list[Problem]] | None = None
 
-    @classmethod
-    def from_model_dir(cls, train_path: str | Path, model_dir: str | Path, **kw: Any) -> "MathTask":
-        return cls(train_path, tokenizer=load_hf_tokenizer(model_dir), **kw)
-
     def load(self, path: str | Path, source: str | None = None) -> list[Problem]:
-        """Problems from one file; ``source`` overrides each row's ``data_source``."""
-        out = []
-        for where, row in read_records(path):
-            messages, answer, data_source = parse_row(row, f"{path}: {where}")
-            prompt = format_prompt(messages, self.tokenizer.hf, self.system_prompt, self.use_chat_template)
-            question = messages[-1]["content"]
-            out.append(Problem(prompt, answer, source or data_source or Path(path).stem, {"question": question, "where": where}))
-        return out
+        raise NotImplementedError
 
     def train_problems(self, start: int, count: int, seed: int) -> list[Problem]:
         n = len(self.problems)
@@ -324,6 +301,43 @@ class MathTask:
     def encode_prompt(self, problem: Problem) -> list[int]:
         # A chat template writes its own BOS (if any) as text; a plain prompt gets the tokenizer's.
         return list(self.tokenizer.hf.encode(problem.prompt, add_special_tokens=not self.templated))
+
+
+class MathTask(FileTask):
+    """verl-style math RL task (implements ``trainer.tasks.base.Task``; data handling in
+    :class:`FileTask`). Answers are scored with math-verify (:func:`score_math`)."""
+
+    name = "math"
+    score_is_safe = False
+    isolated_preload = ("trainer.tasks.math:warmup",)
+
+    def __init__(
+        self,
+        train_path: str | Path,
+        benchmark_paths: Mapping[str, str | Path] | None = None,
+        tokenizer: Any = None,
+        system_prompt: str | None = PAPER_MATH_SYSTEM_PROMPT,
+        use_chat_template: bool = True,
+        max_answer_chars: int = 1000,
+        max_prompt_tokens: int | None = None,
+    ):
+        self.max_answer_chars = max_answer_chars
+        self.isolated_scorer = partial(score_math, max_answer_chars=max_answer_chars)
+        super().__init__(train_path, benchmark_paths, tokenizer, system_prompt, use_chat_template, max_prompt_tokens)
+
+    @classmethod
+    def from_model_dir(cls, train_path: str | Path, model_dir: str | Path, **kw: Any) -> "MathTask":
+        return cls(train_path, tokenizer=load_hf_tokenizer(model_dir), **kw)
+
+    def load(self, path: str | Path, source: str | None = None) -> list[Problem]:
+        """Problems from one file; ``source`` overrides each row's ``data_source``."""
+        out = []
+        for where, row in read_records(path):
+            messages, answer, data_source = parse_row(row, f"{path}: {where}")
+            prompt = format_prompt(messages, self.tokenizer.hf, self.system_prompt, self.use_chat_template)
+            question = messages[-1]["content"]
+            out.append(Problem(prompt, answer, source or data_source or Path(path).stem, {"question": question, "where": where}))
+        return out
 
     def score(self, response: str, problem: Problem) -> float:
         return score_math(response, problem, self.max_answer_chars)
