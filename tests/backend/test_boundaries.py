@@ -1,5 +1,5 @@
 """DESIGN §1 dependency directions for backend/: it imports trainer.config and the numpy-only
-statistics modules trainer.core.{passk,stats} (no torch), never the worker or the dashboard,
+statistics modules trainer.core.{passk,reach,stats} (no torch), never the worker or the dashboard,
 and enqueues by task name."""
 
 import ast
@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 BACKEND = Path(__file__).resolve().parents[2] / "backend"
-ALLOWED_TRAINER = ("trainer.config", "trainer.core.passk", "trainer.core.stats")
+ALLOWED_TRAINER = ("trainer.config", "trainer.core.passk", "trainer.core.reach", "trainer.core.stats")
 FORBIDDEN = ("worker", "dashboard", "torch", "transformers", "streamlit", "cli")
 
 

@@ -19,6 +19,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "losses": ("AGG_MODES", "aggregate", "clipped_surrogate", "entropy_from_logits", "kl_k3"),
     "passk": ("avg_at_k", "bootstrap_ci", "pass_at_k"),
     "savings": ("RUNGS", "STRATEGIES", "Waterfall", "ladder_counts", "savings_cost", "waterfall"),
+    "reach": ("ReachCurve", "reach", "reach_across_seeds"),
     "stats": ("mean_ci", "paired_permutation_test", "paired_diff_ci", "interpolated_band", "paired_ratios"),
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
