@@ -113,7 +113,7 @@ def run_method(name: str, cfg, base_model, task, device, steps: int, autocast, l
     engine = EmbeddedEngine(model, eos_id=task.tokenizer.eos_id, pad_id=task.tokenizer.pad_id, device=device,
                             dtype=torch.bfloat16 if device.type == "cuda" else None)
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_constant_lr(s, steps, 0.0))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_constant_lr(s, 0))
     ctx = StepContext(cfg=cfg, task=task, engine=engine, sampling=SamplingParams(1.0, 1.0, 12),
                       gen=torch.Generator(device=device).manual_seed(cfg.seed), rng=np.random.default_rng(cfg.seed))
     rows, data_pos = [], 0

@@ -112,8 +112,13 @@ class CodeConfig(_Strict):
 
 
 class OptimConfig(_Strict):
-    lr: float = Field(3e-5, gt=0.0, description="AdamW learning rate. Paper: 5e-6 for 1.5B-7B models. Tiny preset: 3e-5 (1e-4 degraded it; see BENCHMARKS.md).")
-    warmup_ratio: float = Field(0.03, ge=0.0, lt=1.0, description="Linear warmup as a fraction of steps (paper: 0.03).")
+    lr: float = Field(1e-4, gt=0.0, description="AdamW learning rate. Paper: 5e-6 for 1.5B-7B models. Tiny preset: 1e-4 "
+                      "(chosen by the sweep in BENCHMARKS.md; set ~5e-6 for a real model).")
+    warmup_ratio: float = Field(0.03, ge=0.0, lt=1.0, description="Linear warmup as a fraction of the run's optimizer steps "
+                                "(paper: 0.03). Used when warmup_steps is null.")
+    warmup_steps: int | None = Field(10, ge=0, le=1_000_000, description="Linear warmup length in training steps; replaces "
+                                     "warmup_ratio when set (tiny preset: 10, as 0.03 of a 60-step run is 2 steps; null = "
+                                     "use warmup_ratio, the paper's rule).")
     grad_clip: float = Field(1.0, gt=0.0, description="Gradient-norm clipping (paper: 1.0).")
     weight_decay: float = Field(0.0, ge=0.0)
     beta1: float = Field(0.9, ge=0.0, lt=1.0)
@@ -147,7 +152,8 @@ class RunConfig(_Strict):
         "long responses on real models, ~30% more train time. The verl engine maps it to enable_gradient_checkpointing.")
     seed: int = Field(0, ge=0)
     steps: int = Field(60, ge=1, le=1_000_000)
-    batch_prompts: int = Field(64, ge=1, le=65_536, description="Prompts per step P (paper: 256; tiny preset default 64).")
+    batch_prompts: int = Field(64, ge=1, le=65_536, description="Prompts per step P (paper: 256; tiny preset: 64, chosen by "
+                               "the sweep in BENCHMARKS.md).")
     n_total: int = Field(16, ge=2, le=4096, description="Rollout budget per prompt, the same for every method (paper: 16).")
     temperature: float = Field(1.0, gt=0.0, le=10.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
@@ -161,8 +167,13 @@ class RunConfig(_Strict):
     std_unbiased: bool = Field(True, description="Group std with Bessel's correction (as verl/torch.std).")
     ppo_epochs: int = Field(1, ge=1, le=16, description="Passes over each step's batch (paper: 1).")
     mini_batches: int = Field(1, ge=1, le=1024, description="Optimizer steps per pass.")
-    eval_every: int = Field(20, ge=0, description="Evaluate every K steps (0 = only at the end).")
+    eval_every: int = Field(5, ge=0, description="Evaluate every K steps, and at step 0 (the base) and the end (0 = only "
+                            "at the end). Evaluation time is not counted in a run's training time.")
     eval_n: int = Field(8, ge=1, le=1024, description="Samples per eval problem (Avg@k / Pass@k with k <= eval_n).")
+    eval_temperature: float = Field(1.0, ge=0.0, le=10.0, description="Sampling temperature of held-out evaluation, "
+                                    "independent of the training temperature (paper: 1.0, Table 9; 0 = greedy). Eval "
+                                    "draws are seeded by the eval's step only, so every run of the same base is "
+                                    "evaluated on paired draws.")
     eval_problems: int = Field(64, ge=1, description="Problems per benchmark at eval.")
     checkpoint_every: int = Field(20, ge=0, description="Checkpoint every K steps (0 = only at the end).")
     device: Literal["auto", "cpu", "cuda"] = "auto"

@@ -13,6 +13,21 @@ from trainer.rollout.base import RolloutEngine, SamplingParams
 from trainer.tasks.base import Task
 from trainer.tasks.verify import score_batch
 
+EVAL_SEED = 2602_14338  # the paper's arXiv id; eval draws never share a seed with training
+
+
+def eval_seed(step: int) -> int:
+    """The sampling seed of the evaluation at ``step``: the step only, never the run's seed or
+    method, so every run from the same base draws the same random numbers at the same eval
+    (paired draws: a difference between methods is not a difference of luck). Step 0, the
+    base, is evaluated identically by every run."""
+    return EVAL_SEED + step
+
+
+def eval_sampling(cfg) -> SamplingParams:
+    """Evaluation sampling: the run's eval_temperature (not its training temperature)."""
+    return SamplingParams(cfg.eval_temperature, cfg.top_p, cfg.max_new_tokens)
+
 
 def summarize(per_problem: list[tuple[int, int]], k: int, seed: int = 0) -> dict[str, Any]:
     """Avg@k, Pass@k and their bootstrap CIs from per-problem (n, c)."""

@@ -24,11 +24,11 @@ import torch
 from trainer.checkpoint import load_latest_checkpoint, numpy_rng_from_state, numpy_rng_state, save_checkpoint
 from trainer.collect import COLLECTORS, StepContext, step_metrics
 from trainer.config import ConfigError, RunConfig, parse_run_config
-from trainer.evaluate import evaluate
+from trainer.evaluate import eval_sampling, eval_seed, evaluate
 from trainer.metrics import MetricSink
 from trainer.presets import load_setup
 from trainer.rollout.base import SamplingParams
-from trainer.update import policy_update, warmup_constant_lr
+from trainer.update import policy_update, warmup_constant_lr, warmup_length
 
 
 def validate_lengths(cfg: RunConfig, model: torch.nn.Module) -> None:
@@ -74,9 +74,9 @@ def iter_training(cfg: RunConfig | dict, out_dir: str | Path, sink: MetricSink,
     ref_model = copy.deepcopy(model).eval().requires_grad_(False) if cfg.kl_coef > 0 else None
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.optim.lr, betas=(cfg.optim.beta1, cfg.optim.beta2),
                                   weight_decay=cfg.optim.weight_decay)
-    opt_steps = cfg.steps * cfg.ppo_epochs * cfg.mini_batches
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: warmup_constant_lr(s, opt_steps, cfg.optim.warmup_ratio))
+    per_step = cfg.ppo_epochs * cfg.mini_batches
+    warmup = warmup_length(cfg.steps * per_step, cfg.optim.warmup_ratio, cfg.optim.warmup_steps, per_step)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: warmup_constant_lr(s, warmup))
     gen = torch.Generator(device=setup.device).manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
     start_step, data_pos, elapsed = 0, 0, 0.0
@@ -105,7 +105,7 @@ def iter_training(cfg: RunConfig | dict, out_dir: str | Path, sink: MetricSink,
             "elapsed_s": elapsed, "ref_model": ref_model.state_dict() if ref_model is not None else None})
 
     def run_eval(step: int) -> dict:
-        results = evaluate(setup.engine, task, sampling, cfg.eval_n, cfg.eval_problems, seed=cfg.seed + 7919 * step,
+        results = evaluate(setup.engine, task, eval_sampling(cfg), cfg.eval_n, cfg.eval_problems, seed=eval_seed(step),
                            timeout_s=cfg.verifier_timeout_s)
         sink.log_eval(step, results)
         return results

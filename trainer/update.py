@@ -12,10 +12,15 @@ from trainer.rollout.base import Rollout
 from trainer.rollout.batching import collate, sequence_logprobs
 
 
-def warmup_constant_lr(step: int, total_steps: int, warmup_ratio: float) -> float:
-    """LR multiplier: linear warmup over ceil(warmup_ratio * total) steps, then constant (paper Table 9)."""
-    warmup = math.ceil(warmup_ratio * total_steps)
+def warmup_constant_lr(step: int, warmup: int) -> float:
+    """LR multiplier: linear warmup over ``warmup`` optimizer steps, then constant (paper Table 9)."""
     return min(1.0, (step + 1) / warmup) if warmup > 0 else 1.0
+
+
+def warmup_length(total_steps: int, warmup_ratio: float, warmup_steps: int | None = None, per_step: int = 1) -> int:
+    """Warmup in optimizer steps: ``warmup_steps`` training steps (``per_step`` optimizer steps
+    each) when given, else ceil(warmup_ratio * total optimizer steps) (the paper's rule)."""
+    return warmup_steps * per_step if warmup_steps is not None else math.ceil(warmup_ratio * total_steps)
 
 
 def policy_update(model, optimizer, scheduler, rollouts: list[Rollout], advantages: torch.Tensor, *, pad_id: int,

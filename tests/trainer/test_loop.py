@@ -133,3 +133,25 @@ def test_crashing_verifier_scores_zero_and_is_counted():
     out = collect_grpo(ctx, 0)
     assert out.stats["verifier/errors"] == len(out.generated) // 3
     assert all(r.reward == 0.0 for i, r in enumerate(out.generated) if (i + 1) % 3 == 0)
+
+
+def test_eval_draws_are_paired_across_runs_and_use_the_eval_temperature(tmp_path):
+    """The eval seed depends on the step only: two runs of different seeds and methods evaluate
+    the (identical) base at step 0 identically; eval_temperature, not the training one, applies."""
+    cfg = {**SMALL, "steps": 1, "eval_every": 1, "eval_problems": 8}
+    a, b = MemorySink(), MemorySink()
+    run_training({**cfg, "method": "grpo", "seed": 0}, tmp_path / "a", a)
+    run_training({**cfg, "method": "aero", "seed": 5}, tmp_path / "b", b)
+    assert a.evals[0]["overall"]["per_problem"] == b.evals[0]["overall"]["per_problem"]
+    greedy = MemorySink()
+    run_training({**cfg, "method": "grpo", "eval_temperature": 0.0, "eval_n": 2}, tmp_path / "g", greedy)
+    assert all(c in (0, 2) for _, c in greedy.evals[0]["overall"]["per_problem"])  # greedy: both samples agree
+
+
+def test_warmup_steps_replace_the_ratio():
+    from trainer.update import warmup_constant_lr, warmup_length
+
+    assert warmup_length(60, 0.03) == 2 and warmup_length(60, 0.03, warmup_steps=10) == 10
+    assert warmup_length(120, 0.03, warmup_steps=10, per_step=2) == 20
+    assert [warmup_constant_lr(s, 4) for s in range(5)] == [0.25, 0.5, 0.75, 1.0, 1.0]
+    assert warmup_constant_lr(0, 0) == 1.0

@@ -15,7 +15,7 @@ Mapping (RunConfig -> verl), method by method:
     all      data.train_batch_size = batch_prompts; max_prompt/response_length; lr, warmup,
              grad clip, weight decay, betas; entropy_coeff; k3 KL as use_kl_loss + low_var_kl;
              ppo_mini_batch_size = batch_prompts / mini_batches (prompts); ppo_epochs;
-             rollout temperature/top_p; validation samples eval_n at the training temperature;
+             rollout temperature/top_p; validation samples eval_n at eval_temperature;
              trainer.use_v1 = False (the RayPPOTrainer path), total_training_steps = steps.
     grpo     rollout.n = n_total, adv_estimator = grpo, symmetric clip, seq-mean-token-mean.
     dapo     rollout.n = n_total, adv_estimator = grpo, clip_ratio_low/high = eps_low/high,
@@ -89,6 +89,8 @@ def to_overrides(cfg: RunConfig, *, out_dir: str | Path, train_file: str | Path,
         "actor_rollout_ref.model.use_remove_padding": True,
         "actor_rollout_ref.actor.optim.lr": cfg.optim.lr,
         "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio": cfg.optim.warmup_ratio,
+        # verl: a negative lr_warmup_steps defers to the ratio, as warmup_steps=null does here
+        "actor_rollout_ref.actor.optim.lr_warmup_steps": -1 if cfg.optim.warmup_steps is None else cfg.optim.warmup_steps,
         "actor_rollout_ref.actor.optim.weight_decay": cfg.optim.weight_decay,
         "actor_rollout_ref.actor.optim.betas": [cfg.optim.beta1, cfg.optim.beta2],
         "actor_rollout_ref.actor.optim.clip_grad": cfg.optim.grad_clip,
@@ -116,9 +118,9 @@ def to_overrides(cfg: RunConfig, *, out_dir: str | Path, train_file: str | Path,
         "actor_rollout_ref.rollout.gpu_memory_utilization": gpu_memory_utilization,
         "actor_rollout_ref.rollout.agent.num_workers": agent_workers,
         "actor_rollout_ref.rollout.val_kwargs.n": cfg.eval_n,
-        "actor_rollout_ref.rollout.val_kwargs.temperature": cfg.temperature,
+        "actor_rollout_ref.rollout.val_kwargs.temperature": cfg.eval_temperature,
         "actor_rollout_ref.rollout.val_kwargs.top_p": cfg.top_p,
-        "actor_rollout_ref.rollout.val_kwargs.do_sample": True,
+        "actor_rollout_ref.rollout.val_kwargs.do_sample": cfg.eval_temperature > 0,
         "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu": tokens,
         "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu": tokens,
         # advantage

@@ -235,7 +235,7 @@ def test_bad_or_partial_evals_do_not_break_the_comparison(client, session):
 
 
 def test_runs_without_flops_have_no_flops_axis(client, session):
-    rid = repo.create_run(session, RunConfig(method="grpo").model_dump(mode="json"), queue="cpu").id
+    rid = repo.create_run(session, RunConfig(method="grpo", optim={"lr": 3e-5}).model_dump(mode="json"), queue="cpu").id  # _run's lr: one group
     upsert_step_metrics(session, rid, {s: {"reward/mean": 0.1 * s} for s in (1, 2, 3)})
     other = _run(session, "grpo", 1, 1.0, 5.0)
     session.commit()
