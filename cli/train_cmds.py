@@ -13,6 +13,7 @@ from rich.table import Table
 from cli.common import console, deep_merge, fail_config, parse_sets
 from cli.main import app
 from trainer.config import METHODS, ConfigError, parse_run_config
+from trainer.core.reach import single_seed_reach
 
 SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Config override key=value, dotted for nested (aero.k=2). Repeatable.")]
 
@@ -29,21 +30,26 @@ def _step_info(m: dict) -> str:
 
 @app.command()
 def pretrain(
-    out: Annotated[Path, typer.Option(help="Output directory (HF model + char tokenizer).")] = Path("trainer/assets/tiny"),
-    steps: Annotated[int, typer.Option(help="Supervised steps.")] = 900,
+    out: Annotated[Path, typer.Option(help="Output directory (HF model + char tokenizer + pretrain.json).")] = Path("trainer/assets/tiny"),
+    steps: Annotated[int, typer.Option(help="Clean supervised steps.")] = 900,
     batch: Annotated[int, typer.Option(help="Sequences per step.")] = 256,
-    lr: Annotated[float, typer.Option(help="Peak AdamW learning rate (cosine decay to 10%).")] = 2e-3,
+    lr: Annotated[float, typer.Option(help="Peak AdamW learning rate of the clean phase (cosine decay to 10%).")] = 2e-3,
     seed: int = 0,
+    noisy_steps: Annotated[int, typer.Option(help="Noisy-label steps after the clean phase (0 = a clean base).")] = 150,
+    noisy_lr: Annotated[float, typer.Option(help="Peak AdamW learning rate of the noisy-label phase.")] = 1e-3,
+    label_noise: Annotated[float, typer.Option(help="Fraction of noisy-phase targets with one wrong answer digit: "
+                                                    "the base samples worse than it knows (RL headroom).")] = 0.3,
 ):
     """Warm-start the embedded tiny policy on arithmetic (the `tiny` preset's base checkpoint)."""
     from trainer.pretrain import pretrain as run
 
     with _progress() as bar:
-        task = bar.add_task("pretrain", total=steps, info="")
-        report = run(out, steps=steps, batch=batch, lr=lr, seed=seed,
+        task = bar.add_task("pretrain", total=steps + noisy_steps, info="")
+        report = run(out, steps=steps, batch=batch, lr=lr, seed=seed, noisy_steps=noisy_steps, noisy_lr=noisy_lr,
+                     label_noise=label_noise,
                      progress=lambda s, loss: bar.update(task, completed=s, info=f"loss {loss:.4f}"))
     console.print_json(json.dumps(report))
-    console.print(f"saved to {out}")
+    console.print(f"saved to {out} (recipe and measured base in {out / 'pretrain.json'})")
 
 
 @app.command()
@@ -118,35 +124,50 @@ def eval_cmd(
 
 @app.command()
 def bench(
-    preset: str = "tiny",
+    preset: Annotated[str, typer.Option(help="Embedded preset every method starts from (--set model_path=DIR for a "
+                                             "local model instead).")] = "tiny",
     steps: Annotated[int, typer.Option(help="Training steps per method.")] = 60,
-    seed: int = 0,
+    seed: Annotated[int, typer.Option(help="Seed of a single-seed bench.")] = 0,
+    seeds: Annotated[Optional[str], typer.Option(help="Comma-separated seeds (e.g. 0,1,2): repeat the bench per seed "
+                                                      "and report mean ± 95% CI across seeds.")] = None,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the full report here.")] = None,
     ablations: Annotated[bool, typer.Option(help="Also run aero-s1 and aero-s1s2 (measured waterfall).")] = False,
     methods: Annotated[Optional[str], typer.Option(help="Comma-separated methods instead of grpo,dapo,aero.")] = None,
-    out: Annotated[Path, typer.Option(help="Scratch directory for the runs.")] = Path("runs/bench"),
+    out: Annotated[Path, typer.Option(help="Directory of the runs (OUT/METHOD or OUT/seedS/METHOD: config.json, "
+                                           "metrics.jsonl, evals.jsonl).")] = Path("runs/bench"),
     sets: SetOpt = None,
 ):
-    """Train GRPO, DAPO and AERO side by side from the same base and seed; print one table."""
+    """Train GRPO, DAPO and AERO side by side from the same base and seed; print one table,
+    and the compute each method needs to reach fractions of GRPO's accuracy gain."""
     from trainer.bench import ABLATIONS, MAIN_METHODS, run_bench
+    from trainer.bench_seeds import run_bench_seeds
+    from trainer.bench_table import render_markdown, render_reach, render_seeds_markdown
 
     chosen = tuple(m.strip() for m in methods.split(",")) if methods else MAIN_METHODS
     bad = [m for m in chosen if m not in METHODS]
     if bad:
         raise typer.BadParameter(f"unknown method(s) {bad}; choose from {', '.join(METHODS)}", param_hint="--methods")
+    try:
+        seed_list = [int(s) for s in seeds.split(",") if s.strip()] if seeds else None
+    except ValueError:
+        raise typer.BadParameter(f"expected comma-separated integers; got {seeds!r}", param_hint="--seeds") from None
     chosen += tuple(m for m in (ABLATIONS if ablations else ()) if m not in chosen)
     with _progress() as bar:
         def on_method(method, cfg):
-            task = bar.add_task(method, total=cfg.steps, info="")
+            task = bar.add_task(f"{method} s{cfg.seed}", total=cfg.steps, info="")
             return lambda s, n, m: bar.update(task, completed=s, info=_step_info(m))
 
+        kw = dict(preset=preset, steps=steps, methods=chosen, overrides=parse_sets(sets), out_dir=out, on_method=on_method)
         try:
-            report = run_bench(preset, steps, seed, chosen, parse_sets(sets), out, on_method=on_method)
+            report = run_bench_seeds(seed_list, **kw) if seed_list else run_bench(seed=seed, **kw)
         except ConfigError as e:
             fail_config(e)
     if json_out:
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(json.dumps(report, indent=2))
-    from trainer.bench_table import render_markdown
-
-    print(render_markdown(report))
+    if seed_list:
+        print(render_seeds_markdown(report))
+    else:
+        print(render_markdown(report))
+        if "reach" in report:
+            print("\n" + render_reach(single_seed_reach(report["reach"]), report["meta"]["eval"]["k"]))

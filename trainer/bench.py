@@ -2,8 +2,10 @@
 checkpoint and seed, in one process, on the same machine (`aero bench`).
 
 Output schema (docs/bench.md): {"meta": {...}, "base_eval": {...}, "methods": {method: summary},
-"ratios": {"aero/grpo": {field: ratio}, "aero/dapo": {...}}} where a summary holds per-step means
-of cost fields and the final evaluation per benchmark.
+"ratios": {"aero/grpo": {field: ratio}, "aero/dapo": {...}}, "reach": {...}} where a summary holds
+per-step means of cost fields, the final evaluation per benchmark and the eval curve, and
+"reach" is the compute each method needs to reach fractions of GRPO's gain (trainer.core.reach).
+``run_bench_seeds`` repeats it over seeds and summarises with confidence intervals.
 """
 
 from __future__ import annotations
@@ -18,11 +20,10 @@ import numpy as np
 import torch
 
 from trainer.config import RunConfig, parse_run_config
-from trainer.evaluate import evaluate
+from trainer.core.reach import COSTS, ReachCurve, cumulative, final_accuracy, reach
 from trainer.loop import iter_training
-from trainer.metrics import MemorySink
-from trainer.presets import load_setup
-from trainer.rollout.base import SamplingParams
+from trainer.metrics import JsonlSink, MemorySink, MultiSink
+from trainer.presets import PRESETS
 
 MAIN_METHODS = ("grpo", "dapo", "aero")
 ABLATIONS = ("aero-s1", "aero-s1s2")
@@ -37,6 +38,20 @@ COST_FIELDS = {
 }
 
 
+def eval_curve(sink: MemorySink, key: str = "avg_at_k") -> dict[str, list]:
+    """The run's overall held-out accuracy at each eval step, with cumulative training FLOPs
+    and seconds (evaluation excluded) after that step: the x axes of the paper's headline."""
+    steps = sorted(sink.evals)
+    flops = cumulative(sorted(sink.steps), sink.series("flops/total"))
+    secs = {0: 0.0, **{s: m.get("time/elapsed_s", float("nan")) for s, m in sink.steps.items()}}
+    return {"steps": steps, key: [sink.evals[s]["overall"][key] for s in steps],
+            "flops": [flops.get(s) for s in steps], "seconds": [secs.get(s) for s in steps]}
+
+
+def reach_curve(curve: dict[str, list]) -> ReachCurve:
+    return ReachCurve(curve["steps"], curve["avg_at_k"], {c: dict(zip(curve["steps"], curve[c])) for c in COSTS})
+
+
 def summarize_run(sink: MemorySink, wall_s: float) -> dict[str, Any]:
     out: dict[str, Any] = {field: float(np.nanmean(sink.series(key))) for key, field in COST_FIELDS.items()}
     out["wall_s"] = wall_s
@@ -44,6 +59,10 @@ def summarize_run(sink: MemorySink, wall_s: float) -> dict[str, Any]:
     final = sink.evals[max(sink.evals)] if sink.evals else {}
     out["eval"] = {name: {"avg_at_k": r["avg_at_k"], "pass_at_k": r["pass_at_k"], "avg_ci": r["avg_ci"]}
                    for name, r in final.items()}
+    # Final accuracy robust to one noisy eval: the mean of the last WINDOW evals per benchmark.
+    out["final_avg_at_k"] = {name: final_accuracy([sink.evals[s][name]["avg_at_k"] for s in sorted(sink.evals)])
+                             for name in final}
+    out["curve"] = eval_curve(sink) if sink.evals else None
     return out
 
 
@@ -57,27 +76,34 @@ def ratios(num: dict[str, Any], den: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def run_bench(preset: str = "tiny", steps: int = 60, seed: int = 0, methods: tuple[str, ...] = MAIN_METHODS,
+def describe_base(cfg: RunConfig) -> str:
+    """What every method starts from, as a user would name it: the model directory, or the preset."""
+    return cfg.model_path if cfg.model_path else f"preset {cfg.preset} ({PRESETS[cfg.preset]})"
+
+
+def run_bench(preset: str | None = "tiny", steps: int = 60, seed: int = 0, methods: tuple[str, ...] = MAIN_METHODS,
               overrides: dict[str, Any] | None = None, out_dir: str | Path = "runs/bench",
               on_method: Callable[[str, RunConfig], Callable | None] | None = None) -> dict[str, Any]:
-    """Train each method for ``steps`` from the preset's base checkpoint with the same seed,
-    interleaved step by step in this process.
+    """Train each method for ``steps`` from the same base checkpoint with the same seed,
+    interleaved step by step in this process. Each method's run directory OUT/METHOD holds
+    config.json, metrics.jsonl and evals.jsonl.
 
-    ``overrides`` apply to every method (e.g. {"batch_prompts": 16}). Evaluation runs at the end
-    only (eval_every=0) so eval cost does not enter the step times."""
-    base = {"preset": preset, "steps": steps, "seed": seed, "eval_every": 0, "checkpoint_every": 0, **(overrides or {})}
-    cfg0 = parse_run_config({**base, "method": "grpo"})
-    setup = load_setup(cfg0)
-    base_eval = evaluate(setup.engine, setup.task, SamplingParams(cfg0.temperature, cfg0.top_p, cfg0.max_new_tokens),
-                         cfg0.eval_n, cfg0.eval_problems, seed=cfg0.seed + 7919 * steps, timeout_s=cfg0.verifier_timeout_s)
+    ``overrides`` apply to every method (e.g. {"batch_prompts": 16}; a ``model_path`` replaces
+    the preset). Evaluations run on the config's schedule (step 0 = the base, every
+    eval_every steps, the end) at eval_temperature with draws paired across methods; their
+    time is not in any step time."""
+    overrides = dict(overrides or {})
+    base = {"preset": None if overrides.get("model_path") else preset, "steps": steps, "seed": seed,
+            "checkpoint_every": 0, **overrides}
+    cfg0 = parse_run_config({**base, "method": methods[0]})
     runs = {}
     for method in methods:
         cfg = parse_run_config({**base, "method": method})
         run_dir = Path(out_dir) / method
         shutil.rmtree(run_dir, ignore_errors=True)  # a bench always trains from the base checkpoint
         sink = MemorySink()
-        runs[method] = {"sink": sink, "gen": iter_training(cfg, run_dir, sink), "wall": 0.0,
-                        "progress": on_method(method, cfg) if on_method else None}
+        runs[method] = {"sink": sink, "gen": iter_training(cfg, run_dir, MultiSink(sink, JsonlSink(run_dir))),
+                        "wall": 0.0, "progress": on_method(method, cfg) if on_method else None}
     # Round-robin, one step of each method at a time: every method sees the same machine
     # conditions (other load, thermal state), so the ratios are fair even on a busy machine.
     live = list(methods)
@@ -87,7 +113,8 @@ def run_bench(preset: str = "tiny", steps: int = 60, seed: int = 0, methods: tup
             t0 = time.perf_counter()
             try:
                 step, total, metrics = next(run["gen"])
-            except StopIteration:
+            except StopIteration as done:
+                run["result"] = done.value
                 live.remove(method)
                 continue
             finally:
@@ -95,14 +122,20 @@ def run_bench(preset: str = "tiny", steps: int = 60, seed: int = 0, methods: tup
             if run["progress"]:
                 run["progress"](step, total, metrics)
     results = {m: summarize_run(r["sink"], r["wall"]) for m, r in runs.items()}
+    # Every run evaluates the same base at step 0 with the same draws: any one's step 0 is the base.
+    base_eval = next((r["sink"].evals[0] for r in runs.values() if 0 in r["sink"].evals), {})
     report = {
-        "meta": {"preset": preset, "steps": steps, "seed": seed, "overrides": overrides or {},
+        "meta": {"preset": cfg0.preset, "base": describe_base(cfg0), "steps": steps, "seed": seed,
+                 "overrides": overrides, "config": cfg0.model_dump(mode="json", exclude={"method", "name"}),
                  "machine": f"{platform.machine()} {platform.processor() or ''} {torch.get_num_threads()} threads".strip(),
-                 "torch": torch.__version__, "n_params": setup.n_params,
-                 "eval": {"k": cfg0.eval_n, "problems_per_benchmark": cfg0.eval_problems}},
+                 "torch": torch.__version__, "n_params": next(iter(runs.values()))["result"]["n_params"],
+                 "eval": {"k": cfg0.eval_n, "problems_per_benchmark": cfg0.eval_problems, "every": cfg0.eval_every,
+                          "temperature": cfg0.eval_temperature}},
         "base_eval": {n: {"avg_at_k": r["avg_at_k"], "pass_at_k": r["pass_at_k"]} for n, r in base_eval.items()},
         "methods": results,
         "ratios": {f"aero/{b}": ratios(results["aero"], results[b]) for b in ("grpo", "dapo")
                    if "aero" in results and b in results},
     }
+    if "grpo" in results and all(r["curve"] for r in results.values()):
+        report["reach"] = reach({m: reach_curve(r["curve"]) for m, r in results.items()}, baseline="grpo")
     return report

@@ -41,3 +41,70 @@ def render_markdown(report: dict[str, Any]) -> str:
     for name, ev in rows:
         lines.append(_row([name, *[f"{ev[b]['avg_at_k']:.3f} / {ev[b]['pass_at_k']:.3f}" if b in ev else "" for b in benches]]))
     return "\n".join(lines)
+
+
+# --- several seeds (`aero bench --seeds`) ----------------------------------------------------
+SEED_COLUMNS = [
+    ("step s", "step_s", "{:.3f}", 1), ("rollout s", "rollout_s", "{:.3f}", 1), ("train s", "train_s", "{:.3f}", 1),
+    ("rollouts trained", "rollouts_trained", "{:.0f}", 1), ("GFLOPs total", "flops_total", "{:.2f}", 1e9),
+    ("zero-acc explore", "zero_acc_after_explore", "{:.3f}", 1), ("zero-acc rescue", "zero_acc_after_rescue", "{:.3f}", 1),
+]
+
+
+def pm(ci: dict[str, Any] | None, fmt: str = "{:.3f}", scale: float = 1.0, sign: bool = False) -> str:
+    """'mean ± half-width' of a mean_ci dict ('mean' alone with one seed; '–' when missing)."""
+    if not ci or ci.get("mean") is None:
+        return "–"
+    f = fmt.replace("{:", "{:+") if sign else fmt
+    text = f.format(ci["mean"] / scale)
+    return text if ci.get("lo") is None else f"{text} ± {fmt.format((ci['hi'] - ci['lo']) / 2 / scale)}"
+
+
+def bracket(ci: dict[str, Any] | None, fmt: str = "{:.2f}") -> str:
+    """'mean [lo, hi]' of a ratio summary."""
+    if not ci or ci.get("mean") is None:
+        return "–"
+    text = fmt.format(ci["mean"])
+    return text if ci.get("lo") is None else f"{text} [{fmt.format(ci['lo'])}, {fmt.format(ci['hi'])}]"
+
+
+def render_seeds_markdown(report: dict[str, Any]) -> str:
+    meta, summ = report["meta"], report["summary"]
+    k, seeds = meta["eval"]["k"], meta["seeds"]
+    head = ["method", *[c[0] for c in SEED_COLUMNS], f"final Avg@{k}", "gain over base"]
+    lines = [f"{len(seeds)} seeds ({', '.join(map(str, seeds))}), {meta['steps']} steps, base: {meta['base']}; "
+             f"mean ± 95% t half-width across seeds; final = mean of the last 3 evals (overall); {meta['machine']}.",
+             "", _row(head), _row(["---"] * len(head))]
+    for name, m in summ["methods"].items():
+        lines.append(_row([name, *[pm(m[f], fmt, scale) for _, f, fmt, scale in SEED_COLUMNS],
+                           pm(m["final_avg_at_k"].get("overall")), pm(m["gain"].get("overall"), sign=True)]))
+    for pair, r in summ["ratios"].items():
+        lines.append(_row([f"**{pair}**", *[bracket(r[f]) for _, f, _, _ in SEED_COLUMNS], "",
+                           f"diff {pm(r['final_diff'], sign=True)}"]))
+    benches = list(summ["base_eval"])
+    lines += ["", f"Final Avg@{k} (mean of the last 3 evals) minus the base, per benchmark (base row: the base's Avg@{k}).",
+              "", _row(["method", *benches]), _row(["---"] * (len(benches) + 1)),
+              _row(["base", *[pm(summ["base_eval"][b]) for b in benches]])]
+    for name, m in summ["methods"].items():
+        lines.append(_row([name, *[pm(m["gain"][b], sign=True) for b in benches]]))
+    if "reach" in summ:
+        lines += ["", render_reach(summ["reach"], k)]
+    return "\n".join(lines)
+
+
+def render_reach(r: dict[str, Any], k: int) -> str:
+    """Compute to reach fractions of GRPO's gain: per method, reached seeds, GFLOPs and seconds
+    (mean ± CI over the seeds that reached) and the ratio to GRPO paired by seed."""
+    if not r.get("fractions"):
+        return f"Compute to reach GRPO's accuracy: not computed ({r.get('reason', 'no data')})."
+    head = ["method", "target (of GRPO's gain)", "reached", "GFLOPs", "seconds", "FLOPs / GRPO's", "seconds / GRPO's",
+            "per-seed FLOPs ratios"]
+    lines = [f"Compute to reach GRPO's Avg@{k} gain (base {pm(r['base'])}, GRPO final {pm(r['final'])}; curves "
+             "smoothed over 3 evals; training compute only):", "", _row(head), _row(["---"] * len(head))]
+    for name, rows in r["runs"].items():
+        for row, ratio in zip(rows, r["ratios"][name]):
+            per_seed = ", ".join("not reached" if v is None else f"{v:.2f}" for v in ratio["flops"]["ratios"])
+            lines.append(_row([name, f"{row['fraction']:.0%}", f"{row['reached']}/{row['of']}",
+                               pm(row["flops"], "{:.0f}", 1e9), pm(row["seconds"], "{:.1f}"),
+                               bracket(ratio["flops"]), bracket(ratio["seconds"]), per_seed]))
+    return "\n".join(lines)

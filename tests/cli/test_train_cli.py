@@ -1,10 +1,12 @@
 """The `aero` trainer commands, run in-process through Typer's runner."""
 
 import json
+import shutil
 
 from typer.testing import CliRunner
 
 from cli.main import app
+from trainer.presets import PRESETS
 
 runner = CliRunner()
 SMALL = ["--set", "batch_prompts=4", "--set", "eval_problems=4", "--set", "eval_n=4", "--set", "eval_every=0"]
@@ -38,6 +40,45 @@ def test_bench_json_has_methods_and_ratios(tmp_path):
     assert data["ratios"]["aero/grpo"]["flops_train"] == a["flops_train"] / g["flops_train"]
     assert a["rollouts_generated"] <= g["rollouts_generated"]
     assert "aero/grpo" in res.output and "Avg@4" in res.output
+    # each method's run directory keeps its metrics and evals, as `aero train` does
+    for m in ("grpo", "dapo", "aero"):
+        lines = (tmp_path / "runs" / m / "metrics.jsonl").read_text().splitlines()
+        assert [json.loads(x)["step"] for x in lines] == [1, 2]
+        assert (tmp_path / "runs" / m / "evals.jsonl").exists()
+    assert data["meta"]["base"].startswith("preset tiny")
+
+
+def test_bench_reports_the_model_path_it_started_from_and_compute_to_reach(tmp_path):
+    tiny_hf_model = tmp_path / "my-base"
+    shutil.copytree(PRESETS["tiny"], tiny_hf_model)
+    report = tmp_path / "bench.json"
+    res = runner.invoke(app, ["bench", "--steps", "2", "--methods", "grpo,aero", "--json", str(report),
+                              "--out", str(tmp_path / "runs"), "--set", f"model_path={tiny_hf_model}",
+                              "--set", "eval_every=1", *SMALL[:-2]])
+    assert res.exit_code == 0, res.output
+    data = json.loads(report.read_text())
+    assert data["meta"]["base"] == str(tiny_hf_model) and data["meta"]["preset"] is None
+    curve = data["methods"]["grpo"]["curve"]
+    assert curve["steps"] == [0, 1, 2] and curve["flops"][0] == 0.0 and curve["flops"][2] > curve["flops"][1] > 0
+    # the base (step 0) is evaluated with the same draws by every method
+    assert data["methods"]["aero"]["curve"]["avg_at_k"][0] == curve["avg_at_k"][0]
+    assert data["reach"]["baseline"] == "grpo" and "Compute to reach" in res.output
+
+
+def test_bench_over_seeds_reports_intervals(tmp_path):
+    report = tmp_path / "bench.json"
+    res = runner.invoke(app, ["bench", "--steps", "1", "--seeds", "0,1", "--methods", "grpo,aero", "--json", str(report),
+                              "--out", str(tmp_path / "runs"), *SMALL])
+    assert res.exit_code == 0, res.output
+    data = json.loads(report.read_text())
+    assert data["meta"]["seeds"] == [0, 1] and len(data["seeds"]) == 2
+    assert (tmp_path / "runs" / "seed1" / "aero" / "metrics.jsonl").exists()
+    step = data["summary"]["methods"]["grpo"]["step_s"]
+    assert step["n"] == 2 and step["lo"] <= step["mean"] <= step["hi"]
+    assert data["summary"]["ratios"]["aero/grpo"]["flops_total"]["n"] == 2
+    assert "2 seeds" in res.output and "± " in res.output
+    bad = runner.invoke(app, ["bench", "--seeds", "0,x"])
+    assert bad.exit_code == 2 and "--seeds" in bad.output
 
 
 def test_eval_prints_a_table():
