@@ -186,10 +186,56 @@ class WaterfallsPublic(BaseModel):
     measured: list[WaterfallPublic]
 
 
+class ReachTargetPublic(BaseModel):
+    fraction: float = Field(description="Fraction of the baseline's gain over the base: 0.5, 0.75, 0.9 or 1.0.")
+    accuracy: float = Field(description="The target: base + fraction x (final - base).")
+
+
+class ReachCostRatioPublic(BaseModel):
+    flops: float | None = Field(description="This run's FLOPs to reach the target / the baseline's (null: either did not reach).")
+    seconds: float | None = Field(description="The same for training seconds.")
+
+
+class ReachResultPublic(BaseModel):
+    """One run at one target."""
+
+    fraction: float
+    accuracy: float = Field(description="The target accuracy.")
+    reached: bool = Field(description="False: the run's smoothed accuracy never reached the target ('not reached').")
+    step: int | None = Field(description="First eval step whose smoothed accuracy >= the target (null: not reached).")
+    flops: float | None = Field(description="Cumulative training FLOPs (running sum of flops/total) at that step.")
+    seconds: float | None = Field(description="Cumulative training seconds (time/elapsed_s, evaluation excluded) at that step.")
+    ratio: ReachCostRatioPublic = Field(description="Ratio to the baseline run at equal accuracy.")
+
+
+class ReachRunPublic(BaseModel):
+    run_id: int
+    base: float | None = Field(description="This run's own step-0 evaluation (null when it has none).")
+    evals: int = Field(description="Evaluations of the benchmark this run has stored.")
+    targets: list[ReachResultPublic] = Field(description="One per target; empty when the block has a reason.")
+
+
+class CompareReachPublic(BaseModel):
+    """Compute to reach fractions of the baseline run's accuracy gain (docs/comparisons.md)."""
+
+    metric: Literal["avg_at_k"]
+    benchmark: str = Field(description="'overall': every benchmark's problems pooled.")
+    window: int = Field(description="Curves are smoothed by a trailing mean over this many evals; final = mean of the last this many.")
+    fractions: list[float]
+    baseline_run_id: int
+    base: float | None = Field(description="The baseline run's step-0 evaluation (before any update).")
+    final: float | None = Field(description="Mean of the baseline run's last `window` evaluations.")
+    gain: float | None = Field(description="final - base.")
+    targets: list[ReachTargetPublic]
+    reason: str | None = Field(description="Why there are no targets (no step-0 evaluation, no gain); null when there are.")
+    runs: list[ReachRunPublic]
+
+
 class ComparePublic(BaseModel):
     baseline: int
     runs: list[RunStatsPublic]
     waterfall: WaterfallsPublic
+    reach: CompareReachPublic = Field(description="Compute (FLOPs, training seconds) to reach the baseline's accuracy.")
 
 
 # ----------------------------------------------------------------------------- misc
@@ -279,12 +325,82 @@ class SignificancePublic(BaseModel):
     test: str
 
 
+class ReachTargetStatPublic(BaseModel):
+    fraction: float
+    accuracy: StatPublic
+
+
+class ReachCostRatioStatPublic(BaseModel):
+    flops: RatioStatPublic
+    seconds: RatioStatPublic
+
+
+class ReachSeedPublic(BaseModel):
+    """One seed pair's result at one target."""
+
+    seed: int | None
+    run_id: int
+    baseline_run_id: int
+    reached: bool
+    step: int | None
+    flops: float | None
+    seconds: float | None
+
+
+class GroupReachTargetPublic(BaseModel):
+    fraction: float
+    accuracy: StatPublic = Field(description="The target accuracy across the seed pairs (each seed's baseline sets its own).")
+    reached: int = Field(description="Seed pairs whose group run reached the target.")
+    of: int = Field(description="Seed pairs with a target ('not reached (of - reached / of seeds)').")
+    step: StatPublic = Field(description="First eval step at the target, over the seeds that reached it.")
+    flops: StatPublic = Field(description="Cumulative training FLOPs there, over the seeds that reached it.")
+    seconds: StatPublic = Field(description="Cumulative training seconds there (evaluation excluded), over the seeds that reached it.")
+    ratio: ReachCostRatioStatPublic = Field(description="This group / the baseline group at equal accuracy, per seed pair.")
+    seeds: list[ReachSeedPublic]
+
+
+class ReachSkipPublic(BaseModel):
+    seed: int | None
+    run_id: int
+    baseline_run_id: int
+    reason: str
+
+
+class GroupReachPublic(BaseModel):
+    key: str
+    label: str
+    method: str
+    pairs: int = Field(description="Runs paired by seed with the baseline group.")
+    usable: int = Field(description="Pairs whose baseline run gives targets (a step-0 evaluation and a gain).")
+    unpaired_run_ids: list[int] = Field(description="Runs without a baseline run of their seed (left out).")
+    reason: str | None = Field(description="Why the group has no targets; null when it has.")
+    skipped: list[ReachSkipPublic] = Field(description="Seed pairs left out, with why.")
+    targets: list[GroupReachTargetPublic]
+
+
+class GroupCompareReachPublic(BaseModel):
+    """Compute to reach fractions of the baseline group's accuracy gain, paired by seed (docs/comparisons.md)."""
+
+    metric: Literal["avg_at_k"]
+    benchmark: str = Field(description="'overall': every benchmark's problems pooled.")
+    window: int = Field(description="Curves are smoothed by a trailing mean over this many evals; final = mean of the last this many.")
+    fractions: list[float]
+    baseline: str = Field(description="Key of the baseline group.")
+    base: StatPublic = Field(description="The baseline runs' step-0 evaluations, across seeds.")
+    final: StatPublic = Field(description="Mean of each baseline run's last `window` evaluations, across seeds.")
+    gain: StatPublic = Field(description="final - base, across seeds.")
+    targets: list[ReachTargetStatPublic] = Field(description="Target accuracies across the baseline's seeds.")
+    reason: str | None = Field(description="Why the baseline group gives no targets; null when it does.")
+    groups: list[GroupReachPublic]
+
+
 class GroupComparePublic(BaseModel):
     baseline: str = Field(description="Key of the baseline group.")
     alpha: float
     k: int | None
     groups: list[GroupPublic]
     significance: dict[str, list[SignificancePublic]] = Field(description="Per benchmark, one row per (group, metric).")
+    reach: GroupCompareReachPublic = Field(description="Compute (FLOPs, training seconds) to reach the baseline group's accuracy.")
 
 
 class BandPublic(BaseModel):
@@ -300,10 +416,13 @@ class GroupCurvesEntry(BaseModel):
     label: str
     method: str
     run_ids: list[int]
-    curves: dict[str, BandPublic]
+    curves: dict[str, BandPublic] = Field(description=(
+        "Per requested key. Step metrics: on a grid over the axis. Eval keys (eval/<benchmark>/<metric>): at the x of the "
+        "runs' eval steps (evenly spaced when there are more than `points` of them)."))
 
 
 class GroupCurvesPublic(BaseModel):
     x: Literal["step", "flops", "time"]
     alpha: float
+    smooth: int = Field(description="Evaluations averaged per point of eval keys (trailing mean, per run).")
     groups: list[GroupCurvesEntry]

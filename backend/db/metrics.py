@@ -193,6 +193,16 @@ def list_evals(session: Session, run_id: int, benchmark: str | None = None, step
     return list(session.scalars(stmt.order_by(EvalResult.step, EvalResult.benchmark)))
 
 
+def eval_values(session: Session, run_id: int, benchmark: str, metric: str) -> tuple[list[int], list[float]]:
+    """(steps, values) of one benchmark's ``metric`` ("avg_at_k" or "pass_at_k") over a run's
+    evaluations, in step order; an evaluation without the value is skipped. Reads two columns,
+    not the per-problem lists (a curve over many evaluations stays cheap)."""
+    col = {"avg_at_k": EvalResult.avg_at_k, "pass_at_k": EvalResult.pass_at_k}[metric]
+    rows = session.execute(select(EvalResult.step, col).where(EvalResult.run_id == run_id, EvalResult.benchmark == benchmark,
+                                                              col.is_not(None)).order_by(EvalResult.step)).all()
+    return [int(r[0]) for r in rows], [float(r[1]) for r in rows]
+
+
 def latest_evals(session: Session, run_id: int) -> dict[str, EvalResult]:
     """The last evaluation of each benchmark for one run."""
     out: dict[str, EvalResult] = {}

@@ -8,7 +8,8 @@ Per run, from its stored step metrics (docs/metrics.md):
 and ``ratios``: each number divided by the baseline run's (None where either is missing or
 the baseline is 0). Per-step means compare runs of different lengths fairly; totals answer
 "what did the whole run cost".
-The waterfall is in :mod:`backend.services.waterfall`.
+The waterfall is in :mod:`backend.services.waterfall`; ``reach`` (compute to reach the
+baseline's accuracy) in :mod:`backend.services.reach`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from sqlalchemy.orm import Session
 
 from backend.db.metrics import latest_evals
 from backend.db.models import Run, StepMetric
+from backend.services.reach import compare_reach
 from backend.services.waterfall import LADDER, waterfalls
 
 ADDITIVE_KEYS: tuple[str, ...] = (
@@ -110,10 +112,12 @@ def ladder_means(session: Session, sweep_id: int) -> dict[str, list[dict[str, fl
 
 
 def compare_runs(session: Session, runs: Sequence[Run], baseline_id: int | None = None) -> dict[str, Any]:
-    """The whole /compare answer: per-run stats with ratios against the baseline, and the
-    counterfactual and measured waterfalls (see backend.services.waterfall)."""
+    """The whole /compare answer: per-run stats with ratios against the baseline, the
+    counterfactual and measured waterfalls (see backend.services.waterfall) and the compute
+    each run needed to reach fractions of the baseline's accuracy gain (backend.services.reach)."""
     stats = [run_stats(session, r) for r in runs]
     out = compare(stats, baseline_id if baseline_id is not None else default_baseline(runs))
     sweeps = sorted({r.sweep_id for r in runs if r.sweep_id is not None})
     out["waterfall"] = waterfalls(stats, {sid: ladder_means(session, sid) for sid in sweeps})
+    out["reach"] = compare_reach(session, runs, out["baseline"])
     return out

@@ -3,7 +3,9 @@
 Per group: every /compare number as mean ± Student-t CI across its seeds; ratios against the
 baseline group computed per seed pair and summarised; and per benchmark a paired test
 against the baseline over the problems both evaluated (the paper's Table 1 "Total (P-value)"
-is the ``overall`` row). The statistics are trainer.core.stats (numpy/scipy, no torch).
+is the ``overall`` row); and the compute each group needs to reach fractions of the baseline
+group's accuracy gain, paired by seed (``reach``, backend.services.reach). The statistics are
+trainer.core.stats and trainer.core.reach (numpy/scipy, no torch).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from backend.db.metrics import latest_evals
 from backend.db.models import Run
 from backend.services.compare import ADDITIVE_KEYS, COMPARE_KEYS, metric_aggregates
 from backend.services.groups import Group, seed_pairs
+from backend.services.reach import compare_groups_reach
 from trainer.core.stats import mean_ci, paired_diff_ci, paired_permutation_test, paired_ratios, problem_scores
 
 EVAL_METRICS = ("avg_at_k", "pass_at_k")
@@ -192,4 +195,5 @@ def compare_groups(session: Session, groups: Sequence[Group], baseline_key: str,
         "ratios": group_ratios(g, base, stats, evals, k, alpha),
     } for g in groups]
     return {"baseline": base.key, "alpha": alpha, "k": k, "groups": out_groups,
-            "significance": significance(groups, base, evals, k, alpha)}
+            "significance": significance(groups, base, evals, k, alpha),
+            "reach": compare_groups_reach(session, groups, base, alpha)}

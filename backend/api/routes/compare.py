@@ -16,7 +16,7 @@ from backend.db.runs import get_run
 from backend.schemas import ComparePublic, GroupComparePublic, GroupCurvesPublic
 from backend.services.compare import compare_runs
 from backend.services.group_compare import compare_groups
-from backend.services.group_curves import XAxis, group_curves
+from backend.services.group_curves import XAxis, group_curves, parse_eval_key
 from backend.services.groups import Group, GroupError, auto_groups, explicit_groups, make_unique
 from backend.services.groups import default_baseline as default_group_baseline
 from backend.services.metrics import dumps
@@ -52,7 +52,8 @@ def compare(
 ):
     """Per run: mean step/rollout/train time, FLOPs, rollouts and tokens generated and trained,
     zero-accuracy ratios, final evals, and ratios against the baseline; plus the counterfactual
-    and measured savings waterfalls (see docs/api.md)."""
+    and measured savings waterfalls and the compute each run needed to reach fractions of the
+    baseline's accuracy gain (``reach``; see docs/api.md)."""
     ids = parse_ids(run_ids)
     if baseline is not None and baseline not in ids:
         ids.append(baseline)
@@ -114,9 +115,10 @@ def cached_json(request: Request, groups: list[Group], params: tuple, build) -> 
 def compare_seed_groups(request: Request, session: SessionDep, run_ids: RunIdsQuery = None, groups: GroupsQuery = None,
                         baseline: BaselineQuery = None, alpha: AlphaQuery = 0.05):
     """Seed groups side by side: every /compare number as mean and Student-t CI across seeds,
-    ratios to the baseline group per seed pair, and per benchmark a paired permutation test
-    against the baseline over the problems (p-values as in the paper's Table 1; see
-    docs/comparisons.md)."""
+    ratios to the baseline group per seed pair, per benchmark a paired permutation test
+    against the baseline over the problems (p-values as in the paper's Table 1), and the
+    compute each group needs to reach fractions of the baseline's accuracy gain (``reach``;
+    see docs/comparisons.md)."""
     gs, base = resolve_groups(session, run_ids, groups, baseline)
     return cached_json(request, gs, (base, alpha), lambda: compare_groups(session, gs, base, alpha))
 
@@ -125,16 +127,28 @@ def compare_seed_groups(request: Request, session: SessionDep, run_ids: RunIdsQu
 def compare_curves(
     request: Request,
     session: SessionDep,
-    keys: Annotated[str, Query(max_length=2000, description="Metric keys, comma-separated (at most 8).")],
+    keys: Annotated[str, Query(max_length=2000, description=(
+        "Keys, comma-separated (at most 8): step metrics (reward/mean) and/or evaluations as eval/<benchmark>/<metric>, "
+        "metric avg_at_k or pass_at_k (eval/overall/avg_at_k: held-out Avg@k pooled over benchmarks)."))],
     run_ids: RunIdsQuery = None, groups: GroupsQuery = None,
     x: Annotated[XAxis, Query(description="step, cumulative FLOPs (flops/total) or wall seconds (time/elapsed_s).")] = "step",
     points: Annotated[int, Query(ge=10, le=2000, description="Grid points per curve.")] = 200,
     alpha: AlphaQuery = 0.05,
+    smooth: Annotated[int, Query(ge=1, le=50, description=(
+        "Eval keys only: trailing mean over this many evaluations, per run, before averaging seeds "
+        "(3 = the smoothing of the compute-to-reach table; 1 = raw)."))] = 1,
 ):
     """Each seed group's mean curve with a (1 - alpha) Student-t band across its seeds, on a
-    common grid of the chosen x axis (seeds interpolated, never extrapolated)."""
+    common grid of the chosen x axis (seeds interpolated, never extrapolated). Eval keys give
+    held-out accuracy at the eval steps, on the same axis (evaluation is not on it)."""
     names = list(dict.fromkeys(k.strip() for k in keys.split(",") if k.strip()))
     if not names or len(names) > 8:
         raise _invalid("keys", "give 1 to 8 metric keys, comma-separated, e.g. keys=reward/mean,zero_acc/after_rescue", keys)
+    for name in names:
+        try:
+            parse_eval_key(name)
+        except ValueError as e:
+            raise _invalid("keys", str(e), keys) from None
     gs, _ = resolve_groups(session, run_ids, groups, None)
-    return cached_json(request, gs, (tuple(names), x, points, alpha), lambda: group_curves(session, gs, names, x, points, alpha))
+    return cached_json(request, gs, (tuple(names), x, points, alpha, smooth),
+                       lambda: group_curves(session, gs, names, x, points, alpha, smooth))
