@@ -1,9 +1,11 @@
 """``aero compare``: seed groups side by side in the terminal (a thin client of
-GET /api/compare/groups; docs/comparisons.md explains how to read it)."""
+GET /api/compare/groups; docs/comparisons.md explains how to read it), ending with the
+"Compute to reach GRPO's accuracy" table."""
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from typing import Annotated, Any, Optional
 
@@ -92,6 +94,71 @@ def sig_table(cmp: Mapping[str, Any]) -> Table:
     return t
 
 
+def group_name(label: str, method: str) -> str:
+    """'GRPO' for a plain GRPO group, else the group's label (the baseline in the reach title)."""
+    names = {"grpo": "GRPO", "dapo": "DAPO", "aero": "AERO", "aero-s1": "AERO S1", "aero-s1s2": "AERO S1+S2"}
+    return names.get(method, method) if label == method else label
+
+
+SI_PREFIXES = {0: "", 3: "k", 6: "M", 9: "G", 12: "T", 15: "P", 18: "E"}
+
+
+def si_text(s: Mapping[str, Any] | None, unit: str) -> str:
+    """"1.23 ± 0.05 TFLOP": mean ± half the CI, both in the mean's SI prefix."""
+    if not s or s.get("mean") is None:
+        return "—"
+    m = s["mean"]
+    exp = 0 if not m else max(0, min(18, int(math.floor(math.log10(abs(m)) / 3) * 3)))
+    text = f"{m / 10 ** exp:.3g}"
+    if s.get("lo") is not None and s.get("hi") is not None:
+        text += f" ± {(s['hi'] - s['lo']) / 2 / 10 ** exp:.2g}"
+    return f"{text} {SI_PREFIXES[exp]}{unit}"
+
+
+def reach_cell(t: Mapping[str, Any], is_base: bool) -> str:
+    """One group at one target: FLOPs and training seconds to first reach it (mean ± CI over the
+    seeds that did), each with the ratio to the baseline at equal accuracy; 'not reached (k/n
+    seeds)' for the seeds that never did."""
+    missing = t["of"] - t["reached"]
+    if not t["reached"]:
+        return f"not reached ({missing}/{t['of']} seeds)"
+    lines = []
+    for cost, unit in (("flops", "FLOP"), ("seconds", "s")):
+        line = si_text(t[cost], unit)
+        if not is_base:
+            line += f"  {ratio_text(t['ratio'][cost])}"
+        lines.append(line)
+    if missing:
+        lines.append(f"not reached ({missing}/{t['of']} seeds)")
+    return "\n".join(lines)
+
+
+def reach_table(cmp: Mapping[str, Any]) -> Table | str:
+    """"Compute to reach <baseline>'s accuracy" (the ``reach`` block of /compare/groups): rows =
+    groups, one column per target fraction of the baseline's gain; or a sentence saying why
+    there are no targets."""
+    reach = cmp.get("reach") or {}
+    base = next((g for g in cmp["groups"] if g["key"] == cmp["baseline"]), cmp["groups"][0])
+    name = group_name(base["label"], base["method"])
+    if reach.get("reason") or not reach.get("targets"):
+        return f"Compute to reach {name}'s accuracy: no targets ({reach.get('reason') or 'no evaluations'})."
+    k = cmp.get("k") or "k"
+    t = Table(title=f"Compute to reach {name}'s accuracy (held-out Avg@{k} overall, smoothed over {reach['window']} evals; "
+                    f"training FLOPs and seconds, mean ± {100 * (1 - cmp['alpha']):.0f}% CI over the seeds that reached; "
+                    "ratio to the baseline per seed pair)")
+    t.add_column("group")
+    for tg in reach["targets"]:
+        t.add_column(f"{tg['fraction']:.0%} of {name}'s gain\n(Avg@{k} ≥ {tg['accuracy']['mean']:.3f})", justify="right")
+    for g in reach["groups"]:
+        is_base = g["key"] == reach["baseline"]
+        label = g["label"] + (" [bold](baseline)[/]" if is_base else "")
+        if not g["targets"]:
+            t.add_row(label, g.get("reason") or "—", *["—"] * (len(reach["targets"]) - 1))
+            continue
+        t.add_row(label, *[reach_cell(tg, is_base) for tg in g["targets"]])
+    return t
+
+
 @app.command("compare")
 def compare_cmd(
     sweep: Annotated[Optional[int], typer.Option("--sweep", help="Compare every run of this sweep.")] = None,
@@ -104,7 +171,8 @@ def compare_cmd(
     token: TokenOpt = None,
 ):
     """Seed groups side by side: cost with CIs, ratios per seed pair, benchmark accuracy with
-    paired p-values (see docs/comparisons.md)."""
+    paired p-values, and the compute each group needs to reach the baseline's accuracy (see
+    docs/comparisons.md)."""
     params: dict[str, Any] = {"alpha": alpha}
     with client(api, token, timeout=120.0) as c:
         ids = _csv(runs)
@@ -128,3 +196,5 @@ def compare_cmd(
             out.print(bench_table(cmp, metric))
     if cmp["significance"]:
         out.print(sig_table(cmp))
+    if "reach" in cmp:
+        out.print(reach_table(cmp))

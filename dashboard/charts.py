@@ -137,12 +137,46 @@ def stacked_area_figure(x: Sequence[float], layers: Mapping[str, Sequence[float 
 # ---------------------------------------------------------------- one run (Run detail page)
 
 
+REWARD_NOTES: dict[str, str] = {  # what a training-reward curve measures, said on the chart
+    "reward/mean": "mean reward of generated rollouts; AERO's include rescue rounds on unsolved prompts, so lower by "
+                   "construction; not held-out accuracy",
+    "reward/trained_mean": "mean reward of trained rollouts; AERO's are the curated set (rescued groups, down-sampled "
+                           "negatives); not held-out accuracy",
+}
+
+
+def subtitled(title: str, subtitle: str) -> str:
+    """A chart title with a smaller grey note after it (what the curve measures)."""
+    return f"{title} <span style='font-size:11px;color:#666'>({subtitle})</span>" if subtitle else title
+
+
 def reward_figure(steps: Sequence[int], s: Series, method: str) -> go.Figure:
-    """Mean verifier reward (accuracy) of generated rollouts, and of trained rollouts when logged."""
-    curves = [Curve("generated rollouts", method, steps, _col(s, "reward/mean", len(steps)))]
+    """Mean verifier reward of generated rollouts, and of trained rollouts when logged: a
+    training signal, not held-out accuracy. For the AERO family the generated set includes
+    rescue rounds on zero-accuracy prompts (lower by construction) and the trained set is
+    curated, so the legend and the title say which is which."""
+    aero = method.startswith("aero")
+    curves = [Curve("generated rollouts" + (", incl. rescue rounds" if aero else "") + " (reward/mean)", method, steps,
+                    _col(s, "reward/mean", len(steps)))]
     if has_any(s, "reward/trained_mean"):
-        curves.append(Curve("trained rollouts", method, steps, _col(s, "reward/trained_mean", len(steps)), dash="dot"))
-    return lines_figure(curves, title="Reward (accuracy)", x_title="step", y_title="mean reward (0–1)", y_range=[0, 1.02])
+        curves.append(Curve("trained rollouts" + (", curated" if aero else "") + " (reward/trained_mean)", method, steps,
+                            _col(s, "reward/trained_mean", len(steps)), dash="dot"))
+    note = ("AERO: generated includes rescue rounds on zero-accuracy prompts; trained = the curated set"
+            if aero else "mean verifier reward of this step's rollouts")
+    return lines_figure(curves, title=subtitled("Training reward (not held-out accuracy)", note), x_title="step",
+                        y_title="mean reward (0–1)", y_range=[0, 1.02])
+
+
+def heldout_figure(steps: Sequence[int], avg: Sequence[float | None], pas: Sequence[float | None], method: str,
+                   k: int | None) -> go.Figure:
+    """Held-out accuracy at each evaluation (every benchmark pooled): Avg@k solid, Pass@k dashed,
+    with markers (a run evaluates a handful of times)."""
+    kk = k or "k"
+    fig = lines_figure([Curve(f"Avg@{kk}", method, steps, avg), Curve(f"Pass@{kk}", method, steps, pas, dash="dash")],
+                       title=subtitled(f"Held-out Avg@{kk} over training", "all benchmarks pooled, fixed problems"),
+                       x_title="step", y_title="held-out accuracy (0–1)", y_range=[0, 1.02], height=320)
+    fig.update_traces(mode="lines+markers")
+    return fig
 
 
 def zero_acc_figure(steps: Sequence[int], s: Series, method: str) -> go.Figure:
@@ -276,8 +310,11 @@ def waterfall_figure(wf: Mapping[str, float | None], unit: str, *, title: str, s
 
 def table_figure(columns: Sequence[str], rows: Sequence[Sequence[str]], bold: Sequence[Sequence[bool]], *,
                  title: str = "", col_widths: Sequence[float] | None = None) -> go.Figure:
-    """A plain table (cells may contain <br>), with the flagged cells in bold."""
+    """A plain table (cells may contain <br>), with the flagged cells in bold. The figure is as
+    tall as its rows: each row as many text lines as its fullest cell (at least 2)."""
     cells = [[f"<b>{rows[r][c]}</b>" if bold[r][c] else rows[r][c] for r in range(len(rows))] for c in range(len(columns))]
+    header_lines = max([1] + [c.count("<br>") + 1 for c in columns])
+    row_lines = [max([2] + [str(cell).count("<br>") + 1 for cell in row]) for row in rows] or [2]
     fig = go.Figure(go.Table(
         columnwidth=list(col_widths) if col_widths else None,
         header={"values": [f"<b>{c}</b>" for c in columns], "fill_color": "#EEF1F5", "align": "left", "font": {"size": 12}},
@@ -285,7 +322,7 @@ def table_figure(columns: Sequence[str], rows: Sequence[Sequence[str]], bold: Se
                "line_color": "#E3E6EA"},
     ))
     fig.update_layout(title={"text": title, "x": 0, "font": {"size": 15}}, margin={"l": 0, "r": 0, "t": 40 if title else 0, "b": 0},
-                      height=(40 if title else 0) + 45 + 48 * max(1, len(rows)))
+                      height=(40 if title else 0) + 27 + 18 * header_lines + sum(12 + 18 * n for n in row_lines))
     return fig
 
 
@@ -417,3 +454,30 @@ def zero_acc_band_figure(groups: Sequence[tuple[Band, Band | None]], *, x_title:
     fig = _layout(fig, f"Zero-accuracy ratio (line + band: after rescue, {level}% CI across seeds; dotted: after exploration)", x_title,
                   "fraction of prompts with no correct rollout", y_tickformat=".0%", height=380)
     return integer_steps(fig, [v for g in groups for v in g[0].x]) if x_title == "step" else fig
+
+
+# ---------------------------------------------------------------- the headline (Compare page, first)
+
+
+def headline_figure(bands: Sequence[Band], *, title: str, x_title: str, y_title: str, level: int = 95,
+                    targets: Sequence[tuple[float, str]] = (), x_tickformat: str | None = None, seeds: bool = True,
+                    height: int = 400) -> go.Figure:
+    """The paper's headline (its Fig. 1): held-out accuracy against training compute, one line
+    per method (per seed group: the mean over seeds over a CI band; per run: the run alone).
+    ``targets``: (accuracy, label) drawn as dotted horizontal lines, the accuracies the
+    compute-to-reach table measures, so where a line crosses one is where it reached it."""
+    fig = go.Figure()
+    for b in bands:
+        for tr in _band_traces(b, value_format=".3f", level=level, clip=(0.0, 1.0)):
+            if tr.fill != "toself":
+                tr.mode, tr.marker = "lines+markers", {"size": 5}
+                if not seeds:  # one run per line: no interval to speak of in the hover
+                    tr.hovertemplate = f"{b.label}: %{{y:.3f}}<extra></extra>"
+            fig.add_trace(tr)
+    for y, label in targets:
+        fig.add_hline(y=y, line={"color": "#9A9A9A", "dash": "dot", "width": 1}, annotation_text=label,
+                      annotation_position="top left", annotation_font={"size": 10, "color": "#777"})
+    note = f"band: {level}% CI across seeds" if seeds and any(v is not None for b in bands for v in b.lo) else ""
+    fig = _layout(fig, subtitled(title, note), x_title, y_title, height=height)
+    fig.update_xaxes(tickformat=x_tickformat, rangemode="tozero")
+    return fig

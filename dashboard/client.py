@@ -216,10 +216,11 @@ class AeroClient:
         return self.request("GET", "/compare/groups", params=_group_params(run_ids, groups, baseline=baseline, alpha=alpha))
 
     def compare_curves(self, run_ids: Sequence[int] = (), *, groups: Sequence[Sequence[int]] = (), keys: Sequence[str] = (),
-                       x: str = "step", points: int = 200, alpha: float = 0.05) -> dict:
+                       x: str = "step", points: int = 200, alpha: float = 0.05, smooth: int = 1) -> dict:
         """Mean curve and Student-t band across each group's seeds on a common x grid
-        (``GET /compare/curves``); ``x`` is step, flops (cumulative) or time (elapsed)."""
-        params = _group_params(run_ids, groups, x=x, points=points, alpha=alpha)
+        (``GET /compare/curves``); ``x`` is step, flops (cumulative) or time (elapsed). Keys
+        may name evaluations (``eval/overall/avg_at_k``), smoothed over ``smooth`` evals per run."""
+        params = _group_params(run_ids, groups, x=x, points=points, alpha=alpha, smooth=smooth)
         if keys:
             params["keys"] = _csv(keys)
         return self.request("GET", "/compare/curves", params=params)

@@ -20,7 +20,11 @@ from dashboard.client import ApiError
 DOC = Path(__file__).resolve().parent.parent / "docs" / "comparisons.md"
 GRID_POINTS = 200  # per group curve, on the API's common grid
 ZERO_KEYS = ("zero_acc/after_rescue", "zero_acc/after_explore")
-FRACTIONS = frozenset({"reward/mean", "zero_acc/after_rescue", "all_correct/ratio", "adv/zero_frac"})  # 0..1
+EVAL_KEY = "eval/overall/avg_at_k"  # held-out Avg@k pooled over every benchmark (GET /compare/curves)
+FRACTIONS = frozenset({EVAL_KEY, "reward/mean", "reward/trained_mean", "zero_acc/after_rescue", "all_correct/ratio",
+                       "adv/zero_frac"})  # 0..1
+HEADLINE_AXES = {"flops": ("training FLOPs", "cumulative training FLOPs (rollout + train)", "~s"),
+                 "time": ("training time", "training wall time (s, evaluation excluded)", None)}  # axis -> (title, x title, ticks)
 
 
 def level(alpha: float | None) -> int:
@@ -71,19 +75,32 @@ def band_of(g: Mapping[str, Any], key: str, dash: str = "solid") -> charts.Band 
     return charts.Band(g["label"], g["method"], c["x"], c["mean"], c["lo"], c["hi"], c["n"], dash)
 
 
+def metric_label(key: str) -> str:
+    """The metric selector's text: the key, and for the eval key what it is."""
+    return f"held-out Avg@k, all benchmarks ({key})" if key == EVAL_KEY else key
+
+
+def curve_title(key: str) -> str:
+    """The training-curve chart's title: the key, and for rewards what they measure (AERO's
+    reward/mean is over rescue-tilted generated rollouts and must not read as accuracy)."""
+    if key == EVAL_KEY:
+        return "held-out Avg@k (overall) at each evaluation"
+    return charts.subtitled(f"{key} per step", charts.REWARD_NOTES.get(key, ""))
+
+
 def curves_section(ids: tuple[int, ...], versions: tuple, curves: Mapping[str, tuple[str, str | None]]) -> tuple[str, dict]:
     """Mean ± band per group for the chosen metric and x axis; returns (axis, the curves body)."""
     url, token = ui.api_url(), ui.api_token()
     st.subheader("Training curves")
     c1, c2 = st.columns([2, 3])
     axis = c1.segmented_control("x axis", list(tables.X_AXES), default="step", format_func=tables.X_AXES.get, key="cmp_x") or "step"
-    key = c2.selectbox("Metric", list(curves), key="cmp_metric", help="Keys as in docs/metrics.md.")
+    key = c2.selectbox("Metric", list(curves), key="cmp_metric", format_func=metric_label, help="Keys as in docs/metrics.md.")
     body = ui.compare_curves(url, token, ids, tuple(dict.fromkeys((key, *ZERO_KEYS))), axis, GRID_POINTS, versions)
     lv = level(body.get("alpha"))
     dashes = charts.dash_by_method([g["method"] for g in body["groups"]])
     bands = [b for g, d in zip(body["groups"], dashes) if (b := band_of(g, key, d)) is not None]
     y_title, fmt = curves[key]
-    ui.plot(charts.band_figure(bands, title=f"{key} per step", x_title=tables.X_AXES[axis], y_title=y_title,
+    ui.plot(charts.band_figure(bands, title=curve_title(key), x_title=tables.X_AXES[axis], y_title=y_title,
                                y_tickformat=fmt, level=lv, clip=(0.0, 1.0) if key in FRACTIONS else (0.0, float("inf"))))
     st.caption(f"Line: the mean over a group's seeds, each run interpolated linearly onto a common grid. Band: {lv}% "
                "Student-t confidence interval across seeds at each point (no band where fewer than 2 seeds reach it). "
@@ -139,6 +156,94 @@ def tables_section(body: Mapping[str, Any]) -> None:
                        mime="text/csv", icon=":material/download:", key="cmp_group_bench_csv")
 
 
+# ---------------------------------------------------------------- the headline: accuracy vs compute, compute to reach
+
+
+def baseline_name(label: str, method: str) -> str:
+    """'GRPO' for a plain GRPO group or run, else its label (what 'Compute to reach X's accuracy' names)."""
+    return charts.method_label(method) if label in (method, charts.method_label(method)) else label
+
+
+def target_lines(reach: Mapping[str, Any], name: str) -> list[tuple[float, str]]:
+    """(accuracy, label) of each target of the reach block, for the headline charts."""
+    return [(acc, f"{t['fraction']:.0%} of {name}'s gain") for t, acc in zip(reach.get("targets") or [], tables.reach_target_accuracy(reach))
+            if acc is not None]
+
+
+def headline_section(bands: Mapping[str, list[charts.Band]], reach: Mapping[str, Any] | None, entries: list[dict],
+                     name: str, k: int | None, *, seeds: bool, level: int = 95) -> None:
+    """The paper's headline, first on the Compare page: held-out Avg@k against training FLOPs
+    and against training time side by side (``bands[axis]``: one per method or run), then the
+    "Compute to reach <name>'s accuracy" table from the API's ``reach`` block (``entries``
+    shaped by tables.run_reach_entries / group_reach_entries)."""
+    kk = k or "k"
+    window = (reach or {}).get("window") or 3
+    st.subheader(f"Held-out Avg@{kk} against training compute")
+    lines = target_lines(reach or {}, name)
+    cols = st.columns(2)
+    for col, (axis, (what, x_title, ticks)) in zip(cols, HEADLINE_AXES.items()):
+        with col:
+            if not any(v is not None for b in bands.get(axis) or [] for v in b.mean):
+                st.caption(f"No held-out evaluation with a {what} value yet: runs evaluate at step 0 and every `eval_every` steps.")
+                continue
+            ui.plot(charts.headline_figure(bands[axis], title=f"Held-out Avg@{kk} vs {what}", x_title=x_title,
+                                           y_title=f"held-out Avg@{kk} (0–1)", level=level, targets=lines,
+                                           x_tickformat=ticks, seeds=seeds), key=f"headline_{axis}")
+    st.caption(f"Each curve is held-out **Avg@{kk}** pooled over every benchmark's fixed problems (`overall`), measured at "
+               "the run's evaluation temperature (`eval_temperature`, independent of training), with sampling draws seeded by "
+               "the evaluation step so every method is scored on the same, paired draws. Each run's curve is smoothed by a "
+               f"trailing mean over {window} evaluations. x: cumulative training FLOPs (`flops/total`, rollout + train) and "
+               "training wall time (`time/elapsed_s`); **evaluation time is not on the x axis**. "
+               + (f"Line: the mean over a group's seeds; band: {level}% Student-t CI across seeds. " if seeds else "")
+               + (f"Dotted: the targets of the table below (fractions of {name}'s gain over the step-0 accuracy)." if lines else ""))
+    reach_section(reach, entries, name, k, seeds=seeds, level=level)
+
+
+def reach_section(reach: Mapping[str, Any] | None, entries: list[dict], name: str, k: int | None, *, seeds: bool,
+                  level: int = 95) -> None:
+    """'Compute to reach <name>'s accuracy': per method and target, FLOPs and training seconds to
+    first reach it and the ratio to the baseline at equal accuracy; 'not reached' kept."""
+    st.subheader(f"Compute to reach {name}'s accuracy")
+    if not reach:
+        st.caption("This API does not report compute to reach (an older version).")
+        return
+    if reach.get("reason") or not reach.get("targets"):
+        st.info(f"No targets yet: {reach.get('reason') or 'no evaluations'}. The targets are fractions of {name}'s gain "
+                f"over its step-0 evaluation, so {name} needs a step-0 evaluation (`eval_every` > 0) and a gain.",
+                icon=":material/flag:")
+        return
+    kk = k or "k"
+    table = tables.reach_table(entries, reach, name, k=k, seeds=seeds)
+    widths = [1.4] + [2.2] * (len(table.columns) - 1)
+    ui.plot(charts.table_figure(table.columns, table.rows, table.bold, col_widths=widths), key="reach_table")
+    window = reach.get("window") or 3
+    spread = (f"mean ± half the {level}% Student-t CI over the seeds that reached it; then the ratio to {name} at "
+              "equal accuracy, per seed pair, as a geometric mean [CI]. *not reached (k/n seeds)*: k of the n seed pairs "
+              "never reached the target during their run; their compute is not averaged in." if seeds else
+              f"then the ratio to {name} at equal accuracy. *not reached*: the run never reached the target.")
+    st.caption(f"Targets: {name}'s step-0 Avg@{kk} plus 50/75/90/100% of its gain, its final accuracy being the mean of its "
+               f"last {window} evaluations. Per target: cumulative training FLOPs and training seconds (evaluation excluded) at "
+               f"the first evaluation whose trailing mean over {window} evaluations reaches it, {spread} "
+               "Least FLOPs per target in **bold**. Why: docs/comparisons.md, *Compute to reach the same accuracy*.")
+    st.download_button("Download compute to reach (CSV)", table.frame.to_csv(index=False).encode(), file_name="aero-reach.csv",
+                       mime="text/csv", icon=":material/download:", key="cmp_reach_csv")
+
+
+def group_headline(body: Mapping[str, Any], ids: tuple[int, ...], versions: tuple) -> None:
+    """The headline for seed groups: mean Avg@k per group with bands, and the paired reach table."""
+    url, token = ui.api_url(), ui.api_token()
+    reach = body.get("reach")
+    window = (reach or {}).get("window") or 3
+    dashes = charts.dash_by_method([g["method"] for g in body["groups"]])
+    bands = {}
+    for axis in HEADLINE_AXES:
+        curves = ui.compare_curves(url, token, ids, (EVAL_KEY,), axis, GRID_POINTS, versions, window)
+        bands[axis] = [b for g, d in zip(curves["groups"], dashes) if (b := band_of(g, EVAL_KEY, d)) is not None]
+    base = next((g for g in body["groups"] if g["key"] == body["baseline"]), body["groups"][0])
+    headline_section(bands, reach, tables.group_reach_entries(reach or {}), baseline_name(base["label"], base["method"]),
+                     body.get("k"), seeds=True, level=level(body.get("alpha")))
+
+
 def doc_link() -> None:
     """'How to read a comparison' (docs/comparisons.md), shown in place: the dashboard has no
     docs server, and the file ships with the checkout it runs from."""
@@ -152,9 +257,11 @@ def doc_link() -> None:
 
 def group_page(body: dict, ids: tuple[int, ...], versions: tuple, curves: Mapping[str, tuple[str, str | None]],
                waterfall: Any) -> None:
-    """The whole group view: baseline group, curves, waterfall (``waterfall()`` draws it), Fig. 9, tables."""
+    """The whole group view: baseline group, the headline (accuracy vs compute, compute to reach),
+    curves, waterfall (``waterfall()`` draws it), Fig. 9, tables."""
     url, token = ui.api_url(), ui.api_token()
     body = choose_baseline(body, url, token, ids, versions)
+    group_headline(body, ids, versions)
     st.caption(" · ".join(group_name(g) + (" (baseline)" if g["key"] == body["baseline"] else "") for g in body["groups"]))
     doc_link()
     axis, curve_body = curves_section(ids, versions, curves)

@@ -430,3 +430,104 @@ def group_benchmark_table(groups: Sequence[Mapping[str, Any]], significance: Map
         bold.append([False] + [best[j][i] for j in range(len(keys))])
         records.append(rec)
     return BenchTable(columns, rows, bold, pd.DataFrame(records), k)
+
+
+# ---------------------------------------------------------------- compute to reach the same accuracy (the "reach" blocks)
+# GET /compare/groups: reach.groups[i].targets[j] = {fraction, reached, of, step/flops/seconds: Stat,
+# ratio: {flops, seconds}: RatioStat}; GET /compare: reach.runs[i].targets[j] with plain numbers.
+# Both are shaped into the first form (one run = a group of one) so one table builder serves both.
+
+
+def _one(v: float | None) -> dict[str, Any]:
+    """A single run's number as a Stat (no interval)."""
+    return {"mean": v, "lo": None, "hi": None, "n": 0 if v is None else 1, "values": [] if v is None else [v]}
+
+
+def run_reach_entries(reach: Mapping[str, Any], labels: Mapping[int, str], methods: Mapping[int, str]) -> list[dict[str, Any]]:
+    """The per-run ``reach`` block of GET /compare as group-shaped entries (see above)."""
+    out = []
+    for r in reach.get("runs") or []:
+        rid = r["run_id"]
+        targets = [{"fraction": t["fraction"], "reached": int(bool(t["reached"])), "of": 1,
+                    **{k: _one(t[k]) for k in ("step", "flops", "seconds")},
+                    "ratio": {c: _one((t.get("ratio") or {}).get(c)) for c in ("flops", "seconds")}}
+                   for t in r.get("targets") or []]
+        out.append({"key": str(rid), "label": labels.get(rid, f"#{rid}"), "method": methods.get(rid, ""),
+                    "baseline": rid == reach.get("baseline_run_id"), "reason": None, "targets": targets})
+    return out
+
+
+def group_reach_entries(reach: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The per-group ``reach`` block of GET /compare/groups, each entry flagged baseline or not."""
+    return [{**g, "baseline": g["key"] == reach.get("baseline")} for g in reach.get("groups") or []]
+
+
+def reach_target_accuracy(reach: Mapping[str, Any]) -> list[float | None]:
+    """Each target's accuracy (a number per run, the mean over seeds per group)."""
+    out = []
+    for t in reach.get("targets") or []:
+        acc = t.get("accuracy")
+        out.append(acc.get("mean") if isinstance(acc, Mapping) else acc)
+    return out
+
+
+def not_reached_text(missing: int, of: int, seeds: bool) -> str:
+    """'not reached (2/3 seeds)': 2 of the 3 paired seeds never reached the target."""
+    return f"not reached ({missing}/{of} seed{'s' if of != 1 else ''})" if seeds else "not reached"
+
+
+def reach_cell(t: Mapping[str, Any], is_base: bool, seeds: bool) -> str:
+    """One target of one method, one short line each (a Plotly table does not wrap lines that
+    are already broken): training FLOPs and seconds to first reach it (mean ± half-CI over the
+    seeds that did), the ratios to the baseline at equal accuracy, then how many seeds did not
+    reach it; 'not reached (n/n seeds)' alone when none did."""
+    missing = t["of"] - t["reached"]
+    if not t["reached"]:
+        return not_reached_text(missing, t["of"], seeds)
+    lines = [si_stat_text(t.get("flops"), "FLOP"), si_stat_text(t.get("seconds"), "s")]
+    for cost, name in (("flops", "FLOPs"), ("seconds", "time")):
+        ratio = (t.get("ratio") or {}).get(cost)
+        if not is_base and ratio and ratio.get("mean") is not None:
+            lines.append(f"{ratio_text(ratio)} {name}")
+    if missing:
+        lines.append(not_reached_text(missing, t["of"], seeds))
+    return "<br>".join(lines)
+
+
+def reach_table(entries: Sequence[Mapping[str, Any]], reach: Mapping[str, Any], baseline_name: str, *,
+                k: int | None = None, seeds: bool = True) -> BenchTable:
+    """"Compute to reach <baseline>'s accuracy": rows = methods (groups or runs), one column per
+    target (50/75/90/100% of the baseline's gain, with the target Avg@k), each cell from
+    :func:`reach_cell`. The least FLOPs to reach a target is bold. The frame has every number:
+    reached / of, step, FLOPs, seconds (mean, CI) and both ratios (mean, CI) per target."""
+    fractions = [t["fraction"] for t in reach.get("targets") or []]
+    accs = reach_target_accuracy(reach)
+    kk = k or "k"
+    columns = ["method"] + [f"{f:.0%} of {baseline_name}'s gain<br>(Avg@{kk} ≥ {a:.3f})" if a is not None else f"{f:.0%}"
+                            for f, a in zip(fractions, accs)]
+    flops = [[(t.get("flops") or {}).get("mean") if t["reached"] else None for t in e["targets"]] or [None] * len(fractions)
+             for e in entries]
+    best = [_best([row[j] if j < len(row) else None for row in flops], False) for j in range(len(fractions))]
+    rows, bold, records = [], [], []
+    for i, e in enumerate(entries):
+        is_base = bool(e.get("baseline"))
+        row = [e["label"] + (" (baseline)" if is_base else "")]
+        if not e.get("targets"):
+            row += [e.get("reason") or "–"] + ["–"] * (len(fractions) - 1)
+        else:
+            row += [reach_cell(t, is_base, seeds) for t in e["targets"]]
+        rec: dict[str, Any] = {"key": e["key"], "label": e["label"], "method": e.get("method"), "baseline": is_base,
+                               "reason": e.get("reason")}
+        for t in e.get("targets") or []:
+            col = f"{t['fraction']:.0%}"
+            rec[f"{col}:reached"], rec[f"{col}:of"] = t["reached"], t["of"]
+            for part in ("step", "flops", "seconds"):
+                stat = t.get(part) or {}
+                rec[f"{col}:{part}"], rec[f"{col}:{part}_lo"], rec[f"{col}:{part}_hi"] = stat.get("mean"), stat.get("lo"), stat.get("hi")
+            for cost in ("flops", "seconds"):
+                rs = (t.get("ratio") or {}).get(cost) or {}
+                rec[f"{col}:ratio_{cost}"], rec[f"{col}:ratio_{cost}_lo"], rec[f"{col}:ratio_{cost}_hi"] = rs.get("mean"), rs.get("lo"), rs.get("hi")
+        rows.append(row)
+        bold.append([False] + [best[j][i] for j in range(len(fractions))])
+        records.append(rec)
+    return BenchTable(columns, rows, bold, pd.DataFrame(records), k)

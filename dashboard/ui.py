@@ -97,9 +97,25 @@ def compare_groups(url: str, token: str | None, run_ids: tuple[int, ...], baseli
 
 @st.cache_data(ttl=3600, max_entries=200, show_spinner=False)
 def compare_curves(url: str, token: str | None, run_ids: tuple[int, ...], keys: tuple[str, ...], x: str, points: int,
-                   version: tuple) -> dict:
-    """Mean curves with seed bands per group of ``run_ids``."""
-    return _client(url, token).compare_curves(list(run_ids), keys=list(keys), x=x, points=points)
+                   version: tuple, smooth: int = 1, groups: tuple[tuple[int, ...], ...] = ()) -> dict:
+    """Mean curves with seed bands per group of ``run_ids`` (or of the explicit ``groups``)."""
+    return _client(url, token).compare_curves(list(run_ids), groups=[list(g) for g in groups], keys=list(keys), x=x,
+                                              points=points, smooth=smooth)
+
+
+MAX_EXPLICIT_GROUPS = 20  # the API's limit of `groups` per /compare/curves call
+
+
+def run_curves(url: str, token: str | None, run_ids: tuple[int, ...], keys: tuple[str, ...], x: str, points: int,
+               version: tuple, smooth: int = 1) -> dict[int, dict]:
+    """{run id: its curves} with every run on its own (each an explicit group of one, so no
+    seeds are averaged), in as many /compare/curves calls as the API's group limit needs."""
+    out: dict[int, dict] = {}
+    for i in range(0, len(run_ids), MAX_EXPLICIT_GROUPS):
+        chunk = tuple((rid,) for rid in run_ids[i:i + MAX_EXPLICIT_GROUPS])
+        body = compare_curves(url, token, (), keys, x, points, version, smooth, chunk)
+        out.update({g["run_ids"][0]: g.get("curves") or {} for g in body["groups"]})
+    return out
 
 
 @st.cache_data(ttl=3, show_spinner=False)

@@ -1,8 +1,11 @@
-"""Compare runs or a whole sweep: overlaid curves on a chosen x axis, the savings waterfall
-(paper Fig. 8; measured from ablation runs when present, else counterfactual, and labelled
-which), zero-accuracy curves (Fig. 9) and a benchmark table (Table 1) with a CSV download.
-When the runs hold seed groups (same config, several seeds), "Aggregate seeds" switches the
-curves, Fig. 9 and the tables to per-group means with confidence bands (dashboard/group_view.py)."""
+"""Compare runs or a whole sweep. First the paper's headline: held-out Avg@k against training
+FLOPs and against training time, and the compute each method needs to reach the baseline's
+(GRPO's) accuracy. Then overlaid curves on a chosen x axis (held-out Avg@k by default), the
+savings waterfall (paper Fig. 8; measured from ablation runs when present, else
+counterfactual, and labelled which), zero-accuracy curves (Fig. 9) and a benchmark table
+(Table 1) with a CSV download. When the runs hold seed groups (same config, several seeds),
+"Aggregate seeds" switches all of it to per-group means with confidence bands, paired by seed
+(dashboard/group_view.py)."""
 
 import streamlit as st
 
@@ -12,8 +15,10 @@ st.title("Compare")
 
 MAX_RUNS = 50  # the API's limit per /compare call
 MAX_POINTS = 400  # per curve, decimated by the API
-CURVES: dict[str, tuple[str, str | None]] = {  # key -> (y axis title with unit, tick format)
-    "reward/mean": ("mean reward (accuracy, 0–1)", None),
+CURVES: dict[str, tuple[str, str | None]] = {  # key -> (y axis title with unit, tick format); the first is the default
+    group_view.EVAL_KEY: ("held-out Avg@k, all benchmarks pooled (0–1)", None),
+    "reward/mean": ("mean reward of generated rollouts (0–1)", None),
+    "reward/trained_mean": ("mean reward of trained rollouts (0–1)", None),
     "zero_acc/after_rescue": ("zero-accuracy ratio after rescue", ".0%"),
     "all_correct/ratio": ("all-correct ratio", ".0%"),
     "rollout/trained": ("trained rollouts per step", None),
@@ -82,19 +87,58 @@ def dashes(runs: list[dict]) -> dict[int, str]:
     return out
 
 
-def curves_section(runs: list[dict], data: dict[int, dict]) -> str:
+def eval_bands(runs: list[dict], axis: str, smooth: int, versions: tuple) -> list[charts.Band]:
+    """Each run's held-out Avg@k (overall) at its eval steps on ``axis``, smoothed over ``smooth``
+    evaluations, from GET /compare/curves with every run as its own group (exact x, no seeds averaged)."""
+    ids = tuple(r["id"] for r in runs)
+    curves = ui.run_curves(ui.api_url(), ui.api_token(), ids, (group_view.EVAL_KEY,), axis, 200, versions, smooth)
+    dash = dashes(runs)
+    out = []
+    for r in runs:
+        c = (curves.get(r["id"]) or {}).get(group_view.EVAL_KEY)
+        if c and c.get("x"):
+            out.append(charts.Band(run_name(r), r["method"], c["x"], c["mean"], [None] * len(c["x"]), [None] * len(c["x"]),
+                                   c["n"], dash[r["id"]]))
+    return out
+
+
+def eval_k(cmp: dict) -> int | None:
+    """The k of the compared runs' pooled evaluations when they share one."""
+    ks = {(s.get("evals") or {}).get("overall", {}).get("k") for s in cmp["runs"]} - {None}
+    return ks.pop() if len(ks) == 1 else None
+
+
+def headline(runs: list[dict], cmp: dict, versions: tuple) -> None:
+    """The paper's headline for runs one by one: Avg@k vs FLOPs and vs time, compute to reach."""
+    reach = cmp.get("reach")
+    window = (reach or {}).get("window") or 3
+    bands = {axis: eval_bands(runs, axis, window, versions) for axis in group_view.HEADLINE_AXES}
+    base = next((r for r in runs if r["id"] == cmp["baseline"]), runs[0])
+    labels, methods = {r["id"]: run_name(r) for r in runs}, {r["id"]: r["method"] for r in runs}
+    group_view.headline_section(bands, reach, tables.run_reach_entries(reach or {}, labels, methods),
+                                charts.method_label(base["method"]), eval_k(cmp), seeds=False)
+
+
+def curves_section(runs: list[dict], data: dict[int, dict], versions: tuple) -> str:
     st.subheader("Training curves")
     c1, c2, c3 = st.columns([2, 2, 1])
     axis = c1.segmented_control("x axis", list(tables.X_AXES), default="step", format_func=tables.X_AXES.get, key="cmp_x") or "step"
-    key = c2.selectbox("Metric", list(CURVES), key="cmp_metric", help="Keys as in docs/metrics.md.")
-    window = c3.number_input("Smoothing (steps)", min_value=1, max_value=200, value=1, key="cmp_smooth",
-                             help="Trailing moving average over this many plotted points.")
+    key = c2.selectbox("Metric", list(CURVES), key="cmp_metric", format_func=group_view.metric_label,
+                       help="Keys as in docs/metrics.md; eval/overall/avg_at_k is held-out Avg@k pooled over benchmarks, "
+                            "at each evaluation.")
+    window = c3.number_input("Smoothing (points)", min_value=1, max_value=200, value=1, key="cmp_smooth",
+                             help="Trailing moving average over this many plotted points (evaluations for held-out Avg@k).")
+    y_title, fmt = CURVES[key]
+    title = group_view.curve_title(key)
+    if key == group_view.EVAL_KEY:
+        bands = eval_bands(runs, axis, int(window), versions)
+        ui.plot(charts.headline_figure(bands, title=title, x_title=tables.X_AXES[axis], y_title=y_title, seeds=False, height=340))
+        return axis
     dash = dashes(runs)
     curves = [charts.Curve(run_name(r), r["method"], tables.x_values(data[r["id"]], axis),
                            tables.smooth(data[r["id"]]["series"].get(key) or [], window), dash=dash[r["id"]])
               for r in runs]
-    y_title, fmt = CURVES[key]
-    ui.plot(charts.lines_figure(curves, title=f"{key} per step", x_title=tables.X_AXES[axis], y_title=y_title, y_tickformat=fmt))
+    ui.plot(charts.lines_figure(curves, title=title, x_title=tables.X_AXES[axis], y_title=y_title, y_tickformat=fmt))
     if axis != "step":
         st.caption("Cumulative x values integrate the plotted points (exact when no step was decimated away); "
                    "wall time is the run's logged training time `time/elapsed_s` (evaluation excluded).")
@@ -203,10 +247,13 @@ def main() -> None:
                             help="Ratios in the table are against this run (default: the first GRPO run).")
     cmp = ui.compare(url, token, tuple(ids), baseline, versions)
     key = st.session_state.get("cmp_metric", next(iter(CURVES)))
-    data = {r["id"]: ui.metrics(url, token, r["id"], tuple(dict.fromkeys((key, *BASE_KEYS))), MAX_POINTS, ui.version(r)) for r in runs}
+    step_keys = () if key == group_view.EVAL_KEY else (key,)
+    data = {r["id"]: ui.metrics(url, token, r["id"], tuple(dict.fromkeys((*step_keys, *BASE_KEYS))), MAX_POINTS, ui.version(r))
+            for r in runs}
     if any(ui.is_live(r) for r in runs):
         st.caption("Some runs are still training: reload the page (or change a control) for their newest steps.")
-    axis = curves_section(runs, data)
+    headline(runs, cmp, versions)
+    axis = curves_section(runs, data, versions)
     waterfall_section(cmp)
     zero_acc_section(runs, data, axis)
     table_section(runs, cmp)

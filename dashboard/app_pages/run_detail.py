@@ -1,6 +1,6 @@
 """Run detail: one run's live curves (a fragment re-polls the API every 2 s while the run is
-queued or running, without reloading the page), its evaluations, its config and, for a
-failed run, the error text."""
+queued or running, without reloading the page), held-out accuracy first once it has evaluated,
+its evaluations, its config and, for a failed run, the error text."""
 
 import streamlit as st
 
@@ -72,17 +72,30 @@ def progress(run: dict, last: dict) -> None:
     c1.metric("Step", f"{run['current_step']} / {run['total_steps']}")
     c2.metric("Status", run["status"])
     reward = last.get("reward/mean")
-    c3.metric("Reward (last step)", "–" if reward is None else f"{reward:.3f}")
+    c3.metric("Reward (last step)", "–" if reward is None else f"{reward:.3f}",
+              help="Mean reward of this step's generated rollouts (`reward/mean`): a training signal, not held-out accuracy. "
+                   "For AERO they include rescue rounds on prompts with no correct answer, so it runs lower by construction.")
     step_s = last.get("time/step_s")
     c4.metric("Step time", "–" if step_s is None else f"{step_s:.2f} s")
     st.progress(float(run["progress"] or 0.0), text=f"{100 * float(run['progress'] or 0.0):.0f}% of {run['total_steps']} steps")
 
 
-def curves(run: dict, m: dict) -> None:
+def heldout(run: dict, rows: list[dict]) -> list:
+    """The held-out Avg@k chart (every benchmark pooled) when the run has evaluated: the first
+    chart, since held-out accuracy, not the training reward, is what a run is judged by."""
+    overall = sorted((e for e in rows if e["benchmark"] == "overall"), key=lambda e: e["step"])
+    if not overall:
+        return []
+    k = overall[-1].get("k")
+    return [charts.heldout_figure([e["step"] for e in overall], [e["avg_at_k"] for e in overall],
+                                  [e["pass_at_k"] for e in overall], run["method"], k)]
+
+
+def curves(run: dict, m: dict, rows: list[dict]) -> None:
     steps, s, method = m["steps"], m["series"], run["method"]
     if m["stored_steps"] > len(steps):
         st.caption(f"{m['stored_steps']} steps stored; curves show {len(steps)} evenly spaced ones (the last step always).")
-    figs = [charts.reward_figure(steps, s, method), charts.zero_acc_figure(steps, s, method)]
+    figs = [*heldout(run, rows), charts.reward_figure(steps, s, method), charts.zero_acc_figure(steps, s, method)]
     if charts.has_any(s, "strata/rescue", "strata/low", "strata/high"):
         figs.append(charts.strata_figure(steps, s))
     figs += [charts.rollouts_figure(steps, s, method), charts.time_split_figure(steps, s), charts.flops_figure(steps, s)]
@@ -94,9 +107,8 @@ def curves(run: dict, m: dict) -> None:
     ui.plot(charts.health_figure(steps, s, method))
 
 
-def eval_section(run: dict) -> None:
+def eval_section(run: dict, rows: list[dict]) -> None:
     st.subheader("Evaluation")
-    rows = ui.evals(ui.api_url(), ui.api_token(), run["id"], ui.version(run))
     if not rows:
         every = run["config"].get("eval_every")
         when = f"every {every} steps and at the end" if every else "at the end of training"
@@ -108,14 +120,6 @@ def eval_section(run: dict) -> None:
                f"Pass@{k} = unbiased estimate that one of {k} samples is correct; 95% bootstrap CIs over problems.")
     st.dataframe(df, hide_index=True, column_config={"Avg@k": st.column_config.NumberColumn(f"Avg@{k}", format="%.3f"),
                                                      "Pass@k": st.column_config.NumberColumn(f"Pass@{k}", format="%.3f")})
-    overall = sorted((e for e in rows if e["benchmark"] == "overall"), key=lambda e: e["step"])
-    if len(overall) > 1:
-        x = [e["step"] for e in overall]
-        fig = charts.lines_figure([charts.Curve(f"Avg@{k}", run["method"], x, [e["avg_at_k"] for e in overall]),
-                                   charts.Curve(f"Pass@{k}", run["method"], x, [e["pass_at_k"] for e in overall], dash="dash")],
-                                  title="Held-out accuracy over training (all benchmarks pooled)", x_title="step",
-                                  y_title="accuracy (0–1)", y_range=[0, 1.02], height=300)
-        ui.plot(fig)
 
 
 def live_panel(run_id: int, was_live: bool) -> None:
@@ -124,13 +128,14 @@ def live_panel(run_id: int, was_live: bool) -> None:
         ui.clear_caches()  # the runs list (run picker labels) still says running
         st.rerun()  # finished: redraw the whole page once, without the timer
     m = ui.metrics(ui.api_url(), ui.api_token(), run_id, KEYS, MAX_POINTS, ui.version(run))
+    rows = ui.evals(ui.api_url(), ui.api_token(), run_id, ui.version(run))
     progress(run, tables.last_values(m))
     if not m["steps"]:
         st.info("No training step has been logged yet." + (" Curves appear here as soon as the first step lands — "
                 "no need to reload." if ui.is_live(run) else ""), icon=":material/hourglass_empty:")
     else:
-        curves(run, m)
-    eval_section(run)
+        curves(run, m, rows)
+    eval_section(run, rows)
 
 
 @ui.guarded

@@ -14,7 +14,9 @@ COLUMNS = {
     "id": st.column_config.NumberColumn("id", width="small"),
     "progress": st.column_config.ProgressColumn("progress", min_value=0.0, max_value=1.0, format="percent"),
     "step time (s)": st.column_config.NumberColumn("step time (s)", format="%.2f", help="Seconds, last step (time/step_s)."),
-    "reward": st.column_config.NumberColumn("reward", format="%.3f", help="Mean reward of the last step's rollouts (reward/mean)."),
+    "reward": st.column_config.NumberColumn("reward", format="%.3f", help=(
+        "Mean reward of the last step's generated rollouts (reward/mean): a training signal, not held-out accuracy; "
+        "for AERO they include rescue rounds on unsolved prompts, so it reads lower.")),
     "zero-acc ratio": st.column_config.NumberColumn("zero-acc ratio", format="percent",
                                                     help="Prompts with no correct rollout after rescue, last step."),
     "sweep": st.column_config.NumberColumn("sweep", format="%d"),

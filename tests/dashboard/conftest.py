@@ -138,17 +138,33 @@ def varied_metrics(method: str, step: int, total: int, seed: int) -> dict[str, f
     return m
 
 
+REACH_CURVES = {  # overall Avg@8 at steps 0, 5, 10, 15, 20 (reach tests), plus 0.01 x seed
+    "grpo": (0.30, 0.35, 0.40, 0.45, 0.50),  # final .45 (last 3), gain .15; smoothed .3 .325 .35 .4 .45
+    "aero": (0.30, 0.45, 0.50, 0.50, 0.50),  # smoothed .3 .375 .417 .483 .5: every target, sooner
+    "dapo": (0.30, 0.30, 0.30, 0.30, 0.30),  # never learns: "not reached"
+}
+
+
+def reach_evals(method: str, step: int, seed: int) -> dict[str, dict]:
+    """An 'overall' evaluation (no per-problem counts) following :data:`REACH_CURVES`."""
+    avg = REACH_CURVES[method][step // 5] + 0.01 * seed
+    return {"overall": {"n": 8, "k": 8, "avg_at_k": avg, "pass_at_k": min(1.0, avg + 0.2),
+                        "avg_ci": [avg - 0.04, avg + 0.04], "pass_ci": [avg + 0.1, min(1.0, avg + 0.3)]}}
+
+
 def config(method: str, steps: int, seed: int = 0) -> dict:
     return RunConfig(method=method, steps=steps, seed=seed, eval_every=15).model_dump(mode="json")
 
 
 def add_run(url: str, method: str, *, steps: int, done: int, status: str, seed: int = 0, sweep_id: int | None = None,
             error: str | None = None, evals_at: tuple[int, ...] = (), tags: tuple[str, ...] = (), name: str | None = None,
-            vary: bool = False) -> int:
+            vary: bool = False, evals_of=None) -> int:
     """Insert a run in ``status`` with ``done`` steps of fake metrics (and evals at ``evals_at``);
-    ``vary``: metrics and per-problem evals that depend on the seed (seed-group tests)."""
+    ``vary``: metrics and per-problem evals that depend on the seed (seed-group tests);
+    ``evals_of(step)``: the evaluation results at a step, instead of the built-in ones."""
     metrics_of = (lambda t: varied_metrics(method, t, steps, seed)) if vary else (lambda t: fake_metrics(method, t, steps))
-    evals_of = (lambda t: varied_evals(method, t, seed)) if vary else (lambda t: fake_evals(method, t))
+    if evals_of is None:
+        evals_of = (lambda t: varied_evals(method, t, seed)) if vary else (lambda t: fake_evals(method, t))
     with session_scope(url) as s:
         run = create_run(s, config(method, steps, seed), queue="cpu", sweep_id=sweep_id, tags=tags, name=name)
         run.status, run.current_step, run.progress, run.error = status, done, done / steps, error
@@ -236,6 +252,24 @@ def seed_groups(tmp_path_factory) -> Iterator[LiveApi]:
 
 
 @pytest.fixture(scope="session")
+def reach_groups(tmp_path_factory) -> Iterator[LiveApi]:
+    """A live API with sweep "reach": GRPO, AERO and DAPO x seeds 0, 1 (20 steps, seed-dependent
+    costs), each evaluated at steps 0, 5, 10, 15, 20 along :data:`REACH_CURVES`: AERO reaches
+    every fraction of GRPO's gain sooner, DAPO none."""
+    tmp = tmp_path_factory.mktemp("reach")
+    url = f"sqlite:///{tmp / 'aero.sqlite'}"
+    with serve(url, tmp) as api:
+        with session_scope(url) as s:
+            api.ids["sweep"] = create_sweep(s, "reach", {"methods": ["grpo", "aero", "dapo"], "seeds": [0, 1]}).id
+        for method in REACH_CURVES:
+            for seed in (0, 1):
+                api.ids[f"{method}{seed}"] = add_run(url, method, steps=20, done=20, status="succeeded", seed=seed,
+                                                     sweep_id=api.ids["sweep"], evals_at=(0, 5, 10, 15, 20), vary=True,
+                                                     evals_of=lambda t, m=method, sd=seed: reach_evals(m, t, sd))
+        yield api
+
+
+@pytest.fixture(scope="session")
 def empty_api(tmp_path_factory) -> Iterator[LiveApi]:
     tmp = tmp_path_factory.mktemp("empty")
     with serve(f"sqlite:///{tmp / 'aero.sqlite'}", tmp) as api:
@@ -260,7 +294,8 @@ def helpers() -> SimpleNamespace:
     """The seeding helpers for test modules (importing conftest by name is not reliable under
     --import-mode=importlib)."""
     return SimpleNamespace(app=APP, add_run=add_run, fake_metrics=fake_metrics, varied_metrics=varied_metrics,
-                           varied_evals=varied_evals, free_port=free_port, create_sweep=create_sweep, session_scope=session_scope)
+                           varied_evals=varied_evals, reach_evals=reach_evals, free_port=free_port, create_sweep=create_sweep,
+                           session_scope=session_scope, serve=serve)
 
 
 @pytest.fixture

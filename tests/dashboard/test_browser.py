@@ -4,7 +4,8 @@ reaper, dashboard) in a temp data dir, driven by Playwright on Debian's chromium
 Submits a tiny AERO run through the Launch form, watches its step count rise on the run page
 without a page reload (the live fragment), launches the ablation-ladder sweep, then finds the
 waterfalls and the benchmark table on Compare, and finally compares a GRPO/AERO x 2 seeds sweep
-(seed bands in the Plotly figures, a p-value in the Table-1 table). A full-page screenshot of every page lands in
+(the headline charts side by side on top with the compute-to-reach heading, seed bands in the
+Plotly figures, a p-value in the Table-1 table). A full-page screenshot of every page lands in
 test-artifacts/screenshots/ (gitignored; CI keeps it as an artifact).
 
 Needs /usr/bin/chromium (scripts/install.sh installs it); no browser download.
@@ -150,10 +151,11 @@ BANDS_JS = """(min) => {
 
 
 def launch_seed_sweep(platform) -> int:
-    """POST a 2 methods x 2 seeds sweep of tiny 2-step runs and wait until every run finished."""
+    """POST a 2 methods x 2 seeds sweep of tiny 2-step runs, evaluated at steps 0, 1 and 2 (the
+    headline's curves need more than one point), and wait until every run finished."""
     token = (platform.data / "admin.token").read_text().strip()
     body = {"name": "seeds", "methods": ["grpo", "aero"], "seeds": [0, 1],
-            "base": {"preset": "tiny", "steps": 2, "batch_prompts": 4, "eval_every": 0, "eval_problems": 4}}
+            "base": {"preset": "tiny", "steps": 2, "batch_prompts": 4, "eval_every": 1, "eval_problems": 4}}
     with httpx.Client(base_url=platform.api + "/api", headers={"Authorization": f"Bearer {token}"}, timeout=30) as api:
         resp = api.post("/sweeps", json=body)
         assert resp.status_code == 201, resp.text
@@ -256,10 +258,24 @@ def test_launch_watch_compare_in_a_browser(platform, page):
     no_exceptions(pg)
     screenshot(pg, "compare-one-run")
 
-    # -- Seed groups: GRPO and AERO x seeds 0, 1 (REST, with the admin token `aero up` wrote), then bands and p-values
+    # -- Seed groups: GRPO and AERO x seeds 0, 1 (REST, with the admin token `aero up` wrote), then the headline,
+    #    bands and p-values
     sid = launch_seed_sweep(platform)
     open_page(pg, platform.dash + f"/compare?sweep={sid}", "Compare")
     pg.get_by_text("Aggregate seeds").first.wait_for()
+    # the paper's headline on top: accuracy vs FLOPs and vs time side by side, then compute to reach GRPO's accuracy
+    pg.get_by_role("heading", name="Compute to reach GRPO's accuracy").first.wait_for()
+    flops = pg.locator(".js-plotly-plot").filter(has_text="Held-out Avg@8 vs training FLOPs").first
+    time_ = pg.locator(".js-plotly-plot").filter(has_text="Held-out Avg@8 vs training time").first
+    flops.wait_for()
+    time_.wait_for()
+    a, b = flops.bounding_box(), time_.bounding_box()
+    assert abs(a["y"] - b["y"]) < 5 and a["x"] < b["x"], (a, b)  # side by side
+    first_plot = pg.locator(".js-plotly-plot").first.bounding_box()
+    assert first_plot["y"] >= a["y"] - 1, "the headline is not the first chart"
+    pg.wait_for_timeout(1000)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    pg.screenshot(path=str(SHOTS / "compare-headline.png"))  # the top of the page, as a reader first sees it
     pg.get_by_role("heading", name="Benchmarks (paper Table 1)").first.wait_for()
     bands = pg.wait_for_function(BANDS_JS, arg=2).json_value()  # Plotly keeps each figure's traces on its div
     assert {b["group"] for b in bands} >= {"grpo", "aero"}, bands
@@ -270,4 +286,5 @@ def test_launch_watch_compare_in_a_browser(platform, page):
     assert pg.locator(".js-plotly-plot").filter(has_text="(—)").count() >= 1  # the baseline's Total cell
     no_exceptions(pg)
     screenshot(pg, "compare-seeds")
-    assert {"overview.png", "launch.png", "run.png", "runs.png", "sweeps.png", "compare.png"} <= {p.name for p in SHOTS.glob("*.png")}
+    assert {"overview.png", "launch.png", "run.png", "runs.png", "sweeps.png", "compare.png",
+            "compare-headline.png"} <= {p.name for p in SHOTS.glob("*.png")}

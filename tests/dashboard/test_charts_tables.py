@@ -317,3 +317,71 @@ def test_zero_acc_band_figure():
 
 def test_dash_by_method():
     assert charts.dash_by_method(["grpo", "aero", "aero", "grpo", "aero"]) == ["solid", "solid", "dash", "dash", "dot"]
+
+
+# ---------------------------------------------------------------- the headline: accuracy vs compute, compute to reach
+
+
+def test_headline_figure_draws_targets_and_markers():
+    b = band("grpo", "grpo", [0.0, 1e9, 2e9], [0.3, 0.4, 0.5], [0.25, 0.35, 0.45], [0.35, 0.45, 0.55], [2, 2, 2])
+    fig = charts.headline_figure([b], title="Held-out Avg@8 vs training FLOPs", x_title="cumulative training FLOPs",
+                                 y_title="Avg@8", targets=[(0.4, "50% of GRPO's gain")], x_tickformat="~s")
+    line = next(t for t in fig.data if t.fill != "toself")
+    assert line.mode == "lines+markers" and "95% CI across seeds" in fig.layout.title.text
+    assert fig.layout.shapes[0].y0 == 0.4 and fig.layout.annotations[0].text == "50% of GRPO's gain"
+    one = band("#1 GRPO s0", "grpo", [0.0, 1.0], [0.3, 0.4], [None, None], [None, None], [1, 1])
+    fig = charts.headline_figure([one], title="t", x_title="x", y_title="y", seeds=False)
+    assert "CI" not in fig.layout.title.text and "CI" not in fig.data[0].hovertemplate and len(fig.data) == 1
+
+
+REACH = {
+    "baseline": "g", "window": 3, "fractions": [0.5, 1.0],
+    "targets": [{"fraction": 0.5, "accuracy": stat(0.4)}, {"fraction": 1.0, "accuracy": stat(0.5)}],
+    "groups": [
+        {"key": "g", "label": "grpo", "method": "grpo", "reason": None, "targets": [
+            {"fraction": 0.5, "reached": 2, "of": 2, "step": stat(30.0), "flops": stat(6e10, 5e10, 7e10), "seconds": stat(6.0),
+             "ratio": {"flops": rstat(1.0), "seconds": rstat(1.0)}},
+            {"fraction": 1.0, "reached": 2, "of": 2, "step": stat(60.0), "flops": stat(1.2e11), "seconds": stat(12.0),
+             "ratio": {"flops": rstat(1.0), "seconds": rstat(1.0)}}]},
+        {"key": "a", "label": "aero", "method": "aero", "reason": None, "targets": [
+            {"fraction": 0.5, "reached": 1, "of": 2, "step": stat(20.0, n=1), "flops": stat(2e10, n=1), "seconds": stat(2.0, n=1),
+             "ratio": {"flops": rstat(1 / 3, n=1), "seconds": rstat(0.35, n=1)}},
+            {"fraction": 1.0, "reached": 0, "of": 2, "step": stat(None), "flops": stat(None), "seconds": stat(None),
+             "ratio": {"flops": rstat(None, n=0), "seconds": rstat(None, n=0)}}]},
+        {"key": "d", "label": "dapo", "method": "dapo", "reason": "no run shares a seed with the baseline group", "targets": []},
+    ],
+}
+
+
+def test_reach_table_cells_not_reached_and_bold():
+    t = tables.reach_table(tables.group_reach_entries(REACH), REACH, "GRPO", k=8)
+    assert t.columns == ["method", "50% of GRPO's gain<br>(Avg@8 ≥ 0.400)", "100% of GRPO's gain<br>(Avg@8 ≥ 0.500)"]
+    grpo, aero, dapo = t.rows
+    assert grpo == ["grpo (baseline)", "60 ± 10 GFLOP<br>6 s", "120 GFLOP<br>12 s"]  # no ratio to itself
+    assert aero[1] == "20 GFLOP<br>2 s<br>0.33× FLOPs<br>0.35× time<br>not reached (1/2 seeds)"
+    assert aero[2] == "not reached (2/2 seeds)"
+    assert dapo == ["dapo", "no run shares a seed with the baseline group", "–"]
+    # least FLOPs among those that reached; at 100% only GRPO did: nothing to single out
+    assert t.bold == [[False, False, False], [False, True, False], [False, False, False]]
+    f = t.frame.set_index("label")
+    assert f.loc["aero", "50%:reached"] == 1 and f.loc["aero", "50%:of"] == 2
+    assert f.loc["aero", "50%:ratio_flops"] == pytest.approx(1 / 3) and f.loc["grpo", "50%:flops_lo"] == 5e10
+
+
+def test_run_reach_entries_are_groups_of_one():
+    reach = {"baseline_run_id": 1, "targets": [{"fraction": 0.5, "accuracy": 0.4}], "runs": [
+        {"run_id": 1, "targets": [{"fraction": 0.5, "accuracy": 0.4, "reached": True, "step": 30, "flops": 60.0, "seconds": 6.0,
+                                   "ratio": {"flops": 1.0, "seconds": 1.0}}]},
+        {"run_id": 2, "targets": [{"fraction": 0.5, "accuracy": 0.4, "reached": False, "step": None, "flops": None,
+                                   "seconds": None, "ratio": {"flops": None, "seconds": None}}]}]}
+    entries = tables.run_reach_entries(reach, {1: "#1 GRPO s0", 2: "#2 DAPO s0"}, {1: "grpo", 2: "dapo"})
+    assert entries[0]["baseline"] and entries[1]["targets"][0]["reached"] == 0 and entries[1]["targets"][0]["of"] == 1
+    t = tables.reach_table(entries, reach, "GRPO", seeds=False)
+    assert t.columns[1] == "50% of GRPO's gain<br>(Avg@k ≥ 0.400)"
+    assert t.rows == [["#1 GRPO s0 (baseline)", "60 FLOP<br>6 s"], ["#2 DAPO s0", "not reached"]]
+
+
+def test_table_figure_is_as_tall_as_its_rows():
+    two = charts.table_figure(["a"], [["x"]], [[False]])
+    tall = charts.table_figure(["a<br>b"], [["x<br>y<br>z"], ["x"]], [[False], [False]])
+    assert two.layout.height == 45 + 48 and tall.layout.height == 45 + 18 + (12 + 18 * 3) + 48

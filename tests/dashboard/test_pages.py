@@ -46,6 +46,28 @@ def fig_title(fig: dict) -> str:
     return (fig["layout"].get("title") or {}).get("text", "")
 
 
+def plain_title(fig: dict) -> str:
+    """The title without its grey note (what a curve measures, the band level)."""
+    return fig_title(fig).split(" <span")[0]
+
+
+def fig_titled(at: AppTest, start: str) -> dict:
+    """The first figure whose title starts with ``start``."""
+    return next(f for f in figures(at) if fig_title(f).startswith(start))
+
+
+def tables_of(at: AppTest) -> list[dict]:
+    """The Plotly tables, as {header: [...], cells: [[column]...]} without bold tags."""
+    out = []
+    for f in figures(at):
+        tr = f["data"][0] if f["data"] else {}
+        if tr.get("type") == "table":
+            strip = lambda v: v.replace("<b>", "").replace("</b>", "")  # noqa: E731
+            out.append({"header": [strip(h) for h in tr["header"]["values"]],
+                        "cells": [[strip(c) for c in col] for col in tr["cells"]["values"]]})
+    return out
+
+
 def texts(elements) -> str:
     return "\n".join(str(e.value) for e in elements)
 
@@ -249,11 +271,14 @@ def test_run_detail_live_run_draws_every_chart(seeded, use_api):
     no_errors(at)
     assert {m.label: m.value for m in at.metric}["Step"] == "12 / 40"
     assert "Live: refreshing every 2 s" in texts(at.caption)
-    titles = [fig_title(f) for f in figures(at)]
-    assert titles == ["Reward (accuracy)", "Zero-accuracy ratio", "Prompt strata after exploration", "Rollouts per step",
-                      "Time per step", "FLOPs per step", "Optimisation health"]
-    reward = figures(at)[0]["data"][0]
-    assert reward["x"] == list(range(1, 13)) and reward["line"]["color"] == "#E45756"  # AERO's colour
+    titles = [plain_title(f) for f in figures(at)]  # no evaluation yet: no held-out chart
+    assert titles == ["Training reward (not held-out accuracy)", "Zero-accuracy ratio", "Prompt strata after exploration",
+                      "Rollouts per step", "Time per step", "FLOPs per step", "Optimisation health"]
+    reward = figures(at)[0]["data"]
+    assert reward[0]["x"] == list(range(1, 13)) and reward[0]["line"]["color"] == "#E45756"  # AERO's colour
+    # the chart says what the reward measures: AERO's generated rollouts include rescue rounds
+    assert "rescue rounds" in fig_title(figures(at)[0]) and "incl. rescue rounds (reward/mean)" in reward[0]["name"]
+    assert "curated (reward/trained_mean)" in reward[1]["name"]
     assert "No evaluation yet" in texts(at.caption)
 
 
@@ -271,7 +296,7 @@ def test_run_detail_shows_new_steps_on_the_next_refresh(fresh_api, use_api, help
         record_progress(s, rid, 3, 10)
     at.run()
     assert {m.label: m.value for m in at.metric}["Step"] == "3 / 10"
-    assert figures(at)[0]["data"][0]["x"] == [1, 2, 3]
+    assert fig_titled(at, "Training reward")["data"][0]["x"] == [1, 2, 3]
 
 
 def test_run_detail_failed_run_shows_error_text(seeded, use_api):
@@ -290,7 +315,9 @@ def test_run_detail_queued_and_evals(seeded, use_api):
     df = at.dataframe[0].value
     assert list(df["benchmark"]) == ["L1", "L2", "overall"] and list(df["step"]) == [30, 30, 30]
     assert df.set_index("benchmark").loc["overall", "Avg@k CI"] == "[0.490, 0.570]"
-    assert "Held-out accuracy over training (all benchmarks pooled)" in [fig_title(f) for f in figures(at)]
+    first = figures(at)[0]  # held-out accuracy first, the training reward after it
+    assert plain_title(first) == "Held-out Avg@8 over training" and [t["name"] for t in first["data"]] == ["Avg@8", "Pass@8"]
+    assert first["data"][0]["x"] == [15, 30] and plain_title(figures(at)[1]) == "Training reward (not held-out accuracy)"
 
 
 def test_run_detail_unknown_run(seeded, use_api):
@@ -307,23 +334,29 @@ def test_compare_sweep_measured_waterfall_fig9_and_table(seeded, use_api):
     at = open_page("compare", {"sweep": str(seeded.ids["sweep"])})
     no_errors(at)
     figs = figures(at)
-    titles = [fig_title(f) for f in figs]
-    assert titles[0] == "reward/mean per step" and len(figs[0]["data"]) == 4
-    colors = {tr["name"].split(" ", 1)[1].rsplit(" ", 1)[0]: tr["line"]["color"] for tr in figs[0]["data"]}
+    titles = [plain_title(f) for f in figs]
+    # the headline first; these runs have no step-0 evaluation, so the reach table says why it is missing
+    assert titles[:2] == ["Held-out Avg@8 vs training FLOPs", "Held-out Avg@8 vs training time"]
+    assert "no step-0 evaluation of the base" in texts(at.info)
+    assert titles[2] == "held-out Avg@k (overall) at each evaluation" and len(figs[2]["data"]) == 4  # the default curve
+    colors = {tr["name"].split(" ", 1)[1].rsplit(" ", 1)[0]: tr["line"]["color"] for tr in figs[2]["data"]}
     assert colors == {"GRPO": "#4C78A8", "AERO S1 only": "#72B7B2", "AERO S1+S2": "#B279A2", "AERO": "#E45756"}
-    time_wf, flops_wf = figs[1], figs[2]
+    assert figs[2]["data"][0]["x"] == [15, 30]  # evaluation steps
+    figs = figs[3:]
+    titles = titles[3:]
+    time_wf, flops_wf = figs[0], figs[1]
     assert "measured from ablation runs, sweep #1" in fig_title(time_wf)
     # time/train_s per step = trained rollouts x 3 ms: GRPO 256, S1 180, S1+S2 120, AERO 70
     assert time_wf["data"][0]["y"] == pytest.approx([0.768, 0.228, 0.18, 0.15, 0.21])
     assert time_wf["data"][0]["x"] == ["GRPO", "S1 early rescue", "S2 Bayesian", "S3 rejection", "AERO"]
     assert flops_wf["data"][0]["y"] == pytest.approx([256 * 40 * 6e6, 76 * 40 * 6e6, 60 * 40 * 6e6, 50 * 40 * 6e6, 70 * 40 * 6e6])
-    assert titles[3].startswith("Zero-accuracy ratio")
-    table = figs[4]["data"][0]
+    assert titles[2].startswith("Zero-accuracy ratio")
+    table = figs[3]["data"][0]
     header = table["header"]["values"]
     assert header[:3] == ["<b>run</b>", "<b>time / step</b>", "<b>FLOPs / step</b>"] and "<b>Avg@8 total</b>" in header
     total = table["cells"]["values"][header.index("<b>Avg@8 total</b>")]
     assert total[3].startswith("<b>0.530 (1.10×)") and not total[0].startswith("<b>")  # AERO best, in bold
-    pass_header = figs[5]["data"][0]["header"]["values"]
+    pass_header = figs[4]["data"][0]["header"]["values"]
     assert pass_header == ["<b>run</b>", "<b>Pass@8 L1</b>", "<b>Pass@8 L2</b>", "<b>Pass@8 total</b>"]
     assert at.get("download_button")[0].label == "Download table (CSV)"
 
@@ -332,7 +365,7 @@ def test_compare_runs_uses_counterfactual_waterfall(seeded, use_api):
     use_api(seeded)
     at = open_page("compare", {"runs": f"{seeded.ids['dapo']},{seeded.ids['running']}"})
     no_errors(at)
-    wf = figures(at)[1]
+    wf = fig_titled(at, "Time per step: GRPO → AERO")
     assert f"counterfactual accounting, run #{seeded.ids['running']}" in fig_title(wf)
     # baseline = what AERO trained (70 x 3 ms) + logged savings (76 + 60 + 50) x 3 ms
     assert wf["data"][0]["y"] == pytest.approx([0.768, 0.228, 0.18, 0.15, 0.21])
@@ -350,10 +383,14 @@ def test_compare_cumulative_flops_axis(seeded, use_api):
     use_api(seeded)
     at = open_page("compare", {"sweep": str(seeded.ids["sweep"])})
     at.get("button_group")[1].set_value("flops").run()  # [0] = sweep/runs, [1] = x axis
-    grpo = figures(at)[0]["data"][0]
     per_step = 256 * 10 * 20 * 2e6 * 0 + (16 * 16) * 20 * 2e6 + 256 * 40 * 6e6  # flops/total of GRPO in conftest
-    assert grpo["x"][:3] == pytest.approx([per_step, 2 * per_step, 3 * per_step])
-    assert figures(at)[0]["layout"]["xaxis"]["title"]["text"] == "cumulative FLOPs"
+    heldout = fig_titled(at, "held-out Avg@k")  # at the evaluations (steps 15, 30), on the exact cumulative FLOPs
+    assert heldout["data"][0]["x"] == pytest.approx([15 * per_step, 30 * per_step])
+    at.selectbox(key="cmp_metric").set_value("reward/mean").run()
+    fig = fig_titled(at, "reward/mean per step")
+    assert "not held-out accuracy" in fig_title(fig)  # says what the reward measures
+    assert fig["data"][0]["x"][:3] == pytest.approx([per_step, 2 * per_step, 3 * per_step])
+    assert fig["layout"]["xaxis"]["title"]["text"] == "cumulative FLOPs"
 
 
 def test_compare_empty(empty_api, use_api):
@@ -394,9 +431,11 @@ def test_compare_sweep_aggregates_seed_groups(seed_groups, use_api):
                     params={"run_ids": ",".join(str(seed_groups.ids[k]) for k in ("grpo0", "grpo1", "grpo2", "aero0", "aero1"))}).json()
     grpo, aero = api["groups"]
     assert at.selectbox(key="cmp_baseline_group").value == grpo["key"] == api["baseline"]
+    assert [plain_title(f) for f in figures(at)[:2]] == ["Held-out Avg@8 vs training FLOPs", "Held-out Avg@8 vs training time"]
+    at.selectbox(key="cmp_metric").set_value("reward/mean").run()
     figs = figures(at)
-    curves = figs[0]
-    assert fig_title(curves).startswith("reward/mean per step") and "95% CI across seeds" in fig_title(curves)
+    curves = fig_titled(at, "reward/mean per step")
+    assert "95% CI across seeds" in fig_title(curves)
     lines = [t for t in curves["data"] if t.get("fill") != "toself"]
     bands = [t for t in curves["data"] if t.get("fill") == "toself"]
     assert [t["name"] for t in lines] == ["grpo", "aero"]  # legend by group label
@@ -450,7 +489,7 @@ def test_compare_seed_groups_toggle_off_and_baseline_choice(seed_groups, use_api
     assert total[1].endswith("(—)") and "(p" in total[0] and "(p" in total[2]
     at.toggle(key="cmp_agg").set_value(False).run()  # per-run view, as before
     no_errors(at)
-    curves = figures(at)[0]
+    curves = fig_titled(at, "held-out Avg@k")
     assert len(curves["data"]) == 5 and not any(t.get("fill") for t in curves["data"])
     assert at.selectbox(key="cmp_baseline").value == ids[0]
 
@@ -460,3 +499,73 @@ def test_compare_without_seed_groups_has_no_toggle(seeded, use_api):
     at = open_page("compare", {"sweep": str(seeded.ids["sweep"])})  # one run per method
     no_errors(at)
     assert not [t for t in at.toggle if t.key == "cmp_agg"]
+
+
+# ---------------------------------------------------------------- compare: the headline (accuracy vs compute, compute to reach)
+
+GRPO_FLOPS = 256 * 20 * 2e6 + 256 * 40 * 6e6  # flops/total per step of GRPO in conftest.fake_metrics (seed 0)
+AERO_FLOPS = 280 * 20 * 2e6 + 70 * 40 * 6e6
+
+
+def test_compare_headline_and_reach_table_come_first(reach_groups, use_api):
+    use_api(reach_groups)
+    at = open_page("compare", {"sweep": str(reach_groups.ids["sweep"])})
+    no_errors(at)
+    figs = figures(at)
+    assert [plain_title(f) for f in figs[:2]] == ["Held-out Avg@8 vs training FLOPs", "Held-out Avg@8 vs training time"]
+    flops = figs[0]
+    lines = [t for t in flops["data"] if t.get("fill") != "toself"]
+    assert [t["name"] for t in lines] == ["grpo", "aero", "dapo"]
+    assert sum(t.get("fill") == "toself" for t in flops["data"]) == 3  # a seed band per method
+    # GRPO's smoothed Avg@8 (.3 .325 .35 .4 .45, + .01 x seed) at its eval points' FLOPs: both seeds at 0 FLOPs; seed 1
+    # costs 5% more per step, so its last evaluation lies beyond seed 0's and stands alone there
+    assert lines[0]["y"][0] == pytest.approx(0.305) and lines[0]["customdata"][0][1] == 2
+    assert lines[0]["y"][-1] == pytest.approx(0.46) and lines[0]["customdata"][-1][1] == 1
+    assert flops["layout"]["xaxis"]["title"]["text"].startswith("cumulative training FLOPs")
+    assert "evaluation excluded" in figs[1]["layout"]["xaxis"]["title"]["text"]
+    assert any("100% of GRPO's gain" in a["text"] for a in flops["layout"]["annotations"])  # the target lines
+    headings = [h.value for h in at.subheader]
+    assert headings[:2] == ["Held-out Avg@8 against training compute", "Compute to reach GRPO's accuracy"]
+    # the reach table is the third figure, before the training curves
+    reach = tables_of(at)[0]
+    assert figs[2]["data"][0]["type"] == "table"
+    assert reach["header"][0] == "method" and reach["header"][1].startswith("50% of GRPO's gain")
+    assert "(Avg@8 ≥ 0.380)" in reach["header"][1]  # seeds' targets .375 and .385
+    method, half = reach["cells"][0], reach["cells"][1]
+    assert method == ["grpo (baseline)", "aero", "dapo"]
+    assert [c[-1] for c in reach["cells"][1:]] == ["not reached (2/2 seeds)"] * 4  # DAPO never learns
+    ratio = 5 * AERO_FLOPS / (15 * GRPO_FLOPS)  # AERO reaches 50% at step 5, GRPO at step 15, the same in both seeds
+    aero = half[1].split("<br>")
+    assert aero[0].endswith(" GFLOP") and aero[1].endswith(" s") and aero[2] == f"{ratio:.2f}× [{ratio:.2f}, {ratio:.2f}] FLOPs"
+    assert "×" not in half[0]  # the baseline has no ratio to itself
+    captions = texts(at.caption)
+    for words in ("held-out **Avg@8**", "fixed problems", "eval_temperature", "paired draws", "trailing mean over 3 evaluations",
+                  "evaluation time is not on the x axis", "not reached (k/n seeds)"):
+        assert words in captions, words
+    assert "Download compute to reach (CSV)" in [b.label for b in at.get("download_button")]
+
+
+def test_compare_headline_per_run_without_seeds(reach_groups, use_api):
+    use_api(reach_groups)
+    ids = [reach_groups.ids[k] for k in ("grpo0", "aero0", "dapo0")]
+    at = open_page("compare", {"runs": ",".join(map(str, ids))})  # one seed per method: the per-run view
+    no_errors(at)
+    assert not [t for t in at.toggle if t.key == "cmp_agg"]
+    figs = figures(at)
+    assert [plain_title(f) for f in figs[:2]] == ["Held-out Avg@8 vs training FLOPs", "Held-out Avg@8 vs training time"]
+    grpo = figs[0]["data"][0]
+    assert not any(t.get("fill") for t in figs[0]["data"])  # one run per line: no bands
+    assert grpo["x"] == pytest.approx([0, 5 * GRPO_FLOPS, 10 * GRPO_FLOPS, 15 * GRPO_FLOPS, 20 * GRPO_FLOPS])
+    assert grpo["y"] == pytest.approx([0.3, 0.325, 0.35, 0.4, 0.45])  # smoothed over 3 evaluations
+    reach = tables_of(at)[0]
+    assert reach["cells"][0] == [f"#{ids[0]} GRPO s0 (baseline)", f"#{ids[1]} AERO s0", f"#{ids[2]} DAPO s0"]
+    assert [c[2] for c in reach["cells"][1:]] == ["not reached"] * 4
+    assert f"<br>{5 * AERO_FLOPS / (15 * GRPO_FLOPS):.2f}× FLOPs<br>" in reach["cells"][1][1]
+
+
+def test_run_detail_defaults_to_held_out_accuracy(reach_groups, use_api):
+    use_api(reach_groups)
+    at = open_page("run_detail", {"run": str(reach_groups.ids["aero0"])})
+    no_errors(at)
+    first = figures(at)[0]
+    assert plain_title(first) == "Held-out Avg@8 over training" and first["data"][0]["x"] == [0, 5, 10, 15, 20]
