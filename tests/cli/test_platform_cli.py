@@ -40,8 +40,8 @@ def test_several_seeds_or_methods_is_a_sweep():
 
 
 def test_demo_sweep_is_grpo_dapo_aero_on_tiny():
-    body = demo_sweep(30)
-    assert body["methods"] == ["grpo", "dapo", "aero"] and body["base"]["preset"] == "tiny" and body["base"]["steps"] == 30
+    body = demo_sweep()
+    assert body["methods"] == ["grpo", "dapo", "aero"] and body["base"]["preset"] == "tiny" and body["base"]["steps"] == 60
 
 
 def test_worker_argv_skips_broadcast_features_on_the_embedded_broker():
@@ -151,6 +151,7 @@ def test_aero_up_end_to_end(tmp_path):
         res = _cli("compare", "--api", api, "--runs", str(rid), env=env)
         assert res.returncode == 0, res.stderr
         assert "aero (baseline)" in res.stdout and "s / step" in res.stdout and "(n=1)" in res.stdout
+        assert "Compute to reach AERO's accuracy: no targets (no step-0 evaluation" in res.stdout  # eval_every=0
         res = _cli("compare", "--api", api, "--group", f"{rid},{runs[0]['id']}", env=env)  # differs by more than seed
         assert res.returncode == 1 and "query.groups" in res.stderr and "differ in more than the seed" in res.stderr
 
