@@ -46,6 +46,7 @@ DAPO_FIELDS: tuple[tuple[str, str], ...] = (
 CLIP_FIELDS: tuple[tuple[str, str], ...] = (("clip_eps", "clip eps"),)
 ADVANCED_FIELDS: tuple[tuple[str, str], ...] = (
     ("temperature", "temperature"), ("max_new_tokens", "max new tokens"), ("eval_every", "eval every (steps)"),
+    ("eval_temperature", "eval temperature"),
     ("eval_n", "eval samples per problem (k)"), ("eval_problems", "eval problems per benchmark"),
     ("checkpoint_every", "checkpoint every (steps)"), ("entropy_coef", "entropy coef"), ("kl_coef", "KL coef"),
     ("device", "device"),
