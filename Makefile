@@ -1,8 +1,9 @@
 # One command each: `make up` starts the platform (embedded defaults + demo sweep);
-# `make test` runs the whole test suite. Both install into .venv on first use.
+# `make test` runs the whole test suite. Both install into .venv on first use; only `make test`
+# also installs a browser (chromium, for the dashboard's browser tests).
 .PHONY: install up test bench
 
-.venv/.installed: pyproject.toml scripts/install.sh
+.venv/.installed: pyproject.toml scripts/install.sh scripts/install_torch.sh
 	bash scripts/install.sh
 
 install: .venv/.installed
@@ -11,6 +12,7 @@ up: .venv/.installed
 	.venv/bin/aero up --demo
 
 test: .venv/.installed
+	bash scripts/install_browser.sh
 	bash scripts/services.sh
 	.venv/bin/python -m pytest -q
 

@@ -46,15 +46,21 @@ def p_text(p: float) -> str:
     return "p<0.001" if p < 0.001 else f"p={p:.3f}"
 
 
+def runs_text(run_ids: list[int], seeds: list[Any]) -> str:
+    """"#12, #15 (seeds 0, 1)": run ids marked as ids and seeds named, so neither reads as a count."""
+    label = "seed" if len(seeds) == 1 else "seeds"
+    return ", ".join(f"#{i}" for i in run_ids) + f" ({label} {', '.join('?' if s is None else str(s) for s in seeds)})"
+
+
 def cost_table(cmp: Mapping[str, Any]) -> Table:
     t = Table(title=f"Cost per seed group (mean ± {100 * (1 - cmp['alpha']):.0f}% CI across seeds; ratio vs baseline: geometric mean over seed pairs)")
     t.add_column("group")
-    t.add_column("runs (seeds)")
+    t.add_column("runs")
     for _, _, title, _ in COST_COLUMNS:
         t.add_column(title, justify="right")
     for g in cmp["groups"]:
         base = " [bold](baseline)[/]" if g["key"] == cmp["baseline"] else ""
-        t.add_row(g["label"] + base, ",".join(map(str, g["run_ids"])) + f" ({','.join(map(str, g['seeds']))})",
+        t.add_row(g["label"] + base, runs_text(g["run_ids"], g["seeds"]),
                   *[stat_text(g[part].get(key), fmt) for part, key, _, fmt in COST_COLUMNS])
         if g["key"] != cmp["baseline"]:
             t.add_row("  ratio", "", *[ratio_text(g["ratios"][part].get(key)) for part, key, _, _ in COST_COLUMNS])
@@ -164,15 +170,16 @@ def compare_cmd(
     sweep: Annotated[Optional[int], typer.Option("--sweep", help="Compare every run of this sweep.")] = None,
     runs: Annotated[Optional[str], typer.Option("--runs", help="Run ids, comma-separated (grouped by config without seed).")] = None,
     group: Annotated[Optional[list[str]], typer.Option("--group", help="An explicit seed group: run ids, comma-separated; repeatable.")] = None,
-    baseline: Annotated[Optional[int], typer.Option(help="A run id whose group is the baseline [default: the first GRPO group].")] = None,
+    baseline: Annotated[Optional[int], typer.Option(help="A run id whose group is the baseline (default: the first GRPO group).")] = None,
     alpha: Annotated[float, typer.Option(help="1 - confidence level of the intervals.")] = 0.05,
     as_json: Annotated[bool, typer.Option("--json", help="Print the API's JSON instead of tables.")] = False,
     api: ApiOpt = None,
     token: TokenOpt = None,
 ):
-    """Seed groups side by side: cost with CIs, ratios per seed pair, benchmark accuracy with
-    paired p-values, and the compute each group needs to reach the baseline's accuracy (see
-    docs/comparisons.md)."""
+    """Seed groups side by side, with confidence intervals across seeds and paired p-values.
+
+    Cost with CIs and ratios per seed pair, benchmark accuracy with paired p-values, and the
+    compute each group needs to reach the baseline's accuracy (see docs/comparisons.md)."""
     params: dict[str, Any] = {"alpha": alpha}
     with client(api, token, timeout=120.0) as c:
         ids = _csv(runs)

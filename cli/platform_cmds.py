@@ -36,8 +36,10 @@ DEMO_METHODS = ("grpo", "dapo", "aero")
 token_app = typer.Typer(help="API tokens (stored hashed; each is printed once).", no_args_is_help=True)
 app.add_typer(token_app, name="token")
 
-ApiOpt = Annotated[Optional[str], typer.Option("--api", help="API base URL [env AERO_API_URL; default http://127.0.0.1:8000].")]
-TokenOpt = Annotated[Optional[str], typer.Option("--token", help="API token [env AERO_API_TOKEN; default: <data dir>/admin.token].")]
+# Help texts are Rich markup: "[env ...]" would be read as a style tag and vanish, so the
+# environment variables and defaults go in parentheses.
+ApiOpt = Annotated[Optional[str], typer.Option("--api", help="API base URL (env AERO_API_URL; default http://127.0.0.1:8000).")]
+TokenOpt = Annotated[Optional[str], typer.Option("--token", help="API token (env AERO_API_TOKEN; default <data dir>/admin.token).")]
 
 
 # ---------------------------------------------------------------- REST client helpers
@@ -214,10 +216,10 @@ def worker_argv(queues: list[str], concurrency: int, embedded: bool, hostname: s
 
 @app.command()
 def worker(
-    queues: Annotated[Optional[str], typer.Option("--queues", "-Q", help="Comma-separated queues [AERO_WORKER_QUEUES; default cpu, plus gpu with CUDA].")] = None,
-    concurrency: Annotated[Optional[int], typer.Option("--concurrency", "-c", help="Runs at once [AERO_WORKER_CONCURRENCY; 1].")] = None,
+    queues: Annotated[Optional[str], typer.Option("--queues", "-Q", help="Comma-separated queues (env AERO_WORKER_QUEUES; default cpu, plus gpu with CUDA).")] = None,
+    concurrency: Annotated[Optional[int], typer.Option("--concurrency", "-c", help="Runs at once (env AERO_WORKER_CONCURRENCY; default 1).")] = None,
 ):
-    """Start a Celery worker in the foreground (``aero up`` starts one for you)."""
+    """Start a Celery worker in the foreground ('aero up' starts one for you)."""
     from backend.settings import broker_url, get_settings
     from worker.celery_app import default_queues, is_embedded
     from worker.settings import WorkerSettings
@@ -230,8 +232,8 @@ def worker(
 
 
 @app.command()
-def reaper(interval: Annotated[Optional[float], typer.Option(help="Seconds between sweeps [AERO_REAPER_INTERVAL_S; 10].")] = None):
-    """Re-queue or fail runs whose worker vanished (``aero up`` starts one for you)."""
+def reaper(interval: Annotated[Optional[float], typer.Option(help="Seconds between sweeps (env AERO_REAPER_INTERVAL_S; default 10).")] = None):
+    """Re-queue or fail runs whose worker vanished ('aero up' starts one for you)."""
     from worker.reaper import main
 
     main([] if interval is None else ["--interval", str(interval)])
@@ -339,6 +341,32 @@ def tail(path: Path | None, n: int = 25) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
 
 
+def print_banner(console: Console, api_url: str, dash_url: str | None, token: str, token_file: Path | None, log_dir: Path) -> None:
+    """What `aero up` serves and the admin token. Each line is printed unwrapped (soft wrap),
+    also when stdout is a file or a pipe, where Rich would otherwise break lines at 80 columns
+    and split the token; markup and highlighting are off for the values (paths may hold '[')."""
+    console.print("[bold green]AERO Lab is up[/]")
+    rows = [("API", f"{api_url}/api   (docs {api_url}/docs)"), ("dashboard", dash_url),
+            ("token", token + (f"   (new; saved in {token_file})" if token_file else "")), ("logs", str(log_dir))]
+    for label, value in rows:
+        if value:
+            console.print(f"  {label:<10} {value}", soft_wrap=True, markup=False, highlight=False)
+    console.print("Ctrl-C to stop.")
+
+
+# Display names of the children, for the final "stopped" line.
+CHILD_NAMES = {"api": "API"}
+
+
+def shutdown(sup: Supervisor, console: Console) -> None:
+    """Stop every child, then say so: the last line `aero up` prints, so a user knows nothing of
+    the platform is left running."""
+    console.print("stopping ...")
+    sup.stop()
+    names = ", ".join(CHILD_NAMES.get(c.name, c.name) for c in sup.children) or "nothing was running"
+    console.print(f"AERO Lab stopped ({names})", soft_wrap=True)
+
+
 def demo_sweep(steps: int = 60) -> dict:
     """GRPO vs DAPO vs AERO on the tiny preset's defaults, one seed (evaluated every 5 steps and
     at step 0, so Compare can show accuracy against compute and the compute to reach GRPO's)."""
@@ -414,11 +442,7 @@ def up(
             for c in bad:
                 err.print(f"[red]{c.name} failed[/] (log {c.log}):\n{tail(c.log)}")
             raise typer.Exit(1)
-        out.print(f"[bold green]AERO Lab is up[/]\n  API        {api_url}/api   (docs {api_url}/docs)")
-        if dash_url:
-            out.print(f"  dashboard  {dash_url}")
-        out.print(f"  token      {token}" + ("   (new; saved in " + str(token_path(settings)) + ")" if created else ""))
-        out.print(f"  logs       {sup.log_dir}\nCtrl-C to stop.")
+        print_banner(out, api_url, dash_url, token, token_path(settings) if created else None, sup.log_dir)
         if demo:
             with client(api_url, token) as c:
                 sweep = call(c, "POST", "/sweeps", json=demo_sweep(demo_steps))
@@ -432,6 +456,5 @@ def up(
                 break
             time.sleep(0.5)
     finally:
-        err.print("stopping ...")
-        sup.stop()
+        shutdown(sup, err)
     raise typer.Exit(code)

@@ -40,7 +40,7 @@ def pretrain(
     label_noise: Annotated[float, typer.Option(help="Fraction of noisy-phase targets with one wrong answer digit: "
                                                     "the base samples worse than it knows (RL headroom).")] = 0.3,
 ):
-    """Warm-start the embedded tiny policy on arithmetic (the `tiny` preset's base checkpoint)."""
+    """Warm-start the embedded tiny policy on arithmetic (the tiny preset's base checkpoint)."""
     from trainer.pretrain import pretrain as run
 
     with _progress() as bar:
@@ -137,8 +137,9 @@ def bench(
                                            "metrics.jsonl, evals.jsonl).")] = Path("runs/bench"),
     sets: SetOpt = None,
 ):
-    """Train GRPO, DAPO and AERO side by side from the same base and seed; print one table,
-    and the compute each method needs to reach fractions of GRPO's accuracy gain."""
+    """Train GRPO, DAPO and AERO side by side from the same base and seed, in one table.
+
+    Also reports the compute each method needs to reach fractions of GRPO's accuracy gain."""
     from trainer.bench import ABLATIONS, MAIN_METHODS, run_bench
     from trainer.bench_seeds import run_bench_seeds
     from trainer.bench_table import render_markdown, render_reach, render_seeds_markdown

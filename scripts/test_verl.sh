@@ -16,7 +16,9 @@ VENV="${AERO_VERL_VENV:-.venv-verl}"
 if ! "$VENV/bin/python" -c "import verl, math_verify, pytest" >/dev/null 2>&1; then
   echo "test_verl: creating $VENV (torch 2.13 CPU, verl 0.9.1)" >&2
   python3 -m venv "$VENV"
-  "$VENV/bin/pip" install -q torch==2.13.0           # first, pinned: an unpinned torch pulls a CUDA build
+  # torch first, pinned, from the CPU index (TORCH_INDEX / TORCH_SPEC as for scripts/install.sh):
+  # from PyPI alone it is the multi-GB CUDA build
+  "$VENV/bin/python" -c "import torch" 2>/dev/null || bash scripts/install_torch.sh "$VENV/bin/python"
   "$VENV/bin/pip" install -q verl==0.9.1
   # verl's base install misses modules its trainer imports on CPU (cachetools, uvicorn, fastapi);
   # the rest is what our trainer and tests need

@@ -2,7 +2,7 @@
 
 from rich.console import Console
 
-from cli.compare_cmds import bench_table, p_text, ratio_text, reach_table, si_text, stat_text
+from cli.compare_cmds import bench_table, cost_table, p_text, ratio_text, reach_table, runs_text, si_text, stat_text
 
 
 def test_stat_ratio_and_p_text():
@@ -12,6 +12,16 @@ def test_stat_ratio_and_p_text():
     assert ratio_text({"mean": 0.52, "lo": 0.48, "hi": 0.56, "n": 3}) == "0.52× [0.48, 0.56] (3 pairs)"
     assert ratio_text({"mean": 0.5, "lo": None, "hi": None, "n": 1}) == "0.50× (1 pair)"
     assert p_text(0.0004) == "p<0.001" and p_text(0.0123) == "p=0.012"
+
+
+def test_runs_column_marks_ids_and_names_seeds():
+    # "12,15 (0,1)" read like counts; ids get a '#' and the seeds say they are seeds.
+    assert runs_text([12, 15], [0, 1]) == "#12, #15 (seeds 0, 1)"
+    assert runs_text([7], [3]) == "#7 (seed 3)" and runs_text([7], [None]) == "#7 (seed ?)"
+    stat = {"mean": 1.0, "lo": None, "hi": None, "n": 2}
+    group = {"label": "grpo", "run_ids": [12, 15], "seeds": [0, 1], "mean": {"time/step_s": stat}}
+    t = cost_table({"alpha": 0.05, "baseline": "b", "groups": [{"key": "b", **group}]})
+    assert t.columns[1].header == "runs" and t.columns[1]._cells == ["#12, #15 (seeds 0, 1)"]
 
 
 def test_bench_table_puts_the_p_value_on_overall():

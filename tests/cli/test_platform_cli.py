@@ -1,10 +1,12 @@
 """Platform CLI: request bodies of `aero submit`, and a real `aero up` (embedded broker, SQLite)
 that starts the API, a worker, the reaper and the dashboard, submits the demo sweep, trains a
 run submitted with `aero submit`, lists it with `aero runs`, accepts a token from
-`aero token create`, and stops every child on SIGTERM."""
+`aero token create`, and stops every child on SIGTERM; the banner and the final "stopped"
+line are also tested alone, on a console that is not a terminal."""
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import signal
@@ -17,10 +19,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
 from cli.main import app
-from cli.platform_cmds import demo_sweep, submission, worker_argv
+from cli.platform_cmds import Child, Supervisor, demo_sweep, print_banner, shutdown, submission, worker_argv
 
 ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
@@ -49,6 +52,50 @@ def test_worker_argv_skips_broadcast_features_on_the_embedded_broker():
     argv = worker_argv(["cpu", "gpu"], 2, embedded=False)
     assert argv[argv.index("-Q") + 1] == "cpu,gpu" and argv[argv.index("--concurrency") + 1] == "2"
     assert "--without-mingle" not in argv
+
+
+def test_submit_help_names_the_env_vars_and_defaults():
+    # Both unset: the help must still read whole (a "[env ...]" hint was eaten as Rich markup).
+    res = runner.invoke(app, ["submit", "--help"], env={"COLUMNS": "200", "AERO_API_URL": None, "AERO_API_TOKEN": None})
+    assert res.exit_code == 0
+    assert "API base URL (env AERO_API_URL; default http://127.0.0.1:8000)." in res.output
+    assert "API token (env AERO_API_TOKEN; default <data dir>/admin.token)." in res.output
+    assert "URL ." not in res.output and "token ." not in res.output
+
+
+def piped_console() -> Console:
+    """A Console writing to a file, as `aero up`'s stdout is under nohup, a pipe or a log: not a
+    terminal, so Rich wraps at 80 columns unless told not to."""
+    return Console(file=io.StringIO(), width=80)
+
+
+def test_banner_keeps_the_token_line_whole_off_a_terminal(tmp_path):
+    console = piped_console()
+    assert not console.is_terminal
+    token = "aero_" + "x" * 43
+    token_file = tmp_path / "a-rather-long-data-directory-name" / "admin.token"
+    print_banner(console, "http://127.0.0.1:8000", "http://127.0.0.1:8501", token, token_file, tmp_path / "logs")
+    lines = console.file.getvalue().splitlines()
+    assert f"  token      {token}   (new; saved in {token_file})" in lines
+    assert "  dashboard  http://127.0.0.1:8501" in lines and lines[0] == "AERO Lab is up" and lines[-1] == "Ctrl-C to stop."
+    assert re.search(r"token\s+(aero_\S+)", "\n".join(lines)).group(1) == token  # what the end-to-end test reads
+    console = piped_console()
+    print_banner(console, "http://h:1", None, token, None, tmp_path)  # no dashboard, token not new
+    text = console.file.getvalue()
+    assert "dashboard" not in text and f"  token      {token}\n" in text
+
+
+def test_shutdown_stops_every_child_and_says_so(tmp_path):
+    sup = Supervisor(tmp_path / "logs")
+    for name in ("api", "worker"):
+        sup.start(Child(name, ["sleep", "60"]))
+    console = piped_console()
+    shutdown(sup, console)
+    assert all(c.proc.poll() is not None for c in sup.children)
+    assert console.file.getvalue().splitlines() == ["stopping ...", "AERO Lab stopped (API, worker)"]
+    console = piped_console()
+    shutdown(Supervisor(tmp_path / "logs"), console)  # failed before starting anything
+    assert console.file.getvalue().splitlines()[-1] == "AERO Lab stopped (nothing was running)"
 
 
 def test_submit_reports_unreachable_api():
@@ -187,4 +234,6 @@ def test_aero_up_end_to_end(tmp_path):
                 os.killpg(up.pid, signal.SIGKILL)
     assert children and not [c for c in children if _alive(c)], "children left running"
     assert "stopping" in log.read_text()
+    stopped = "AERO Lab stopped (API, worker, reaper" + (", dashboard)" if has_dashboard else ")")
+    assert log.read_text().rstrip().endswith(stopped)
     print(f"\n[aero up] stopped {len(children)} children in {stop_s:.1f}s")
