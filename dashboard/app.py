@@ -20,8 +20,20 @@ except ModuleNotFoundError:  # run from a checkout that was not pip-installed
 
 st.set_page_config(page_title="AERO Lab", page_icon=":material/rocket_launch:", layout="wide")
 
+
+def _home() -> None:
+    """The root URL: open the Overview at its own address."""
+    st.switch_page(overview)
+
+
+# Streamlit serves its default page at "/" only, whatever its url_path, so /overview (the
+# address in the docs, the one a user types) answered "Page not found". The Overview is an
+# ordinary page at /overview, and a hidden default page at "/" switches to it: both work, and
+# the sidebar marks Overview as the current page on either.
+overview = st.Page(ui.PAGES["overview"], title="Overview", icon=":material/home:", url_path="overview")
+home = st.Page(_home, title="AERO Lab", url_path="home", default=True, visibility="hidden")
 pages = {
-    "": [st.Page(ui.PAGES["overview"], title="Overview", icon=":material/home:", url_path="overview", default=True)],
+    "": [home, overview],
     "Train": [
         st.Page(ui.PAGES["launch"], title="Launch", icon=":material/rocket_launch:", url_path="launch"),
         st.Page(ui.PAGES["runs"], title="Runs", icon=":material/list:", url_path="runs"),
@@ -33,6 +45,8 @@ pages = {
     ],
 }
 page = st.navigation(pages)
+if page is home:
+    page.run()  # "/": switch to /overview now, before drawing a sidebar the switch would throw away
 
 
 def sidebar() -> None:

@@ -2,7 +2,8 @@
 them), no Streamlit and no HTTP, so tests can call them directly.
 
 One colour per method on every page (:data:`METHOD_COLORS`); a run's curves use its method's
-colour, seeds of one method differ by dash. Every axis names its unit.
+colour and every curve of a multi-run chart its own dash (:func:`dash_by_method`), so curves
+that coincide stay visible. Every axis names its unit; percentages read like 86.7% (:func:`pct`).
 Metric keys are those of docs/metrics.md.
 """
 
@@ -27,6 +28,12 @@ METHOD_LABELS: dict[str, str] = {
 }
 OTHER_COLOR = "#7F7F7F"
 DASHES: tuple[str, ...] = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
+# Where each method starts in DASHES: the first run (or group) of every method gets a dash of its
+# own, so two methods whose curves coincide (GRPO and DAPO of one seed often do for many steps)
+# show both colours, the later one dashed over the earlier, instead of the later hiding the
+# earlier. "dot" is left to the after-exploration lines of the zero-accuracy charts.
+METHOD_DASH_OFFSET: dict[str, int] = {"grpo": 0, "dapo": 1, "aero-s1": 3, "aero-s1s2": 5, "aero": 4}
+STEADY_SPREAD = 0.01  # a series whose spread is under 1% of its size is drawn from 0 (see steady_y)
 STRATA_COLORS = {"rescue": "#5B6770", "low": "#F2B447", "high": "#8FBC8F"}
 PHASE_COLORS = {"rollout": "#8DA0CB", "reward": "#BDBDBD", "train": "#FC8D62"}
 
@@ -51,9 +58,26 @@ class Curve:
     y: Sequence[float | None]
     dash: str = "solid"
     legendgroup: str | None = None
+    width: float = 2.0
+    alpha: float = 1.0  # < 1: a see-through line (see UNDERLAY)
+
+
+# The second series of one run (rollouts generated vs trained, zero-accuracy after exploration vs
+# after rescue, reward of trained vs generated rollouts) is in the run's colour too, and often
+# equals the first (GRPO trains every rollout it generates and rescues nothing): a dashed line
+# under a solid one of the same colour then vanishes. Drawn as a wide see-through band instead,
+# it stays visible around the thin line wherever the two coincide.
+UNDERLAY = {"width": 7.0, "alpha": 0.3}
 
 
 # ---------------------------------------------------------------- formatting
+
+
+def pct(fraction: float | None) -> str:
+    """The dashboard's one percentage format: pct(0.3) -> '30.0%', pct(0.8667) -> '86.7%'."""
+    if fraction is None or (isinstance(fraction, float) and math.isnan(fraction)):
+        return "–"
+    return f"{fraction:.1%}"
 
 
 def si(value: float | None, unit: str = "", digits: int = 3) -> str:
@@ -85,6 +109,8 @@ def _layout(fig: go.Figure, title: str, x_title: str, y_title: str, *, height: i
     )
     fig.update_xaxes(title_text=x_title)
     fig.update_yaxes(title_text=y_title, tickformat=y_tickformat, range=y_range)
+    if y_tickformat and y_tickformat.endswith("%"):  # ticks 0%, 10%, ...; hovers in the one format (pct)
+        fig.update_yaxes(hoverformat=".1%")
     return fig
 
 
@@ -95,6 +121,32 @@ def integer_steps(fig: go.Figure, x: Sequence[float]) -> go.Figure:
         fig.update_xaxes(tick0=min(xs), dtick=1)
     else:
         fig.update_xaxes(tickformat="d")
+    return fig
+
+
+def steady_y(fig: go.Figure, values: Sequence[float | None], *, counts: bool = False, **where) -> go.Figure:
+    """A sensible y axis for flat series and counts. Plotly zooms onto a constant series (a flat
+    1024 on a 1023-1025 axis ticked 1,024.5), which reads as noise: a series whose spread is
+    under :data:`STEADY_SPREAD` of its size is drawn from 0 to 10% above it. Counts (rollouts,
+    prompts, tokens) also start at 0 and get whole-number ticks. ``where``: row/col of a subplot."""
+    ys = [v for v in values if v is not None and math.isfinite(v)]
+    if not ys:
+        return fig
+    lo, hi = min(ys), max(ys)
+    if hi - lo <= STEADY_SPREAD * max(abs(lo), abs(hi)):
+        if hi == lo == 0:
+            fig.update_yaxes(range=[0, 1], **where)
+        elif lo >= 0:
+            fig.update_yaxes(range=[0, hi * 1.1], **where)
+        elif hi <= 0:
+            fig.update_yaxes(range=[lo * 1.1, 0], **where)
+    elif counts:
+        fig.update_yaxes(rangemode="tozero", **where)
+    if counts:
+        if hi <= 10:
+            fig.update_yaxes(tick0=0, dtick=1, **where)  # 0, 1, 2, ...: never half a rollout
+        elif not fig.layout.yaxis.tickformat:
+            fig.update_yaxes(tickformat=",d", **where)
     return fig
 
 
@@ -112,25 +164,31 @@ def has_any(series: Series, *keys: str) -> bool:
 
 
 def lines_figure(curves: Sequence[Curve], *, title: str, x_title: str, y_title: str, y_tickformat: str | None = None,
-                 y_range: Sequence[float] | None = None, height: int = 340) -> go.Figure:
-    """Overlaid curves, each in its method's colour."""
+                 y_range: Sequence[float] | None = None, height: int = 340, counts: bool = False) -> go.Figure:
+    """Overlaid curves, each in its method's colour. ``counts``: y counts things (from 0, whole
+    ticks); without ``y_range`` a flat series gets a readable axis (:func:`steady_y`)."""
     fig = go.Figure()
     for c in curves:
+        color = method_color(c.method) if c.alpha >= 1 else rgba(method_color(c.method), c.alpha)
         fig.add_trace(go.Scatter(x=list(c.x), y=list(c.y), name=c.name, mode="lines",
-                                 line={"color": method_color(c.method), "dash": c.dash, "width": 2},
+                                 line={"color": color, "dash": c.dash, "width": c.width},
                                  legendgroup=c.legendgroup, connectgaps=True))
     fig = _layout(fig, title, x_title, y_title, height=height, y_tickformat=y_tickformat, y_range=y_range)
+    if y_range is None:
+        steady_y(fig, [v for c in curves for v in c.y], counts=counts)
     return integer_steps(fig, [v for c in curves for v in c.x]) if x_title == "step" else fig
 
 
 def stacked_area_figure(x: Sequence[float], layers: Mapping[str, Sequence[float | None]], colors: Mapping[str, str], *,
-                        title: str, x_title: str, y_title: str, height: int = 320) -> go.Figure:
-    """Layers stacked bottom-up in the mapping's order."""
+                        title: str, x_title: str, y_title: str, height: int = 320, counts: bool = False) -> go.Figure:
+    """Layers stacked bottom-up in the mapping's order (``counts``: whole-number ticks)."""
     fig = go.Figure()
     for name, ys in layers.items():
         fig.add_trace(go.Scatter(x=list(x), y=[0 if v is None else v for v in ys], name=name, mode="lines",
                                  stackgroup="one", line={"width": 0.5, "color": colors.get(name, OTHER_COLOR)}))
     fig = _layout(fig, title, x_title, y_title, height=height)
+    tops = [sum(v or 0 for v in vals) for vals in zip(*layers.values())] if layers else []
+    steady_y(fig, tops, counts=counts)
     return integer_steps(fig, x) if x_title == "step" else fig
 
 
@@ -160,7 +218,7 @@ def reward_figure(steps: Sequence[int], s: Series, method: str) -> go.Figure:
                     _col(s, "reward/mean", len(steps)))]
     if has_any(s, "reward/trained_mean"):
         curves.append(Curve("trained rollouts" + (", curated" if aero else "") + " (reward/trained_mean)", method, steps,
-                            _col(s, "reward/trained_mean", len(steps)), dash="dot"))
+                            _col(s, "reward/trained_mean", len(steps)), **UNDERLAY))
     note = ("AERO: generated includes rescue rounds on zero-accuracy prompts; trained = the curated set"
             if aero else "mean verifier reward of this step's rollouts")
     return lines_figure(curves, title=subtitled("Training reward (not held-out accuracy)", note), x_title="step",
@@ -182,7 +240,7 @@ def heldout_figure(steps: Sequence[int], avg: Sequence[float | None], pas: Seque
 def zero_acc_figure(steps: Sequence[int], s: Series, method: str) -> go.Figure:
     """Fraction of prompts with no correct rollout, after exploration and after S1 rescue."""
     n = len(steps)
-    curves = [Curve("after explore", method, steps, _col(s, "zero_acc/after_explore", n), dash="dash"),
+    curves = [Curve("after explore", method, steps, _col(s, "zero_acc/after_explore", n), **UNDERLAY),
               Curve("after rescue", method, steps, _col(s, "zero_acc/after_rescue", n))]
     return lines_figure(curves, title="Zero-accuracy ratio", x_title="step", y_title="fraction of prompts",
                         y_tickformat=".0%", y_range=[0, 1.02])
@@ -194,15 +252,16 @@ def strata_figure(steps: Sequence[int], s: Series) -> go.Figure:
     layers = {"rescue (c ≤ S)": _col(s, "strata/rescue", n), "low success": _col(s, "strata/low", n),
               "high success": _col(s, "strata/high", n)}
     colors = dict(zip(layers, STRATA_COLORS.values()))
-    return stacked_area_figure(steps, layers, colors, title="Prompt strata after exploration", x_title="step", y_title="prompts")
+    return stacked_area_figure(steps, layers, colors, title="Prompt strata after exploration", x_title="step", y_title="prompts",
+                               counts=True)
 
 
 def rollouts_figure(steps: Sequence[int], s: Series, method: str) -> go.Figure:
     """Rollouts generated vs rollouts that entered the update."""
     n = len(steps)
-    curves = [Curve("generated", method, steps, _col(s, "rollout/generated", n), dash="dash"),
+    curves = [Curve("generated", method, steps, _col(s, "rollout/generated", n), **UNDERLAY),
               Curve("trained", method, steps, _col(s, "rollout/trained", n))]
-    return lines_figure(curves, title="Rollouts per step", x_title="step", y_title="rollouts")
+    return lines_figure(curves, title="Rollouts per step", x_title="step", y_title="rollouts", counts=True)
 
 
 def time_split_figure(steps: Sequence[int], s: Series) -> go.Figure:
@@ -221,16 +280,23 @@ def flops_figure(steps: Sequence[int], s: Series) -> go.Figure:
     return fig
 
 
-def health_figure(steps: Sequence[int], s: Series, method: str) -> go.Figure:
-    """Gradient norm (before clipping), policy entropy (nats/token) and k3 KL, one panel each."""
-    panels = (("train/grad_norm", "grad norm"), ("train/entropy", "entropy (nats/token)"), ("train/kl", "KL to reference"))
-    fig = make_subplots(rows=1, cols=3, subplot_titles=[p[1] for p in panels], horizontal_spacing=0.08)
+def health_figure(steps: Sequence[int], s: Series, method: str, *, kl: bool = True) -> go.Figure:
+    """Gradient norm (before clipping), policy entropy (nats/token) and k3 KL, one panel each.
+    ``kl=False`` (the run's kl_coef is 0): no KL panel, since the trainer neither computes nor
+    applies a KL penalty then and a flat 0 would read as a measured KL of 0; the title says so."""
+    panels = [("train/grad_norm", "grad norm"), ("train/entropy", "entropy (nats/token)")]
+    if kl:
+        panels.append(("train/kl", "KL to reference"))
+    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=[p[1] for p in panels], horizontal_spacing=0.08)
     for i, (key, label) in enumerate(panels, start=1):
-        fig.add_trace(go.Scatter(x=list(steps), y=_col(s, key, len(steps)), name=label, mode="lines",
+        ys = _col(s, key, len(steps))
+        fig.add_trace(go.Scatter(x=list(steps), y=ys, name=label, mode="lines",
                                  line={"color": method_color(method), "width": 2}, showlegend=False), row=1, col=i)
         fig.update_xaxes(title_text="step", row=1, col=i)
+        steady_y(fig, ys, row=1, col=i)
     integer_steps(fig, steps)
-    fig.update_layout(title={"text": "Optimisation health", "x": 0, "font": {"size": 15}}, height=300,
+    title = "Optimisation health" if kl else subtitled("Optimisation health", "KL off (kl_coef = 0): no KL panel")
+    fig.update_layout(title={"text": title, "x": 0, "font": {"size": 15}}, height=300,
                       margin={"l": 50, "r": 20, "t": 70, "b": 40}, template="plotly_white")
     return fig
 
@@ -242,18 +308,20 @@ def zero_acc_compare_figure(runs: Sequence[tuple[str, str, Sequence[float], Sequ
                             *, x_title: str = "step") -> go.Figure:
     """Paper Figure 9: zero-accuracy ratio per method over training. ``runs``: (label, method, x,
     after_explore, after_rescue); solid = after rescue (what the update sees), dotted = after
-    explore. The legend gives each run's mean over steps."""
+    explore. The legend gives each run's mean over steps. Each run's solid-or-dashed line takes
+    its dash from :func:`dash_by_method`, like every multi-run chart, so two runs with the same
+    ratios (GRPO and DAPO explore alike) both stay visible."""
     fig = go.Figure()
-    for label, method, x, explore, rescue in runs:
+    for (label, method, x, explore, rescue), dash in zip(runs, dash_by_method([r[1] for r in runs])):
         vals = [v for v in rescue if v is not None]
-        mean = f" (mean {sum(vals) / len(vals):.1%})" if vals else ""
+        mean = f" (mean {pct(sum(vals) / len(vals))})" if vals else ""
         fig.add_trace(go.Scatter(x=list(x), y=list(rescue), name=f"{label}{mean}", mode="lines", legendgroup=label,
-                                 line={"color": method_color(method), "width": 2}, connectgaps=True))
+                                 line={"color": method_color(method), "width": 2, "dash": dash}, connectgaps=True))
         if any(a != b for a, b in zip(explore, rescue)):
             fig.add_trace(go.Scatter(x=list(x), y=list(explore), name=f"{label}: after explore", mode="lines",
                                      legendgroup=label, showlegend=False, connectgaps=True,
                                      line={"color": method_color(method), "width": 1, "dash": "dot"}))
-    fig = _layout(fig, "Zero-accuracy ratio (solid: after rescue, dotted: after exploration)", x_title,
+    fig = _layout(fig, "Zero-accuracy ratio (lines: after rescue, thin dotted: after exploration)", x_title,
                   "fraction of prompts with no correct rollout", y_tickformat=".0%", height=380)
     return integer_steps(fig, [v for r in runs for v in r[2]]) if x_title == "step" else fig
 
@@ -269,39 +337,58 @@ WATERFALL_UNITS: dict[str, tuple[str, str]] = {  # unit -> (axis title, SI unit 
 STEP_NAMES = ("S1 early rescue", "S2 Bayesian", "S3 rejection")
 
 
-def waterfall_figure(wf: Mapping[str, float | None], unit: str, *, title: str, subtitle: str = "") -> go.Figure:
+COUNTERFACTUAL_GRPO = ("GRPO bar = what the AERO run trained plus the savings (counterfactual at the same rollout "
+                       "budget), not the GRPO run's measured step time")
+
+
+def waterfall_figure(wf: Mapping[str, float | None], unit: str, *, title: str, subtitle: str = "",
+                     counterfactual: bool = False, measured_grpo: tuple[float, str] | None = None) -> go.Figure:
     """Paper Figure 8: GRPO -> -S1 -> -S2 -> -S3 = AERO. ``wf``: {baseline, s1, s2, s3, final}
     with baseline - s1 - s2 - s3 = final (a strategy the method does not use is None: drawn as
     0 and labelled "not used"). Bar labels give each saving and its share of the baseline.
-    Floating bars (``base`` = where each saving ends) so GRPO and AERO keep their method colours."""
+    Floating bars (``base`` = where each saving ends) so GRPO and AERO keep their method colours.
+
+    ``counterfactual``: the GRPO bar is computed (the AERO run's trained cost plus its logged
+    savings), so its label and hover say so: a reader otherwise holds it against the GRPO run's
+    time per step in the benchmark table and finds they disagree. ``measured_grpo``: (value,
+    label) of a compared GRPO run's measured cost in the same unit, drawn as a dashed line
+    beside the bars, so both numbers are on the chart."""
     axis, u = WATERFALL_UNITS.get(unit, (unit, ""))
     base = wf.get("baseline") or 0.0
     final = wf.get("final") or 0.0
     labels = ["GRPO", *STEP_NAMES, "AERO"]
-    bottoms, heights, texts, colors = [0.0], [base], [si(base, u)], [METHOD_COLORS["grpo"]]
+    # the bar's own label says it (a two-line tick would tilt every tick of the chart)
+    bottoms, heights, texts, colors = [0.0], [base], [si(base, u) + ("<br>counterfactual" if counterfactual else "")], [METHOD_COLORS["grpo"]]
     level = base
     for v in (wf.get(k) for k in ("s1", "s2", "s3")):
         saved = v or 0.0
         bottoms.append(min(level, level - saved))
         heights.append(abs(saved))
-        texts.append("not used" if v is None else f"−{si(v, u)}<br>({v / base:.0%})" if base else f"−{si(v, u)}")
+        texts.append("not used" if v is None else f"−{si(v, u)}<br>({pct(v / base)})" if base else f"−{si(v, u)}")
         colors.append("#8FBC8F" if saved >= 0 else "#D62728")  # a negative saving is a cost
         level -= saved
     bottoms.append(0.0)
     heights.append(final)
-    texts.append(f"{si(final, u)}<br>({final / base:.0%} of GRPO)" if base else si(final, u))
+    texts.append(f"{si(final, u)}<br>({pct(final / base)} of GRPO)" if base else si(final, u))
     colors.append(METHOD_COLORS["aero"])
+    hover = [f"{lab}: {t.replace('<br>', ' ')}" for lab, t in zip(labels, texts)]
+    if counterfactual:
+        hover[0] += f"<br>{COUNTERFACTUAL_GRPO}"
     fig = go.Figure(go.Bar(x=labels, y=heights, base=bottoms, marker_color=colors, text=texts, textposition="outside",
-                           textfont={"size": 12}, hovertext=[f"{lab}: {t.replace('<br>', ' ')}" for lab, t in zip(labels, texts)],
-                           hoverinfo="text", cliponaxis=False))
+                           textfont={"size": 12}, hovertext=hover, hoverinfo="text", cliponaxis=False))
     levels = [base]
     for k in ("s1", "s2", "s3"):
         levels.append(levels[-1] - (wf.get(k) or 0.0))
     for i, y in enumerate(levels):  # dotted connector from bar i to bar i + 1 at the running level
         fig.add_shape(type="line", x0=i - 0.4, x1=i + 1.4, y0=y, y1=y, line={"color": "#999", "dash": "dot", "width": 1})
+    if measured_grpo is not None:
+        value, label = measured_grpo
+        fig.add_hline(y=value, line={"color": METHOD_COLORS["grpo"], "dash": "dash", "width": 1.5},
+                      annotation_text=f"{label}: {si(value, u)}", annotation_position="top right",
+                      annotation_font={"size": 11, "color": METHOD_COLORS["grpo"]})
     full = f"{title} <span style='font-size:12px;color:#666'>({subtitle})</span>" if subtitle else title
     fig = _layout(fig, full, "", axis, height=380)
-    top = max([base, final, *(b + h for b, h in zip(bottoms, heights))] + [0])
+    top = max([base, final, *(b + h for b, h in zip(bottoms, heights))] + [measured_grpo[0] if measured_grpo else 0, 0])
     fig.update_layout(hovermode="closest", showlegend=False, margin={"l": 60, "r": 20, "t": 50, "b": 40},
                       uniformtext={"minsize": 11, "mode": "show"})
     fig.update_yaxes(tickformat="~s" if u != "s" else None, range=[0, top * 1.25 if top > 0 else 1])
@@ -352,12 +439,17 @@ def rgba(hex_color: str, alpha: float) -> str:
 
 
 def dash_by_method(methods: Sequence[str]) -> list[str]:
-    """Items of one method share its colour, so the i-th item of a method gets the i-th dash."""
+    """The dash of each curve of a multi-run chart (one item per run or group, in drawing order).
+    Items of one method share its colour, so they differ by dash: the i-th item of a method gets
+    the i-th dash after the method's own start (:data:`METHOD_DASH_OFFSET`). Two methods' i-th
+    items (e.g. GRPO and DAPO of seed 0) never share a dash, so where their curves coincide the
+    later one is drawn dashed over the earlier and both colours show."""
     seen: dict[str, int] = {}
     out = []
     for m in methods:
-        out.append(DASHES[seen.get(m, 0) % len(DASHES)])
-        seen[m] = seen.get(m, 0) + 1
+        i = seen.get(m, 0)
+        out.append(DASHES[(METHOD_DASH_OFFSET.get(m, 0) + i) % len(DASHES)])
+        seen[m] = i + 1
     return out
 
 
@@ -420,17 +512,20 @@ def _band_traces(b: Band, *, name: str | None = None, width: float = 2.0, alpha:
 
 def band_figure(bands: Sequence[Band], *, title: str, x_title: str, y_title: str, y_tickformat: str | None = None,
                 y_range: Sequence[float] | None = None, height: int = 360, level: int = 95,
-                clip: tuple[float, float] | None = None) -> go.Figure:
+                clip: tuple[float, float] | None = None, counts: bool = False) -> go.Figure:
     """Seed groups: per group the mean line in its method's colour over a shaded CI band in
     the same colour, see-through; the legend names groups (groups of one method differ by dash).
     Works on any x (step, cumulative FLOPs, wall time): the API puts each group on its own grid.
-    ``clip``: the metric's possible range (e.g. (0, 1) for a ratio), where bands stop."""
+    ``clip``: the metric's possible range (e.g. (0, 1) for a ratio), where bands stop; ``counts``:
+    y counts things (see :func:`steady_y`)."""
     fig = go.Figure()
     for b in bands:
         for tr in _band_traces(b, value_format=".1%" if y_tickformat == ".0%" else ".3g", level=level, clip=clip):
             fig.add_trace(tr)
     fig = _layout(fig, f"{title} <span style='font-size:12px;color:#666'>(band: {level}% CI across seeds)</span>", x_title, y_title,
                   height=height, y_tickformat=y_tickformat, y_range=y_range)
+    if y_range is None:
+        steady_y(fig, [v for b in bands for v in (*b.mean, *clipped(b.lo, clip), *clipped(b.hi, clip))], counts=counts)
     return integer_steps(fig, [v for b in bands for v in b.x]) if x_title == "step" else fig
 
 
@@ -443,7 +538,7 @@ def zero_acc_band_figure(groups: Sequence[tuple[Band, Band | None]], *, x_title:
     fig = go.Figure()
     for band, explore in groups:
         vals = [v for v in band.mean if v is not None]
-        mean = f" (mean {sum(vals) / len(vals):.1%})" if vals else ""
+        mean = f" (mean {pct(sum(vals) / len(vals))})" if vals else ""
         for tr in _band_traces(band, name=f"{band.label}{mean}", value_format=".1%", level=level, clip=(0.0, 1.0)):
             fig.add_trace(tr)
         if explore is not None and (list(explore.x) != list(band.x) or any(a != b for a, b in zip(explore.mean, band.mean))):

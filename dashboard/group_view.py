@@ -23,6 +23,7 @@ ZERO_KEYS = ("zero_acc/after_rescue", "zero_acc/after_explore")
 EVAL_KEY = "eval/overall/avg_at_k"  # held-out Avg@k pooled over every benchmark (GET /compare/curves)
 FRACTIONS = frozenset({EVAL_KEY, "reward/mean", "reward/trained_mean", "zero_acc/after_rescue", "all_correct/ratio",
                        "adv/zero_frac"})  # 0..1
+COUNTS = frozenset({"rollout/trained", "tokens/trained"})  # y counts things: from 0, whole-number ticks
 HEADLINE_AXES = {"flops": ("training FLOPs", "cumulative training FLOPs (rollout + train)", "~s"),
                  "time": ("training time", "training wall time (s, evaluation excluded)", None)}  # axis -> (title, x title, ticks)
 
@@ -101,11 +102,13 @@ def curves_section(ids: tuple[int, ...], versions: tuple, curves: Mapping[str, t
     bands = [b for g, d in zip(body["groups"], dashes) if (b := band_of(g, key, d)) is not None]
     y_title, fmt = curves[key]
     ui.plot(charts.band_figure(bands, title=curve_title(key), x_title=tables.X_AXES[axis], y_title=y_title,
-                               y_tickformat=fmt, level=lv, clip=(0.0, 1.0) if key in FRACTIONS else (0.0, float("inf"))))
+                               y_tickformat=fmt, level=lv, clip=(0.0, 1.0) if key in FRACTIONS else (0.0, float("inf")),
+                               counts=key in COUNTS))
     st.caption(f"Line: the mean over a group's seeds, each run interpolated linearly onto a common grid. Band: {lv}% "
                "Student-t confidence interval across seeds at each point (no band where fewer than 2 seeds reach it). "
                "Hover for the mean, the interval and how many seeds; the shading stops at what the metric can reach "
-               "(0, and 1 for fractions). Groups of one method share its colour and differ by dash."
+               "(0, and 1 for fractions). Each method has its colour; groups differ by dash, also across methods, so "
+               "curves that coincide stay visible."
                + (" Cumulative FLOPs sum `flops/total` over every step; wall time is `time/elapsed_s`." if axis != "step" else ""))
     return axis, body
 
@@ -132,7 +135,7 @@ def tables_section(body: Mapping[str, Any]) -> None:
     st.caption(f"Per-step means (time, FLOPs rollout + train, trained rollouts, zero-accuracy after rescue) and the last "
                f"evaluation pooled over benchmarks, each as **mean ± half the {lv}% Student-t CI across seeds**. Second line: "
                "the ratio to the baseline group **per seed pair** (seed s against the baseline's seed s), summarised as a geometric mean with its "
-               "CI; *seed pairs* = how many pairs. Best mean of each column in **bold**.")
+               "CI; *seed pairs* = how many pairs. Best mean of each column in **bold**, every tie (as shown) too.")
     st.download_button("Download summary (CSV)", summary.frame.to_csv(index=False).encode(), file_name="aero-groups-summary.csv",
                        mime="text/csv", icon=":material/download:", key="cmp_group_summary_csv")
 
@@ -150,7 +153,7 @@ def tables_section(body: Mapping[str, Any]) -> None:
     st.caption(f"Per benchmark: the metric of each run's last evaluation, **averaged over the group's seeds**. "
                f"*Total (P-value)*: pooled over benchmarks, and the two-sided p-value of the group against the baseline "
                f"({test}; each problem's score is first averaged over the group's seeds, so the test pairs problems, not "
-               "seeds). The baseline shows —. Best of each column in **bold**.")
+               "seeds). The baseline shows —. Best of each column in **bold**, every tie (as shown) too.")
     frame = parts[0].frame.merge(parts[1].frame, on=["group", "label", "method", "baseline", "seeds"])
     st.download_button("Download benchmarks (CSV)", frame.to_csv(index=False).encode(), file_name="aero-groups-benchmarks.csv",
                        mime="text/csv", icon=":material/download:", key="cmp_group_bench_csv")
@@ -224,7 +227,7 @@ def reach_section(reach: Mapping[str, Any] | None, entries: list[dict], name: st
     st.caption(f"Targets: {name}'s step-0 Avg@{kk} plus 50/75/90/100% of its gain, its final accuracy being the mean of its "
                f"last {window} evaluations. Per target: cumulative training FLOPs and training seconds (evaluation excluded) at "
                f"the first evaluation whose trailing mean over {window} evaluations reaches it, {spread} "
-               "Least FLOPs per target in **bold**. Why: docs/comparisons.md, *Compute to reach the same accuracy*.")
+               "Least FLOPs per target in **bold**, every tie (as shown) too. Why: docs/comparisons.md, *Compute to reach the same accuracy*.")
     st.download_button("Download compute to reach (CSV)", table.frame.to_csv(index=False).encode(), file_name="aero-reach.csv",
                        mime="text/csv", icon=":material/download:", key="cmp_reach_csv")
 

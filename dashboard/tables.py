@@ -3,14 +3,15 @@ values out. No Streamlit, no HTTP."""
 
 from __future__ import annotations
 
+import base64
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 
-from dashboard.charts import method_label, si, si_exponent
+from dashboard.charts import method_color, method_label, pct, si, si_exponent
 
 LATEST_KEYS: tuple[str, ...] = ("time/step_s", "reward/mean", "zero_acc/after_rescue")
 
@@ -23,23 +24,51 @@ def run_label(run: Mapping[str, Any]) -> str:
     return f"#{run['id']} {run['name']} ({method_label(run['method'])}, {run['status']})"
 
 
+STEP_TIME_MEAN = "time/step_s:mean"  # run_summary's key for the mean step time
+
+
+def progress_svg(fraction: float, color: str) -> str:
+    """A run's progress bar in ``color`` (its method's) with its percentage, as an SVG data URL
+    for an image column: Streamlit's ProgressColumn paints every row in one colour (the theme's
+    red), and on the Runs page a bar should say which method is training like every chart does."""
+    f = min(1.0, max(0.0, float(fraction or 0.0)))
+    # 27 px tall: the grid scales an image to its row's height, so the text stays 13 px
+    svg = ("<svg xmlns='http://www.w3.org/2000/svg' width='130' height='27' viewBox='0 0 130 27'>"
+           "<rect x='0' y='9.5' width='80' height='8' rx='4' fill='#E6E9EF'/>"
+           f"<rect x='0' y='9.5' width='{80 * f:.1f}' height='8' rx='4' fill='{color}'/>"
+           f"<text x='86' y='18' font-family='sans-serif' font-size='13' fill='#31333F'>{pct(f)}</text></svg>")
+    return "data:image/svg+xml;base64," + base64.b64encode(svg.encode()).decode()
+
+
 def runs_frame(runs: Sequence[Mapping[str, Any]], latest: Mapping[int, Mapping[str, float | None]]) -> pd.DataFrame:
-    """One row per run for the Runs page. ``latest[run_id]`` holds the last logged value of
-    each :data:`LATEST_KEYS` key (missing = not logged yet)."""
+    """One row per run for the Runs page. ``latest[run_id]`` is the run's :func:`run_summary`
+    (missing = nothing logged yet): the mean step time over its steps, and the last reward and
+    zero-accuracy ratio. The progress is a bar in the method's colour (:func:`progress_svg`);
+    the zero-accuracy ratio is in percent (shown as 12.5%, like every percentage here)."""
     rows = []
     for r in runs:
         last = latest.get(r["id"], {})
+        zero = last.get("zero_acc/after_rescue")
         rows.append({
             "id": r["id"], "name": r["name"], "status": r["status"] + (" (cancelling)" if r.get("cancel_requested") and r["status"] == "running" else ""),
-            "method": method_label(r["method"]), "progress": float(r.get("progress") or 0.0),
-            "step": f"{r['current_step']}/{r['total_steps']}", "step time (s)": last.get("time/step_s"),
-            "reward": last.get("reward/mean"), "zero-acc ratio": last.get("zero_acc/after_rescue"),
+            "method": method_label(r["method"]), "progress": progress_svg(r.get("progress") or 0.0, method_color(r["method"])),
+            "step": f"{r['current_step']}/{r['total_steps']}", "mean step time (s)": last.get(STEP_TIME_MEAN),
+            "reward": last.get("reward/mean"), "zero-acc ratio": None if zero is None else 100 * zero,
             "tags": ", ".join(r.get("tags") or []), "sweep": r.get("sweep_id"), "created": str(r.get("created_at", ""))[5:16].replace("T", " "),
             "message": last_line(r.get("error"))[:160],
             "open": f"./run?run={r['id']}",
         })
-    return pd.DataFrame(rows, columns=["id", "open", "name", "status", "method", "progress", "step", "step time (s)", "reward",
-                                       "zero-acc ratio", "tags", "sweep", "created", "message"])
+    return pd.DataFrame(rows, columns=["id", "open", "name", "status", "method", "progress", "step", "mean step time (s)",
+                                       "reward", "zero-acc ratio", "tags", "sweep", "created", "message"])
+
+
+def latest_runs(runs: Sequence[Mapping[str, Any]], n: int = 5, max_running: int = 10) -> list[Mapping[str, Any]]:
+    """The Overview's "Latest runs": running runs first (newest first), then the newest others,
+    ``n`` in all, or more when more are running (up to ``max_running``). A sweep queues its runs
+    after the one training, so "the newest five" would hide the one run that is doing anything."""
+    running = [r for r in runs if r["status"] == "running"][:max_running]
+    others = [r for r in runs if r["status"] != "running"]
+    return running + others[:max(0, n - len(running))]
 
 
 def drop_empty(df: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
@@ -62,6 +91,20 @@ def last_values(payload: Mapping[str, Any]) -> dict[str, float | None]:
     for key, vals in (payload.get("series") or {}).items():
         out[key] = next((v for v in reversed(vals) if v is not None), None)
     return out
+
+
+def mean_of(values: Sequence[float | None] | None) -> float | None:
+    """Mean of the non-null values, None when there are none."""
+    vals = [v for v in values or () if v is not None]
+    return sum(vals) / len(vals) if vals else None
+
+
+def run_summary(payload: Mapping[str, Any]) -> dict[str, float | None]:
+    """A run's row values from its metrics payload: the last value of every key, and under
+    :data:`STEP_TIME_MEAN` the mean seconds per step over its steps: methods are compared by
+    what a step costs on average, and the last step alone (or the first, which warms caches)
+    says little. On a long run the API's evenly spaced points stand in for every step."""
+    return {**last_values(payload), STEP_TIME_MEAN: mean_of((payload.get("series") or {}).get("time/step_s"))}
 
 
 def status_counts(runs: Sequence[Mapping[str, Any]]) -> dict[str, int]:
@@ -178,12 +221,24 @@ class BenchTable:
                           [[b[j] for j in keep] for b in self.bold], self.frame, self.k)
 
 
-def _best(values: Sequence[float | None], higher: bool) -> list[bool]:
+def _best(values: Sequence[float | None], higher: bool, shown: Callable[[float], str] | None = None) -> list[bool]:
+    """Which cells of a column are bold: every value that ties the best one (lowest cost,
+    highest accuracy), one rule in every column and table. A tie is judged on the value as the
+    cell shows it (``shown``, e.g. 3 decimals): two cells that both read 0.500 are both bold,
+    and a column where every run reads the same is bold throughout (all tied best). A column
+    with fewer than two values has nothing to compare: no bold."""
     present = [v for v in values if v is not None and not math.isnan(v)]
-    if len(set(present)) < 2:  # nothing to single out (one run, or all equal)
+    if len(present) < 2:
         return [False] * len(values)
     target = max(present) if higher else min(present)
+    if shown is not None:
+        return [v is not None and not math.isnan(v) and shown(v) == shown(target) for v in values]
     return [v is not None and math.isclose(v, target, rel_tol=1e-9, abs_tol=1e-12) for v in values]
+
+
+def _acc_text(v: float) -> str:
+    """An accuracy as the tables show it (Avg@k, Pass@k)."""
+    return f"{v:.3f}"
 
 
 def _ratio(v: float | None, base: float | None) -> float | None:
@@ -215,7 +270,8 @@ def benchmark_table(entries: Sequence[Mapping[str, Any]], baseline_id: int) -> B
         return (e["evals"].get(bench) or {}).get(metric)
 
     numbers = [[value(e, m, b) for m, b, _ in num_cols] for e in entries]
-    best_cols = [_best([row[j] for row in numbers], hi) for j, (_, _, hi) in enumerate(num_cols)]
+    shown = {"time_s": lambda v: si(v, "s"), "flops": lambda v: si(v, "FLOP")}
+    best_cols = [_best([row[j] for row in numbers], hi, shown.get(m, _acc_text)) for j, (m, _, hi) in enumerate(num_cols)]
     rows, bold, records = [], [], []
     for i, e in enumerate(entries):
         is_base = base is not None and e["run_id"] == base["run_id"]
@@ -224,7 +280,7 @@ def benchmark_table(entries: Sequence[Mapping[str, Any]], baseline_id: int) -> B
         for j, (metric, bench, _) in enumerate(num_cols):
             v = numbers[i][j]
             r = _ratio(v, value(base, metric, bench)) if base is not None else None
-            text = "–" if v is None else si(v, "s") if metric == "time_s" else si(v, "FLOP") if metric == "flops" else f"{v:.3f}"
+            text = "–" if v is None else shown.get(metric, _acc_text)(v)
             ci_key = "avg_ci" if metric == "avg_at_k" else "pass_ci"
             ci = (e["evals"].get(bench) or {}).get(ci_key) if bench else None
             if v is not None and (not bench or bench == "overall") and r is not None:
@@ -314,8 +370,7 @@ def seeds_text(group: Mapping[str, Any]) -> str:
     return f"{len(seeds)} ({', '.join(str(s) for s in seeds)})" if seeds else str(len(group.get("run_ids") or []))
 
 
-def _pct(v: float) -> str:
-    return f"{v:.1%}"
+_pct = pct  # the one percentage format (charts.pct)
 
 
 # (column, section, key, higher is better, Stat -> text); section "mean" = per-step means, "evals" = overall evals
@@ -363,7 +418,9 @@ def group_summary_table(groups: Sequence[Mapping[str, Any]], baseline_key: str) 
     cols = [c for c in SUMMARY_COLUMNS if c[1] == "mean" or has_evals]
     columns = ["group", "seeds"] + [c[0].replace("@k", f"@{k}") if k else c[0] for c in cols] + ["seed pairs"]
     cells = [[_group_stat(g, sec, key) for _, sec, key, _, _ in cols] for g in groups]
-    best = [_best([row[j][0].get("mean") if row[j][0] else None for row in cells], hi) for j, (_, _, _, hi, _) in enumerate(cols)]
+    # ties on the mean as the cell shows it (the format of a Stat without its interval)
+    best = [_best([row[j][0].get("mean") if row[j][0] else None for row in cells], hi, lambda v, f=fmt: f({"mean": v}))
+            for j, (_, _, _, hi, fmt) in enumerate(cols)]
     rows, bold, records = [], [], []
     for i, g in enumerate(groups):
         is_base = g["key"] == baseline_key
@@ -404,7 +461,7 @@ def group_benchmark_table(groups: Sequence[Mapping[str, Any]], significance: Map
     keys = benches + (["overall"] if has_total else [])
     columns = ["group"] + [f"{name} {b}" for b in benches] + ([f"{name} Total (P-value)"] if has_total else [])
     stats = [[((g.get("evals") or {}).get(b) or {}).get(metric) or {} for b in keys] for g in groups]
-    best = [_best([row[j].get("mean") for row in stats], True) for j in range(len(keys))]
+    best = [_best([row[j].get("mean") for row in stats], True, _acc_text) for j in range(len(keys))]
     rows, bold, records = [], [], []
     for i, g in enumerate(groups):
         is_base = g["key"] == baseline_key
@@ -413,7 +470,7 @@ def group_benchmark_table(groups: Sequence[Mapping[str, Any]], significance: Map
                                "seeds": len(g.get("seeds") or g.get("run_ids") or [])}
         for b, stat in zip(keys, stats[i]):
             mean = stat.get("mean")
-            text = "–" if mean is None else f"{mean:.3f}"
+            text = "–" if mean is None else _acc_text(mean)
             rec[f"{metric}:{b}"], rec[f"{metric}:{b}:lo"], rec[f"{metric}:{b}:hi"] = mean, stat.get("lo"), stat.get("hi")
             if b == "overall":
                 test = None if is_base else _significance(significance, "overall", g["key"], metric)
@@ -507,7 +564,8 @@ def reach_table(entries: Sequence[Mapping[str, Any]], reach: Mapping[str, Any], 
                             for f, a in zip(fractions, accs)]
     flops = [[(t.get("flops") or {}).get("mean") if t["reached"] else None for t in e["targets"]] or [None] * len(fractions)
              for e in entries]
-    best = [_best([row[j] if j < len(row) else None for row in flops], False) for j in range(len(fractions))]
+    best = [_best([row[j] if j < len(row) else None for row in flops], False, lambda v: si(v, "FLOP"))
+            for j in range(len(fractions))]
     rows, bold, records = [], [], []
     for i, e in enumerate(entries):
         is_base = bool(e.get("baseline"))

@@ -13,7 +13,7 @@ from typing import Any
 
 import streamlit as st
 
-from dashboard.charts import METHOD_COLORS, METHOD_LABELS
+from dashboard.charts import METHOD_COLORS, METHOD_LABELS, method_color, pct
 from dashboard.client import FINISHED, AeroClient, ApiError, api_url_from_env, token_from_env
 
 PAGES = {  # page file (relative to app.py) -> url path; app.py builds st.navigation from these
@@ -71,12 +71,6 @@ def runs_page(url: str, token: str | None, status: tuple[str, ...] = (), method:
 def metrics(url: str, token: str | None, run_id: int, keys: tuple[str, ...] | None, max_points: int, version: tuple) -> dict:
     """Downsampled metrics; ``version`` = (status, current_step) invalidates live runs."""
     return _client(url, token).metrics(run_id, list(keys) if keys else None, max_points=max_points)
-
-
-@st.cache_data(ttl=3600, max_entries=2000, show_spinner=False)
-def last_metrics(url: str, token: str | None, run_id: int, current_step: int, version: tuple) -> dict:
-    """The last stored step's metrics only (``since_step`` keeps the read to ~1 row)."""
-    return _client(url, token).metrics(run_id, None, max_points=1, since_step=max(-1, current_step - 2))
 
 
 @st.cache_data(ttl=3600, max_entries=500, show_spinner=False)
@@ -187,6 +181,17 @@ def method_chip(method: str) -> str:
     return (f"<span style='display:inline-flex;align-items:center;gap:4px;margin-right:10px'>"
             f"<span style='width:10px;height:10px;border-radius:50%;background:{color};display:inline-block'></span>"
             f"{METHOD_LABELS.get(method, method)}</span>")
+
+
+def progress_bar(fraction: float | None, method: str, text: str = "") -> str:
+    """Inline HTML: a run's progress bar in its method's colour, with ``text`` (else the
+    percentage) under it. st.progress always paints in the theme's red, which on a page of
+    method-coloured charts reads as "this is AERO" or "this failed"."""
+    f = min(1.0, max(0.0, float(fraction or 0.0)))
+    return (f"<div style='font-size:0.85rem' title='{pct(f)}'>"
+            f"<div style='background:#E6E9EF;border-radius:4px;height:8px;margin:6px 0 4px'>"
+            f"<div style='width:{100 * f:.1f}%;background:{method_color(method)};height:8px;border-radius:4px'></div></div>"
+            f"{text or pct(f)}</div>")
 
 
 def method_legend(methods: Sequence[str] = tuple(METHOD_COLORS)) -> None:

@@ -77,14 +77,9 @@ def run_name(r: dict) -> str:
 
 
 def dashes(runs: list[dict]) -> dict[int, str]:
-    """Runs of one method share its colour and differ by dash."""
-    seen: dict[str, int] = {}
-    out = {}
-    for r in runs:
-        i = seen.get(r["method"], 0)
-        seen[r["method"]] = i + 1
-        out[r["id"]] = charts.DASHES[i % len(charts.DASHES)]
-    return out
+    """{run id: dash}, the same rule as every multi-run chart (charts.dash_by_method): runs of one
+    method differ by dash, and the first runs of two methods too, so coinciding curves stay visible."""
+    return {r["id"]: d for r, d in zip(runs, charts.dash_by_method([r["method"] for r in runs]))}
 
 
 def eval_bands(runs: list[dict], axis: str, smooth: int, versions: tuple) -> list[charts.Band]:
@@ -138,11 +133,23 @@ def curves_section(runs: list[dict], data: dict[int, dict], versions: tuple) -> 
     curves = [charts.Curve(run_name(r), r["method"], tables.x_values(data[r["id"]], axis),
                            tables.smooth(data[r["id"]]["series"].get(key) or [], window), dash=dash[r["id"]])
               for r in runs]
-    ui.plot(charts.lines_figure(curves, title=title, x_title=tables.X_AXES[axis], y_title=y_title, y_tickformat=fmt))
+    ui.plot(charts.lines_figure(curves, title=title, x_title=tables.X_AXES[axis], y_title=y_title, y_tickformat=fmt,
+                                counts=key in group_view.COUNTS))
     if axis != "step":
         st.caption("Cumulative x values integrate the plotted points (exact when no step was decimated away); "
                    "wall time is the run's logged training time `time/elapsed_s` (evaluation excluded).")
     return axis
+
+
+def measured_grpo(cmp: dict, unit: str) -> tuple[float, str] | None:
+    """(mean per step, label) of the first compared GRPO run in a counterfactual waterfall's unit
+    (training seconds or training FLOPs), to draw beside the counterfactual GRPO bar; None when
+    no GRPO run is compared or the unit has no measured counterpart."""
+    key = {"seconds": "time/train_s", "flops": "flops/train"}.get(unit)
+    grpo = next((r for r in cmp["runs"] if r.get("method") == "grpo" and (r.get("mean") or {}).get(key) is not None), None)
+    if key is None or grpo is None:
+        return None
+    return grpo["mean"][key], f"GRPO run #{grpo['run_id']}, measured"
 
 
 def waterfall_section(cmp: dict) -> None:
@@ -176,12 +183,22 @@ def waterfall_section(cmp: dict) -> None:
                 st.caption(f"No {charts.WATERFALL_UNITS[unit][0]} in this source.")
                 continue
             what = "Time" if "seconds" in unit else "FLOPs"
-            where = f"sweep #{wf['sweep_id']}" if wf["source"] == "measured" else f"run #{wf['run_id']}"
-            ui.plot(charts.waterfall_figure(per, unit, title=f"{what} per step: GRPO → AERO", subtitle=f"{kind.lower()}, {where}"))
-    st.caption(f"**{kind}.** " + ("Each rung is the mean per step over the sweep's runs of that method (seeds averaged): "
-               "S1 = GRPO − AERO S1, S2 = AERO S1 − AERO S1+S2, S3 = AERO S1+S2 − AERO." if wf["source"] == "measured" else
-               "The run logs, each step, what rescue (S1), the Bayesian baseline (S2) and rejection sampling (S3) saved "
-               "against GRPO at the same rollout budget; GRPO = what the run trained + those savings."))
+            counterfactual = wf["source"] != "measured"
+            where = f"run #{wf['run_id']}" if counterfactual else f"sweep #{wf['sweep_id']}"
+            ui.plot(charts.waterfall_figure(per, unit, title=f"{what} per step: GRPO → AERO", subtitle=f"{kind.lower()}, {where}",
+                                            counterfactual=counterfactual,
+                                            measured_grpo=measured_grpo(cmp, unit) if counterfactual else None))
+    scope = ("Bars count the whole step (generation included)." if whole else
+             "Bars count training only (`time/train_s`, `flops/train`), while the table's *time / step* and *FLOPs / step* "
+             "below are the whole step (generation included), so the two differ.")
+    if wf["source"] == "measured":
+        st.caption(f"**{kind}.** Each rung is the mean per step over the sweep's runs of that method (seeds averaged): "
+                   f"S1 = GRPO − AERO S1, S2 = AERO S1 − AERO S1+S2, S3 = AERO S1+S2 − AERO. {scope}")
+    else:
+        st.caption(f"**{kind}.** The run logs, each step, what rescue (S1), the Bayesian baseline (S2) and rejection sampling "
+                   f"(S3) saved against GRPO at the same rollout budget. The **{charts.COUNTERFACTUAL_GRPO}**: it is what GRPO "
+                   f"would have trained on this run's prompts, so it need not match a GRPO run of the table (a dashed line "
+                   f"marks a compared GRPO run's measured training cost). {scope}")
 
 
 def zero_acc_section(runs: list[dict], data: dict[int, dict], axis: str) -> None:
@@ -218,7 +235,7 @@ def table_section(runs: list[dict], cmp: dict) -> None:
             ui.plot(charts.table_figure(part.columns, part.rows, part.bold, col_widths=widths), key=f"bench_table_{i}")
     st.caption(f"Per step: mean seconds and FLOPs (rollout + train). Avg@{bt.k or 'k'} and Pass@{bt.k or 'k'}: the last "
                "evaluation of each run, 95% bootstrap CI below each value; 'total' pools every benchmark. Best of each "
-               "column in **bold**; (×) = ratio to the baseline run.")
+               "column in **bold**, every run that ties it (as shown) too; (×) = ratio to the baseline run.")
     st.download_button("Download table (CSV)", bt.frame.to_csv(index=False).encode(), file_name="aero-compare.csv",
                        mime="text/csv", icon=":material/download:", key="cmp_csv")
 

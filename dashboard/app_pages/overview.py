@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from dashboard import tables, ui
+from dashboard import charts, tables, ui
 from dashboard.client import ApiError
 
 st.title("AERO Lab")
@@ -36,12 +36,19 @@ def status() -> None:
         st.page_link(ui.PAGES["launch"], label="Launch a run", icon=":material/rocket_launch:")
         return
     st.subheader("Latest runs")
-    for r in runs["data"][:5]:
-        c1, c2, c3 = st.columns([4, 2, 2])
+    latest = tables.latest_runs(runs["data"])
+    for r in latest:
+        c1, c2, c3 = st.columns([4, 2, 2], vertical_alignment="center")
         with c1:
             ui.run_link(r["id"], f"#{r['id']} {r['name']}")
         c2.html(ui.method_chip(r["method"]))
-        c3.progress(float(r["progress"] or 0.0), text=f"{r['status']} · {r['current_step']}/{r['total_steps']}")
+        c3.html(ui.progress_bar(r["progress"], r["method"],
+                                f"{r['status']} · {r['current_step']}/{r['total_steps']} · {charts.pct(r['progress'] or 0.0)}"))
+    running = counts.get("running", 0)
+    if running > sum(r["status"] == "running" for r in latest):
+        st.caption(f"{running} runs are training; the Runs page lists them all.")
+    elif running:
+        st.caption("Running runs first, then the newest.")
 
 
 status()

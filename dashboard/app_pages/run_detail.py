@@ -67,17 +67,20 @@ def header(run: dict) -> None:
                      icon=":material/compare_arrows:")
 
 
-def progress(run: dict, last: dict) -> None:
+def progress(run: dict, summary: dict) -> None:
     c1, c2, c3, c4 = st.columns(4)
     c1.metric("Step", f"{run['current_step']} / {run['total_steps']}")
     c2.metric("Status", run["status"])
-    reward = last.get("reward/mean")
+    reward = summary.get("reward/mean")
     c3.metric("Reward (last step)", "–" if reward is None else f"{reward:.3f}",
               help="Mean reward of this step's generated rollouts (`reward/mean`): a training signal, not held-out accuracy. "
                    "For AERO they include rescue rounds on prompts with no correct answer, so it runs lower by construction.")
-    step_s = last.get("time/step_s")
-    c4.metric("Step time", "–" if step_s is None else f"{step_s:.2f} s")
-    st.progress(float(run["progress"] or 0.0), text=f"{100 * float(run['progress'] or 0.0):.0f}% of {run['total_steps']} steps")
+    mean_s, last_s = summary.get(tables.STEP_TIME_MEAN), summary.get("time/step_s")
+    c4.metric("Mean step time", "–" if mean_s is None else f"{mean_s:.2f} s",
+              help="Seconds per step (`time/step_s`) averaged over the run's steps, as on the Runs page: what methods are "
+                   "compared by." + ("" if last_s is None else f" Last step: {last_s:.2f} s."))
+    done = float(run["progress"] or 0.0)
+    st.html(ui.progress_bar(done, run["method"], f"{charts.pct(done)} of {run['total_steps']} steps"))
 
 
 def heldout(run: dict, rows: list[dict]) -> list:
@@ -89,6 +92,12 @@ def heldout(run: dict, rows: list[dict]) -> list:
     k = overall[-1].get("k")
     return [charts.heldout_figure([e["step"] for e in overall], [e["avg_at_k"] for e in overall],
                                   [e["pass_at_k"] for e in overall], run["method"], k)]
+
+
+def kl_on(run: dict) -> bool:
+    """Whether the run penalises KL to the reference: with kl_coef 0 the trainer computes no KL,
+    and a flat line at 0 would pass for a measured one."""
+    return float(run["config"].get("kl_coef") or 0.0) != 0.0
 
 
 def curves(run: dict, m: dict, rows: list[dict]) -> None:
@@ -104,7 +113,7 @@ def curves(run: dict, m: dict, rows: list[dict]) -> None:
         for col, fig in zip(cols, figs[i:i + 2]):
             with col:
                 ui.plot(fig)
-    ui.plot(charts.health_figure(steps, s, method))
+    ui.plot(charts.health_figure(steps, s, method, kl=kl_on(run)))
 
 
 def eval_section(run: dict, rows: list[dict]) -> None:
@@ -129,7 +138,7 @@ def live_panel(run_id: int, was_live: bool) -> None:
         st.rerun()  # finished: redraw the whole page once, without the timer
     m = ui.metrics(ui.api_url(), ui.api_token(), run_id, KEYS, MAX_POINTS, ui.version(run))
     rows = ui.evals(ui.api_url(), ui.api_token(), run_id, ui.version(run))
-    progress(run, tables.last_values(m))
+    progress(run, tables.run_summary(m))
     if not m["steps"]:
         st.info("No training step has been logged yet." + (" Curves appear here as soon as the first step lands — "
                 "no need to reload." if ui.is_live(run) else ""), icon=":material/hourglass_empty:")

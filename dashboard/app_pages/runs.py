@@ -1,5 +1,6 @@
-"""Runs: every run with its status, progress, step time, latest reward and zero-accuracy
-ratio; filters; open, compare, cancel and delete. The table refreshes itself while runs train."""
+"""Runs: every run with its status, progress (a bar in its method's colour), mean step time,
+latest reward and zero-accuracy ratio; filters; open, compare, cancel and delete. The table
+refreshes itself while runs train."""
 
 import streamlit as st
 
@@ -9,15 +10,21 @@ from dashboard.client import ApiError
 st.title("Runs")
 
 STATUSES = ["queued", "running", "succeeded", "failed", "cancelled"]
+STEP_POINTS = 1000  # points per run the step-time mean is taken over (the API decimates longer runs)
+SWEEPS_LISTED = 500  # newest sweeps offered by the Sweep filter (the API's page limit)
 STATUS_ICONS = {"queued": "⏳", "running": "▶️", "succeeded": "✅", "failed": "❌", "cancelled": "⏹️"}
 COLUMNS = {
     "id": st.column_config.NumberColumn("id", width="small"),
-    "progress": st.column_config.ProgressColumn("progress", min_value=0.0, max_value=1.0, format="percent"),
-    "step time (s)": st.column_config.NumberColumn("step time (s)", format="%.2f", help="Seconds, last step (time/step_s)."),
+    # an image column: ProgressColumn paints every bar in one colour, a run's bar is in its method's (tables.progress_svg)
+    "progress": st.column_config.ImageColumn("progress", width=140, help="Steps done, in the method's colour."),
+    "mean step time (s)": st.column_config.NumberColumn("mean step time (s)", format="%.2f", help=(
+        "Seconds per step (time/step_s: generation, reward and training), averaged over the run's steps; "
+        f"over {STEP_POINTS} evenly spaced steps on longer runs.")),
     "reward": st.column_config.NumberColumn("reward", format="%.3f", help=(
         "Mean reward of the last step's generated rollouts (reward/mean): a training signal, not held-out accuracy; "
         "for AERO they include rescue rounds on unsolved prompts, so it reads lower.")),
-    "zero-acc ratio": st.column_config.NumberColumn("zero-acc ratio", format="percent",
+    # percent values with one decimal, like every percentage of the dashboard (Streamlit's "percent" gives 30% and 86.67%)
+    "zero-acc ratio": st.column_config.NumberColumn("zero-acc ratio", format="%.1f%%",
                                                     help="Prompts with no correct rollout after rescue, last step."),
     "sweep": st.column_config.NumberColumn("sweep", format="%d"),
     "open": st.column_config.LinkColumn("open", display_text="open ↗", help="Open the run's live page."),
@@ -25,18 +32,28 @@ COLUMNS = {
 }
 
 
+def sweep_label(sweep_id: int | None, names: dict[int, str]) -> str:
+    """The Sweep filter's text: 'all sweeps' or 'sweep #3 · ladder' (a bare id, or 0 for "any", says nothing)."""
+    if sweep_id is None:
+        return "all sweeps"
+    return f"sweep #{sweep_id} · {names[sweep_id]}" if sweep_id in names else f"sweep #{sweep_id}"
+
+
 def filters() -> dict:
-    c1, c2, c3, c4 = st.columns([3, 3, 2, 1])
+    c1, c2, c3, c4 = st.columns([3, 3, 2, 2])
     status = c1.multiselect("Status", STATUSES, key="runs_status", format_func=lambda s: f"{STATUS_ICONS[s]} {s}")
     method = c2.multiselect("Method", list(charts.METHOD_LABELS), key="runs_method", format_func=charts.method_label)
     tag = c3.text_input("Tag", key="runs_tag", placeholder="e.g. demo")
-    sweep = c4.number_input("Sweep", min_value=0, value=0, step=1, key="runs_sweep", help="0 = any")
-    return {"status": tuple(status), "method": tuple(method), "tag": tag.strip(), "sweep_id": int(sweep) or None}
+    names = {sw["id"]: sw["name"] for sw in ui.sweeps_page(ui.api_url(), ui.api_token(), limit=SWEEPS_LISTED)["data"]}
+    sweep = c4.selectbox("Sweep", [None, *names], key="runs_sweep", format_func=lambda i: sweep_label(i, names),
+                         help="Only the runs of one sweep.")
+    return {"status": tuple(status), "method": tuple(method), "tag": tag.strip(), "sweep_id": sweep}
 
 
 def latest_of(runs: list[dict]) -> dict[int, dict]:
+    """{run id: tables.run_summary} from one read per run, cached until the run has a new step."""
     url, token = ui.api_url(), ui.api_token()
-    return {r["id"]: tables.last_values(ui.last_metrics(url, token, r["id"], r["current_step"], ui.version(r)))
+    return {r["id"]: tables.run_summary(ui.metrics(url, token, r["id"], tables.LATEST_KEYS, STEP_POINTS, ui.version(r)))
             for r in runs if r["current_step"] > 0}
 
 

@@ -27,9 +27,22 @@ def test_waterfall_bars_float_from_baseline_down_to_final():
     assert list(bar.y) == [10.0, 3.0, 2.0, 1.0, 4.0]
     assert list(bar.base) == [0.0, 7.0, 5.0, 4.0, 0.0]  # each saving ends where the next begins
     assert bar.marker.color[0] == charts.METHOD_COLORS["grpo"] and bar.marker.color[-1] == charts.METHOD_COLORS["aero"]
-    assert bar.text[1] == "−3 s<br>(30%)" and bar.text[4] == "4 s<br>(40% of GRPO)"
+    assert bar.text[1] == "−3 s<br>(30.0%)" and bar.text[4] == "4 s<br>(40.0% of GRPO)"  # the one percentage format
     assert fig.layout.yaxis.title.text == "training seconds per step"
     assert [sh.y0 for sh in fig.layout.shapes] == [10.0, 7.0, 5.0, 4.0]  # connectors at the running level
+    assert bar.text[0] == "10 s" and "counterfactual" not in bar.hovertext[0]  # measured: the GRPO bar is GRPO runs
+
+
+def test_counterfactual_waterfall_says_what_its_grpo_bar_is_and_shows_the_measured_one():
+    wf = {"baseline": 10.0, "s1": 3.0, "s2": 2.0, "s3": 1.0, "final": 4.0}
+    fig = charts.waterfall_figure(wf, "seconds", title="t", counterfactual=True, measured_grpo=(8.0, "GRPO run #1, measured"))
+    bar = fig.data[0]
+    assert bar.x[0] == "GRPO" and bar.text[0] == "10 s<br>counterfactual"
+    assert "what the AERO run trained plus the savings" in bar.hovertext[0]
+    assert "not the GRPO run's measured step time" in bar.hovertext[0]
+    line = [sh for sh in fig.layout.shapes if sh.line.dash == "dash"]
+    assert [sh.y0 for sh in line] == [8.0] and line[0].line.color == charts.METHOD_COLORS["grpo"]
+    assert fig.layout.annotations[0].text == "GRPO run #1, measured: 8 s"
 
 
 def test_waterfall_marks_unused_strategies_and_costs():
@@ -39,13 +52,69 @@ def test_waterfall_marks_unused_strategies_and_costs():
     assert bar.marker.color[1] == "#D62728" and list(bar.base)[:2] == [0.0, 10.0]  # a negative saving costs
 
 
+@pytest.mark.parametrize("fraction,text", [(0.3, "30.0%"), (12 / 40, "30.0%"), (26 / 30, "86.7%"), (1.0, "100.0%"),
+                                           (0.0625, "6.2%"), (None, "–")])
+def test_one_percentage_format(fraction, text):
+    assert charts.pct(fraction) == text
+
+
+def test_a_flat_count_starts_at_zero_with_whole_ticks():
+    steps = list(range(1, 11))
+    fig = charts.rollouts_figure(steps, {"rollout/generated": [1024] * 10, "rollout/trained": [1024] * 10}, "grpo")
+    assert list(fig.layout.yaxis.range) == pytest.approx([0, 1126.4]) and fig.layout.yaxis.tickformat == ",d"
+    small = charts.rollouts_figure(steps, {"rollout/generated": [4] * 10, "rollout/trained": [2, 3] * 5}, "aero")
+    assert small.layout.yaxis.rangemode == "tozero" and (small.layout.yaxis.tick0, small.layout.yaxis.dtick) == (0, 1)
+    strata = charts.strata_figure([1, 2], {"strata/rescue": [1, 2], "strata/low": [1, 1], "strata/high": [2, 1]})
+    assert strata.layout.yaxis.dtick == 1  # 4 prompts: 0, 1, 2, 3, 4, not 0.5
+
+
+def test_a_nearly_flat_series_gets_a_padded_range_and_a_varying_one_autoscales():
+    flat = charts.lines_figure([charts.Curve("a", "grpo", [1, 2, 3], [0.2200, 0.2210, 0.2205])], title="t", x_title="step",
+                               y_title="seconds")
+    assert list(flat.layout.yaxis.range) == pytest.approx([0, 0.2431])
+    zero = charts.lines_figure([charts.Curve("a", "grpo", [1, 2], [0.0, 0.0])], title="t", x_title="step", y_title="y")
+    assert list(zero.layout.yaxis.range) == [0, 1]
+    varying = charts.lines_figure([charts.Curve("a", "grpo", [1, 2], [0.2, 0.4])], title="t", x_title="step", y_title="y")
+    assert varying.layout.yaxis.range is None and varying.layout.yaxis.rangemode is None
+    fixed = charts.reward_figure([1, 2], {"reward/mean": [0.5, 0.5]}, "grpo")
+    assert list(fixed.layout.yaxis.range) == [0, 1.02]  # a chart with its own range keeps it
+    band = charts.band_figure([charts.Band("g", "grpo", [1, 2], [256.0, 256.0], [256.0, 256.0], [256.0, 256.0], [2, 2])],
+                              title="t", x_title="step", y_title="rollouts", counts=True)
+    assert list(band.layout.yaxis.range) == pytest.approx([0, 281.6]) and band.layout.yaxis.tickformat == ",d"
+
+
+def test_a_runs_second_series_stays_visible_where_it_equals_the_first():
+    # GRPO trains every rollout it generates: a same-coloured dashed line under the solid one vanished
+    fig = charts.rollouts_figure([1, 2], {"rollout/generated": [256, 256], "rollout/trained": [256, 256]}, "grpo")
+    generated, trained = fig.data
+    assert generated.line.width > 3 * trained.line.width and generated.line.color == "rgba(76,120,168,0.3)"
+    assert trained.line.color == charts.METHOD_COLORS["grpo"]
+    zero = charts.zero_acc_figure([1, 2], {"zero_acc/after_explore": [0.3, 0.2], "zero_acc/after_rescue": [0.3, 0.2]}, "grpo")
+    assert zero.data[0].name == "after explore" and zero.data[0].line.width == charts.UNDERLAY["width"]
+
+
+def test_health_figure_drops_the_kl_panel_when_kl_is_off():
+    s = {"train/grad_norm": [1.0, 2.0], "train/entropy": [1.0, 0.9], "train/kl": [0.0, 0.0]}
+    on = charts.health_figure([1, 2], s, "aero")
+    assert [a.text for a in on.layout.annotations] == ["grad norm", "entropy (nats/token)", "KL to reference"]
+    off = charts.health_figure([1, 2], s, "aero", kl=False)
+    assert [a.text for a in off.layout.annotations] == ["grad norm", "entropy (nats/token)"] and len(off.data) == 2
+    assert "KL off (kl_coef = 0)" in off.layout.title.text
+
+
 def test_zero_acc_compare_draws_explore_only_when_it_differs():
     fig = charts.zero_acc_compare_figure([("#1 GRPO", "grpo", [1, 2], [0.5, 0.4], [0.5, 0.4]),
                                           ("#2 AERO", "aero", [1, 2], [0.5, 0.4], [0.3, 0.2])])
     names = [t.name for t in fig.data]
     assert names == ["#1 GRPO (mean 45.0%)", "#2 AERO (mean 25.0%)", "#2 AERO: after explore"]
     assert fig.data[1].line.color == fig.data[2].line.color == charts.METHOD_COLORS["aero"] and fig.data[2].line.dash == "dot"
-    assert fig.layout.yaxis.tickformat == ".0%"
+    assert fig.layout.yaxis.tickformat == ".0%" and fig.layout.yaxis.hoverformat == ".1%"  # hovers like the legend
+
+
+def test_coinciding_curves_of_two_methods_differ_by_dash():
+    same = [0.5, 0.4]  # GRPO and DAPO of one seed: the same ratios, the later line would hide the earlier
+    fig = charts.zero_acc_compare_figure([("#1 GRPO s0", "grpo", [1, 2], same, same), ("#2 DAPO s0", "dapo", [1, 2], same, same)])
+    assert [t.line.dash for t in fig.data] == ["solid", "dash"]
 
 
 def test_run_figures_name_their_units():
@@ -109,21 +178,36 @@ def test_benchmark_table_bold_best_ratios_and_cis():
     assert t.rows[1][1] == "1 s (0.50×)" and t.rows[1][2] == "2 GFLOP (0.50×)"
     assert t.rows[1][4] == "0.500 (1.25×)<br>[0.40, 0.60]"
     assert t.rows[1][3] == "0.440<br>[0.34, 0.54]"  # per-benchmark cells: no ratio
-    # best: lower cost, higher accuracy; a column where every run is equal has no bold
-    assert t.bold == [[False, False, False, False, False, False, True],
-                      [False, True, True, True, True, False, False]]
+    # best: lower cost, higher accuracy; a column where every run is equal is all tied best: all bold
+    assert t.bold == [[False, False, False, False, False, True, True],
+                      [False, True, True, True, True, True, False]]
     passes = t.part(("Pass@",))
-    assert passes.columns == ["run", "Pass@8 L1", "Pass@8 total"] and passes.bold == [[False, False, True], [False, False, False]]
+    assert passes.columns == ["run", "Pass@8 L1", "Pass@8 total"] and passes.bold == [[False, True, True], [False, True, False]]
     assert passes.rows[1] == ["#2 AERO", "0.700<br>[0.60, 0.80]", "0.600 (0.86×)<br>[0.50, 0.70]"]
     f = t.frame.set_index("run_id")
     assert f.loc[2, "avg_at_k:overall:ratio"] == pytest.approx(1.25) and f.loc[2, "avg_at_k:overall:ci_lo"] == pytest.approx(0.4)
     assert f.loc[1, "baseline"] and not f.loc[2, "baseline"]
 
 
-def test_best_marks_every_tied_best_but_not_a_uniform_column():
+def test_best_bolds_every_tied_best_in_every_column():
     assert tables._best([0.5, 0.7, 0.7, None], higher=True) == [False, True, True, False]
     assert tables._best([2.0, 1.0, 1.0], higher=False) == [False, True, True]
-    assert tables._best([0.0, 0.0], higher=True) == [False, False] and tables._best([0.3], higher=True) == [False]
+    # one rule: a column where every run ties is bold throughout, like a column where two of three tie
+    assert tables._best([0.0, 0.0], higher=True) == [True, True] and tables._best([0.3], higher=True) == [False]
+    # a tie is what the cells show: 0.5004 and 0.4996 both read 0.500
+    assert tables._best([0.5004, 0.4996, 0.3], higher=True, shown=tables._acc_text) == [True, True, False]
+    assert tables._best([0.5004, 0.4996, 0.3], higher=True) == [True, False, False]
+
+
+def test_benchmark_table_bolds_ties_as_shown_in_every_column():
+    entries = [{"run_id": i, "label": f"#{i}", "method": "grpo", "time_s": t, "flops": 4e9,
+                "evals": {"L1": ev(30, a, 0.7), "overall": ev(30, a, 0.7, bench="overall")}}
+               for i, t, a in ((1, 2.0001, 0.4004), (2, 2.0, 0.3996), (3, 3.0, 0.2))]
+    t = tables.benchmark_table(entries, baseline_id=1)
+    assert t.columns == ["run", "time / step", "FLOPs / step", "Avg@8 L1", "Avg@8 total", "Pass@8 L1", "Pass@8 total"]
+    # time: 2 s and 2 s tie; FLOPs and Pass@8: all equal, all bold; Avg@8: 0.400 and 0.400 tie
+    assert t.bold == [[False, True, True, True, True, True, True], [False, True, True, True, True, True, True],
+                      [False, False, True, False, False, True, True]]
 
 
 def test_benchmark_table_without_evals_keeps_cost_columns():
@@ -131,16 +215,47 @@ def test_benchmark_table_without_evals_keeps_cost_columns():
     assert t.columns == ["run", "time / step", "FLOPs / step"] and t.rows == [["#5 (baseline)", "–", "1 GFLOP (1.00×)"]]
 
 
+def svg_of(data_url: str) -> str:
+    """The SVG inside a base64 data URL (the Runs page's progress cells)."""
+    import base64
+
+    head, _, body = data_url.partition(",")
+    assert head == "data:image/svg+xml;base64"
+    return base64.b64decode(body).decode()
+
+
 def test_runs_frame_and_last_values():
     run = {"id": 3, "name": "x", "method": "aero-s1", "status": "failed", "progress": 0.5, "current_step": 5, "total_steps": 10,
            "tags": ["a", "b"], "sweep_id": None, "created_at": "2026-11-30T01:02:03", "error": "Traceback\n  ...\nValueError: bad\n"}
-    payload = {"steps": [4, 5], "series": {"reward/mean": [0.2, None], "time/step_s": [1.0, 2.0]}}
+    payload = {"steps": [3, 4, 5], "series": {"reward/mean": [0.1, 0.2, None], "time/step_s": [3.0, 1.0, 2.0],
+                                              "zero_acc/after_rescue": [0.5, 0.25, 0.125]}}
     last = tables.last_values(payload)
-    assert last == {"reward/mean": 0.2, "time/step_s": 2.0}
-    row = tables.runs_frame([run], {3: last}).iloc[0]
+    assert last == {"reward/mean": 0.2, "time/step_s": 2.0, "zero_acc/after_rescue": 0.125}
+    summary = tables.run_summary(payload)
+    assert summary[tables.STEP_TIME_MEAN] == pytest.approx(2.0) and summary["time/step_s"] == 2.0  # mean of 3, 1, 2; last 2
+    row = tables.runs_frame([run], {3: summary}).iloc[0]
     assert (row["method"], row["step"], row["reward"], row["tags"], row["message"], row["open"]) == (
         "AERO S1 only", "5/10", 0.2, "a, b", "ValueError: bad", "./run?run=3")
     assert row["created"] == "11-30 01:02"
+    assert row["mean step time (s)"] == pytest.approx(2.0) and row["zero-acc ratio"] == pytest.approx(12.5)  # percent
+    svg = svg_of(row["progress"])  # a bar in AERO S1's colour, half full (80 px wide), with its percentage
+    assert f"fill='{charts.METHOD_COLORS['aero-s1']}'" in svg and "width='40.0'" in svg and ">50.0%</text>" in svg
+
+
+def test_progress_bars_take_their_methods_colour():
+    bars = {m: svg_of(tables.progress_svg(26 / 30, c)) for m, c in charts.METHOD_COLORS.items()}
+    for m, svg in bars.items():
+        assert f"fill='{charts.METHOD_COLORS[m]}'" in svg and ">86.7%</text>" in svg
+    assert "#FF4B4B" not in "".join(bars.values()).upper()  # Streamlit's theme red, what every bar used to be
+
+
+def test_latest_runs_put_running_runs_first():
+    runs = [{"id": i, "status": s} for i, s in ((9, "queued"), (8, "queued"), (7, "queued"), (6, "queued"), (5, "queued"),
+                                                (4, "succeeded"), (3, "running"), (2, "running"), (1, "failed"))]
+    assert [r["id"] for r in tables.latest_runs(runs)] == [3, 2, 9, 8, 7]
+    many = [{"id": i, "status": "running"} for i in range(7, 0, -1)] + [{"id": 0, "status": "queued"}]
+    assert [r["id"] for r in tables.latest_runs(many)] == [7, 6, 5, 4, 3, 2, 1]  # never hide a running run
+    assert [r["id"] for r in tables.latest_runs(many, max_running=3)] == [7, 6, 5, 0]  # the Overview says how many more
 
 
 def test_drop_empty():
@@ -251,7 +366,7 @@ def test_group_benchmark_table_total_and_p_value():
     assert t.bold == [[False, False, True, False], [False, True, False, True]]
     p = tables.group_benchmark_table(GROUPS["groups"], GROUPS["significance"], GROUPS["baseline"], metric="pass_at_k")
     assert p.columns[-1] == "Pass@8 Total (P-value)" and p.rows[1][-1] == "0.625 (p<0.001)" and p.rows[0][-1] == "0.600 (—)"
-    assert p.bold == [[False, False, False, False], [False, True, False, True]]  # L2: both 0.500, no bold
+    assert p.bold == [[False, False, True, False], [False, True, True, True]]  # L2: both 0.500, both tied best
     f = t.frame.set_index("label")
     assert f.loc["aero", "avg_at_k:p_value"] == pytest.approx(0.0123) and f.loc["aero", "avg_at_k:diff_lo"] == pytest.approx(0.004)
     assert p.frame.set_index("label").loc["aero", "pass_at_k:p_value"] == pytest.approx(0.0004)
@@ -316,7 +431,12 @@ def test_zero_acc_band_figure():
 
 
 def test_dash_by_method():
-    assert charts.dash_by_method(["grpo", "aero", "aero", "grpo", "aero"]) == ["solid", "solid", "dash", "dash", "dot"]
+    # runs of one method differ by dash, and so do the first runs of different methods
+    assert charts.dash_by_method(["grpo", "aero", "aero", "grpo", "aero"]) == ["solid", "longdash", "longdashdot", "dash", "solid"]
+    firsts = charts.dash_by_method(list(charts.METHOD_COLORS))
+    assert len(set(firsts)) == len(firsts) == 5 and "dot" not in firsts  # dotted = after exploration in Fig. 9
+    seeds = charts.dash_by_method(["grpo", "dapo", "grpo", "dapo"])  # seed 0, seed 0, seed 1, seed 1
+    assert seeds[0] != seeds[1] and seeds[2] != seeds[3] and seeds[0] != seeds[2]
 
 
 # ---------------------------------------------------------------- the headline: accuracy vs compute, compute to reach

@@ -3,6 +3,7 @@ see conftest.py). The dashboard reaches the API over HTTP only."""
 
 from __future__ import annotations
 
+import base64
 import json
 
 from pathlib import Path
@@ -87,6 +88,20 @@ def test_overview_counts_runs_and_links_latest(seeded, use_api):
     counts = {m.label: m.value for m in at.metric}
     assert counts == {"Running": "1", "Queued": "1", "Succeeded": "5", "Failed": "1", "Cancelled": "0"}
     assert [s.value for s in at.subheader] == ["Latest runs", "Where to go"]
+
+
+def test_overview_shows_running_runs_before_newer_queued_ones(fresh_api, use_api, helpers):
+    use_api(fresh_api)
+    running = helpers.add_run(fresh_api.db_url, "aero", steps=10, done=4, status="running", name="training-now")
+    queued = [helpers.add_run(fresh_api.db_url, "grpo", steps=10, done=0, status="queued") for _ in range(5)]  # a sweep's queue
+    at = open_page("overview")
+    no_errors(at)
+    links = [n.proto.label for n in walk(at.main) if n.type == "page_link" and n.proto.query_string.startswith("run=")]
+    assert links[0] == f"#{running} training-now" and len(links) == 5
+    assert [f"#{i} " in label for i, label in zip(queued[::-1], links[1:])] == [True] * 4  # then the newest
+    bars = [h.proto.body for h in at.get("html") if "height:8px" in h.proto.body]  # ui.progress_bar, not a method chip
+    assert "width:40.0%;background:#E45756" in bars[0] and "running · 4/10 · 40.0%" in bars[0]  # AERO's colour
+    assert "background:#4C78A8" in bars[1] and "queued · 0/10 · 0.0%" in bars[1]
 
 
 def test_overview_empty_explains_first_steps(empty_api, use_api):
@@ -218,11 +233,60 @@ def test_runs_table_shows_status_progress_and_latest_metrics(seeded, use_api):
     df = runs_frame(at).set_index("id")
     assert len(df) == 8
     live = df.loc[seeded.ids["running"]]
-    assert (live["status"], live["step"], live["progress"]) == ("running", "12/40", pytest.approx(0.3))
+    assert (live["status"], live["step"]) == ("running", "12/40")
     assert live["reward"] == pytest.approx(0.3 + 0.3 * 12 / 40 + 0.02)  # conftest.fake_metrics at step 12
-    assert live["zero-acc ratio"] == pytest.approx(0.35 - 0.1 * 12 / 40 - 0.12)
+    assert live["zero-acc ratio"] == pytest.approx(100 * (0.35 - 0.1 * 12 / 40 - 0.12))  # in percent, shown "%.1f%%"
     assert "CUDA out of memory" in df.loc[seeded.ids["failed"], "message"]
     assert "refreshes every 3 s" in texts(at.caption)
+
+
+def svg_of(data_url: str) -> str:
+    head, _, body = data_url.partition(",")
+    assert head == "data:image/svg+xml;base64", head
+    return base64.b64decode(body).decode()
+
+
+def test_runs_progress_bars_take_the_method_colour_and_one_percent_format(seeded, use_api):
+    use_api(seeded)
+    at = open_page("runs")
+    df = runs_frame(at).set_index("id")
+    # every bar used to be Streamlit's theme red (a ProgressColumn has one colour per column)
+    colours = {"grpo": "#4C78A8", "aero-s1": "#72B7B2", "aero-s1s2": "#B279A2", "aero": "#E45756", "dapo": "#F58518",
+               "running": "#E45756", "failed": "#4C78A8"}
+    for key, colour in colours.items():
+        assert f"fill='{colour}'" in svg_of(df.loc[seeded.ids[key], "progress"]), key
+    # one percentage format: 12/40 and 3/30 both with one decimal (was 30% next to 10% next to 86.67%)
+    assert ">30.0%</text>" in svg_of(df.loc[seeded.ids["running"], "progress"])
+    assert ">10.0%</text>" in svg_of(df.loc[seeded.ids["failed"], "progress"])
+    assert ">100.0%</text>" in svg_of(df.loc[seeded.ids["grpo"], "progress"])
+    config = json.loads(at.dataframe[0].proto.columns)
+    assert config["zero-acc ratio"]["type_config"]["format"] == "%.1f%%" and config["progress"]["type_config"]["type"] == "image"
+
+
+def test_runs_step_time_is_the_mean_over_steps(fresh_api, use_api, helpers):
+    from backend.db.metrics import upsert_step_metrics
+    from backend.db.session import session_scope
+
+    use_api(fresh_api)
+    rid = helpers.add_run(fresh_api.db_url, "grpo", steps=10, done=3, status="running")
+    with session_scope(fresh_api.db_url) as s:  # steps of 1, 2 and 6 s: the last says 6, the mean 3
+        upsert_step_metrics(s, rid, {t: {**helpers.fake_metrics("grpo", t, 10), "time/step_s": v} for t, v in ((1, 1.0), (2, 2.0), (3, 6.0))})
+    at = open_page("runs")
+    row = runs_frame(at).set_index("id").loc[rid]
+    assert row["mean step time (s)"] == pytest.approx(3.0)
+    assert "averaged over the run's steps" in json.loads(at.dataframe[0].proto.columns)["mean step time (s)"]["help"]
+    at = open_page("run_detail", {"run": str(rid)})
+    metric = next(m for m in at.metric if m.label == "Mean step time")
+    assert metric.value == "3.00 s" and "Last step: 6.00 s" in metric.help
+
+
+def test_runs_sweep_filter_names_its_sweeps(seeded, use_api):
+    use_api(seeded)
+    at = open_page("runs")
+    box = at.selectbox(key="runs_sweep")
+    assert box.value is None and box.options == ["all sweeps", f"sweep #{seeded.ids['sweep']} · ladder"]  # not a bare 0
+    box.set_value(seeded.ids["sweep"]).run()
+    assert sorted(runs_frame(at)["id"]) == sorted(seeded.ids[m] for m in ("grpo", "aero-s1", "aero-s1s2", "aero"))
 
 
 def test_runs_filters(seeded, use_api):
@@ -280,6 +344,22 @@ def test_run_detail_live_run_draws_every_chart(seeded, use_api):
     assert "rescue rounds" in fig_title(figures(at)[0]) and "incl. rescue rounds (reward/mean)" in reward[0]["name"]
     assert "curated (reward/trained_mean)" in reward[1]["name"]
     assert "No evaluation yet" in texts(at.caption)
+
+
+def test_run_detail_rollouts_axis_and_kl_off(seeded, use_api):
+    use_api(seeded)
+    at = open_page("run_detail", {"run": str(seeded.ids["grpo"])})
+    no_errors(at)
+    # GRPO generates and trains a flat 256 (conftest): the axis starts at 0 with whole ticks, not 255-257 ticked 256.5
+    rollouts = fig_titled(at, "Rollouts per step")["layout"]["yaxis"]
+    assert rollouts["range"] == pytest.approx([0, 281.6]) and rollouts["tickformat"] == ",d"
+    at = open_page("run_detail", {"run": str(seeded.ids["running"])})  # AERO: 280 generated, 70 trained
+    rollouts = fig_titled(at, "Rollouts per step")["layout"]["yaxis"]
+    assert rollouts["rangemode"] == "tozero" and rollouts["tickformat"] == ",d"
+    # the seeded runs have kl_coef 0 (the default): no KL panel, and the title says why
+    health = fig_titled(at, "Optimisation health")
+    assert [a["text"] for a in health["layout"]["annotations"]] == ["grad norm", "entropy (nats/token)"]
+    assert "KL off (kl_coef = 0)" in fig_title(health) and len(health["data"]) == 2
 
 
 def test_run_detail_shows_new_steps_on_the_next_refresh(fresh_api, use_api, helpers):
@@ -370,6 +450,46 @@ def test_compare_runs_uses_counterfactual_waterfall(seeded, use_api):
     # baseline = what AERO trained (70 x 3 ms) + logged savings (76 + 60 + 50) x 3 ms
     assert wf["data"][0]["y"] == pytest.approx([0.768, 0.228, 0.18, 0.15, 0.21])
     assert "Counterfactual accounting" in texts(at.caption)
+
+
+def test_compare_counterfactual_grpo_bar_says_it_is_not_the_measured_one(seeded, use_api):
+    use_api(seeded)
+    at = open_page("compare", {"runs": f"{seeded.ids['failed']},{seeded.ids['running']}"})  # a GRPO run and a live AERO run
+    no_errors(at)
+    wf = fig_titled(at, "Time per step: GRPO → AERO")
+    assert "counterfactual accounting" in fig_title(wf)
+    bar = wf["data"][0]
+    assert bar["text"][0] == "0.768 s<br>counterfactual"
+    assert "plus the savings" in bar["hovertext"][0] and "not the GRPO run's measured step time" in bar["hovertext"][0]
+    # and the compared GRPO run's measured training seconds per step, beside the bars (256 rollouts x 3 ms)
+    line = next(sh for sh in wf["layout"]["shapes"] if sh["line"].get("dash") == "dash")
+    assert line["y0"] == pytest.approx(0.768)
+    assert wf["layout"]["annotations"][0]["text"] == f"GRPO run #{seeded.ids['failed']}, measured: 0.768 s"
+    assert "not the GRPO run's measured step time" in texts(at.caption) and "whole step" in texts(at.caption)
+
+
+def test_compare_keeps_coinciding_curves_of_two_methods_apart(seeded, use_api):
+    use_api(seeded)
+    ids = [seeded.ids["grpo"], seeded.ids["dapo"]]  # same seed; their zero-accuracy curves coincide (conftest)
+    at = open_page("compare", {"runs": ",".join(map(str, ids))})
+    no_errors(at)
+    at.selectbox(key="cmp_metric").set_value("zero_acc/after_rescue").run()
+    charts_ = [fig_titled(at, "Held-out Avg@8 vs training FLOPs"), fig_titled(at, "Held-out Avg@8 vs training time"),
+               fig_titled(at, "zero_acc/after_rescue per step"), fig_titled(at, "Zero-accuracy ratio (lines")]
+    for fig in charts_:  # every multi-run chart: GRPO solid, DAPO dashed over it
+        lines = [t for t in fig["data"] if t.get("showlegend") is not False]
+        assert [t["line"].get("dash", "solid") for t in lines] == ["solid", "dash"], fig_title(fig)
+
+
+def test_compare_bolds_ties_in_every_column(seeded, use_api):
+    use_api(seeded)
+    ids = [seeded.ids["grpo"], seeded.ids["aero-s1"]]  # the same evaluations (conftest), different costs
+    at = open_page("compare", {"runs": ",".join(map(str, ids))})
+    bench = next(f["data"][0] for f in figures(at) if "<b>Avg@8 total</b>" in f["data"][0].get("header", {}).get("values", []))
+    header = [h.replace("<b>", "").replace("</b>", "") for h in bench["header"]["values"]]
+    bold = {h: [c.startswith("<b>") for c in col] for h, col in zip(header, bench["cells"]["values"])}
+    assert bold["time / step"] == [False, True] and bold["FLOPs / step"] == [False, True]  # AERO S1 costs less
+    assert bold["Avg@8 L1"] == bold["Avg@8 L2"] == bold["Avg@8 total"] == [True, True]  # a tie: both best, every column
 
 
 def test_compare_without_aero_explains_missing_waterfall(seeded, use_api):

@@ -1,0 +1,147 @@
+"""What only a real browser sees: the address a user types and the colours the data grid paints.
+
+AppTest runs page scripts by file, not by URL, so it cannot tell that /overview answered
+"Page not found"; and the Runs table is drawn on a canvas, so whether each run's progress bar
+comes out in its method's colour (and not in Streamlit's theme red, as every bar once did) is
+a matter of pixels. Everything AppTest can see (the figure JSON, the table's values) is tested
+in test_pages.py; this one test only looks.
+
+Cheaper than test_browser.py: no `aero up` and no training, just `streamlit run` against the
+live test API of conftest.py on a seeded temp store. Playwright on Debian's /usr/bin/chromium
+(scripts/install.sh installs it); screenshots land in test-artifacts/screenshots/.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SHOTS = ROOT / "test-artifacts" / "screenshots"
+CHROMIUM = os.environ.get("AERO_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+THEME_RED = (0xFF, 0x4B, 0x4B)  # Streamlit's primary colour: what every progress bar used to be
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(300),
+    # AERO_REQUIRE_BROWSER=1 (CI): a missing browser fails these tests instead of skipping them.
+    pytest.mark.skipif(not Path(CHROMIUM).exists() and os.environ.get("AERO_REQUIRE_BROWSER") != "1",
+                       reason=f"no Chromium at {CHROMIUM}: install Debian's with `sudo bash scripts/install_browser.sh` "
+                              "(`make test` runs it), or set AERO_CHROMIUM to a Chromium binary"),
+]
+
+
+def rgb(hex_color: str) -> tuple[int, int, int]:
+    h = hex_color.lstrip("#")
+    return int(h[0:2], 16), int(h[2:4], 16), int(h[4:6], 16)
+
+
+def pixels_near(png: bytes, color: tuple[int, int, int], tol: int = 12) -> int:
+    """How many pixels of a screenshot are within ``tol`` (summed over R, G, B) of ``color``."""
+    import numpy as np
+    from PIL import Image  # Streamlit's dependency
+
+    img = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"), dtype=int)
+    return int((np.abs(img - np.array(color)).sum(axis=2) <= tol).sum())
+
+
+@pytest.fixture
+def dashboard(tmp_path, helpers):
+    """The live test API on a temp store with a finished GRPO run, a finished DAPO run and a
+    running AERO run, queued GRPO runs newer than all of them, and `streamlit run` on it."""
+    with helpers.serve(f"sqlite:///{tmp_path / 'aero.sqlite'}", tmp_path) as api:
+        ids = {"grpo": helpers.add_run(api.db_url, "grpo", steps=10, done=10, status="succeeded"),
+               "dapo": helpers.add_run(api.db_url, "dapo", steps=10, done=10, status="succeeded"),
+               "aero": helpers.add_run(api.db_url, "aero", steps=10, done=10, status="running", name="aero-training")}
+        for _ in range(5):
+            helpers.add_run(api.db_url, "grpo", steps=10, done=0, status="queued")
+        port = helpers.free_port()
+        env = {**os.environ, "AERO_API_URL": api.url, "AERO_API_TOKEN": api.token, "AERO_DATA_DIR": str(tmp_path / "none")}
+        log = tmp_path / "streamlit.log"
+        with open(log, "wb") as f:
+            proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", helpers.app, "--server.port", str(port),
+                                     "--server.address", "127.0.0.1", "--server.headless", "true",
+                                     "--browser.gatherUsageStats", "false", "--client.toolbarMode", "viewer"],
+                                    cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 90
+            while True:
+                assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
+                assert time.monotonic() < deadline, log.read_text(errors="replace")[-3000:]
+                try:
+                    if httpx.get(f"{url}/_stcore/health", timeout=2).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.3)
+            yield url, ids
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+@pytest.fixture
+def page():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        pg = browser.new_page(viewport={"width": 1400, "height": 900})
+        pg.set_default_timeout(60_000)
+        yield pg
+        browser.close()
+
+
+def shot(pg, locator, name: str) -> bytes:
+    """A screenshot of one element, kept in test-artifacts/screenshots/ for a reader."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    return locator.screenshot(path=str(SHOTS / f"{name}.png"))
+
+
+def test_overview_address_and_method_coloured_progress_bars(dashboard, page):
+    url, ids = dashboard
+    pg = page
+    # /overview, the address in the docs, is the Overview (it answered "Page not found")
+    pg.goto(f"{url}/overview")
+    pg.get_by_role("heading", name="AERO Lab", exact=True).first.wait_for()
+    pg.get_by_role("heading", name="Latest runs").first.wait_for()
+    pg.wait_for_load_state("networkidle")
+    assert pg.get_by_text("Page not found").count() == 0
+    assert pg.locator('[data-testid="stException"]').count() == 0
+    # the running AERO run comes first, before the five newer queued runs
+    first = pg.locator('[data-testid="stPageLink"]').filter(has_text=f"#{ids['aero']} aero-training")
+    assert first.count() == 1 and pg.locator('[data-testid="stPageLink"]').filter(has_text="#").first.inner_text().strip().endswith(
+        f"#{ids['aero']} aero-training")
+    # and "/" still works: it opens the Overview at its own address
+    pg.goto(url + "/")
+    pg.wait_for_url(f"{url}/overview")
+    pg.get_by_role("heading", name="Latest runs").first.wait_for()
+    shot(pg, pg.locator('[data-testid="stMain"]').first, "look-overview")
+
+    # the Runs table: each bar in its method's colour, none in the theme red
+    pg.goto(f"{url}/runs")
+    grid = pg.locator('[data-testid="stDataFrame"]').first
+    grid.wait_for()
+    pg.wait_for_load_state("networkidle")
+    pg.wait_for_timeout(2000)  # the grid draws image cells once they have loaded
+    png = shot(pg, grid, "look-runs-table")
+    counts = {m: pixels_near(png, rgb(c)) for m, c in (("grpo", "#4C78A8"), ("dapo", "#F58518"), ("aero", "#E45756"))}
+    red = pixels_near(png, THEME_RED)
+    # a full bar is ~100 x 8 px at least; a method name in its colour is far fewer pixels than that
+    assert all(n > 500 for n in counts.values()) and red < 50, (counts, red)
