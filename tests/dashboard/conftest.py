@@ -12,6 +12,7 @@ trainer's (docs/metrics.md):
 from __future__ import annotations
 
 import math
+import os
 import socket
 import threading
 import time
@@ -37,6 +38,9 @@ from trainer.config import RunConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = str(ROOT / "dashboard" / "app.py")
+CHROMIUM = os.environ.get("AERO_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
 P = 16  # prompts per step
 GRPO_N = 16
 TRAINED = {"grpo": 256, "dapo": 200, "aero-s1": 180, "aero-s1s2": 120, "aero": 70}
@@ -310,3 +314,24 @@ def use_api(monkeypatch):
         monkeypatch.setenv("AERO_DATA_DIR", "/nonexistent-aero-data")  # no token-file fallback in tests
 
     return use
+
+
+@pytest.fixture
+def page():
+    """A Playwright page on Debian's headless chromium (no browser download). Without one the
+    test skips, saying how to install it; with AERO_REQUIRE_BROWSER=1 (CI) it fails instead.
+    Request it before any fixture that starts the platform, so a skip costs nothing."""
+    if not Path(CHROMIUM).exists():
+        why = (f"no Chromium at {CHROMIUM}: install Debian's with `sudo bash scripts/install_browser.sh` "
+               "(`make test` runs it), or set AERO_CHROMIUM to a Chromium binary")
+        if os.environ.get("AERO_REQUIRE_BROWSER") == "1":
+            pytest.fail(why)
+        pytest.skip(why)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        pg = browser.new_page(viewport={"width": 1400, "height": 900})
+        pg.set_default_timeout(60_000)
+        yield pg
+        browser.close()

@@ -8,7 +8,7 @@ in test_pages.py; this one test only looks.
 
 Cheaper than test_browser.py: no `aero up` and no training, just `streamlit run` against the
 live test API of conftest.py on a seeded temp store. Playwright on Debian's /usr/bin/chromium
-(scripts/install.sh installs it); screenshots land in test-artifacts/screenshots/.
+(scripts/install_browser.sh installs it; the `page` fixture of conftest.py); screenshots land in test-artifacts/screenshots/.
 """
 
 from __future__ import annotations
@@ -26,18 +26,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SHOTS = ROOT / "test-artifacts" / "screenshots"
-CHROMIUM = os.environ.get("AERO_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
 THEME_RED = (0xFF, 0x4B, 0x4B)  # Streamlit's primary colour: what every progress bar used to be
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.timeout(300),
-    # AERO_REQUIRE_BROWSER=1 (CI): a missing browser fails these tests instead of skipping them.
-    pytest.mark.skipif(not Path(CHROMIUM).exists() and os.environ.get("AERO_REQUIRE_BROWSER") != "1",
-                       reason=f"no Chromium at {CHROMIUM}: install Debian's with `sudo bash scripts/install_browser.sh` "
-                              "(`make test` runs it), or set AERO_CHROMIUM to a Chromium binary"),
 ]
 
 
@@ -96,25 +89,13 @@ def dashboard(tmp_path, helpers):
                 proc.wait()
 
 
-@pytest.fixture
-def page():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        pg = browser.new_page(viewport={"width": 1400, "height": 900})
-        pg.set_default_timeout(60_000)
-        yield pg
-        browser.close()
-
-
 def shot(pg, locator, name: str) -> bytes:
     """A screenshot of one element, kept in test-artifacts/screenshots/ for a reader."""
     SHOTS.mkdir(parents=True, exist_ok=True)
     return locator.screenshot(path=str(SHOTS / f"{name}.png"))
 
 
-def test_overview_address_and_method_coloured_progress_bars(dashboard, page):
+def test_overview_address_and_method_coloured_progress_bars(page, dashboard):
     url, ids = dashboard
     pg = page
     # /overview, the address in the docs, is the Overview (it answered "Page not found")
