@@ -1,1 +1,1 @@
-"""AERO Lab dashboard (Streamlit + Plotly). Talks to the backend over HTTP only (DESIGN.md §1)."""
+"""AERO Lab dashboard (Streamlit + Plotly). Talks to the backend over HTTP only (docs/architecture.md §1)."""

@@ -1,5 +1,5 @@
 """A small HTTP client for the AERO Lab REST API (docs/api.md). The dashboard talks to the
-backend through this module only (DESIGN.md §1): no store, no trainer imports.
+backend through this module only (docs/architecture.md §1): no store, no trainer imports.
 
 Every failure is an :class:`ApiError` with a ``kind`` the pages turn into a sentence:
 

@@ -1,5 +1,5 @@
 """Held-out evaluation: eval_n samples per problem, per-problem (n, c) stored so any k <= n
-can be recomputed later; Avg@k, unbiased Pass@k and bootstrap CIs (DESIGN.md §3)."""
+can be recomputed later; Avg@k, unbiased Pass@k and bootstrap CIs (docs/metrics.md "Evaluation")."""
 
 from __future__ import annotations
 

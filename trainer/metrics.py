@@ -75,7 +75,7 @@ class MultiSink:
             s.close()
 
 
-# --- FLOPs accounting (DESIGN.md §3; docs/metrics.md "FLOPs") --------------------------------
+# --- FLOPs accounting (docs/metrics.md "FLOPs") ----------------------------------------------
 # Forward cost of one token at context position p (1-based), after Kaplan et al. 2020 (Table 1):
 #   C_fwd(p) = 2 N + 2 n_layer p d_model
 # 2N covers every weight matmul (N = all parameters, tied embeddings once, i.e. the LM head; the

@@ -12,7 +12,7 @@ from transformers.utils import logging as hf_logging
 
 hf_logging.disable_progress_bar()  # no per-load weight bars in CLI output and worker logs
 
-# DESIGN.md §6: ~1.05M parameters; samples ~6k tokens/s on 2 CPU cores with a KV cache.
+# docs/architecture.md §6: ~1.05M parameters; samples ~6k tokens/s on 2 CPU cores with a KV cache.
 TINY_SHAPE = dict(hidden_size=128, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=4,
                   intermediate_size=512, tie_word_embeddings=True, max_position_embeddings=128)
 

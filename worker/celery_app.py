@@ -25,8 +25,9 @@ def is_embedded(url: str) -> bool:
 
 def configure_embedded_transport(poll_s: float) -> None:
     """The SQLAlchemy transport hands every broker_transport_option to ``create_engine``, so an
-    unknown key such as ``polling_interval`` crashes the worker (DESIGN §6); its poll period is a
-    class attribute instead. Default upstream: 1 s between polls of an idle queue."""
+    unknown key such as ``polling_interval`` crashes the worker (docs/deploy.md, "The embedded
+    broker"); its poll period is a class attribute instead. Default upstream: 1 s between polls
+    of an idle queue."""
     from kombu.transport import sqlalchemy as kombu_sqla
 
     kombu_sqla.Transport.polling_interval = poll_s

@@ -1,4 +1,5 @@
-"""Compute-savings waterfall of AERO's strategies against GRPO (DESIGN §3, paper §5.3 Fig. 8).
+"""Compute-savings waterfall of AERO's strategies against GRPO (paper §5.3 Fig. 8; metric keys in
+docs/metrics.md "Counterfactual savings").
 
 Every waterfall has the same shape per unit: ``baseline - s1 - s2 - s3 = final``, per step
 (means over the run's steps), with units

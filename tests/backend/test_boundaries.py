@@ -1,6 +1,6 @@
-"""DESIGN §1 dependency directions for backend/: it imports trainer.config and the numpy-only
-statistics modules trainer.core.{passk,reach,stats} (no torch), never the worker or the dashboard,
-and enqueues by task name."""
+"""Dependency directions for backend/ (docs/architecture.md §1): it imports trainer.config and
+the numpy-only statistics modules trainer.core.{passk,reach,stats} (no torch), never the worker
+or the dashboard, and enqueues by task name."""
 
 import ast
 import subprocess

@@ -1,6 +1,6 @@
-"""DESIGN.md §1: the dashboard talks to the backend over HTTP only. No module under dashboard/
-may import the store, the backend, the trainer, the worker or torch — checked on the source
-(every import statement, nested ones included) and on a fresh interpreter's sys.modules."""
+"""docs/architecture.md §1: the dashboard talks to the backend over HTTP only. No module under
+dashboard/ may import the store, the backend, the trainer, the worker or torch — checked on the
+source (every import statement, nested ones included) and on a fresh interpreter's sys.modules."""
 
 from __future__ import annotations
 

@@ -78,7 +78,7 @@ def posterior_mean(c, n, alpha0: float = 1.0, beta0: float = 1.0):
 
 
 def bayesian_advantage(rewards: Tensor, u_tilde) -> Tensor:
-    """AERO S2 advantage with the posterior mean as baseline (paper §4.2.2; DESIGN §2 step 4).
+    """AERO S2 advantage with the posterior mean as baseline (paper §4.2.2; docs/algorithms.md §1).
 
         A_i = (r_i - u~) / sqrt(u~ (1 - u~))
 

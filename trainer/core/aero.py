@@ -51,7 +51,7 @@ def is_correct(rewards) -> np.ndarray:
 
 
 def stratify(correct, n_explore: int, S: int, tau: float) -> np.ndarray:
-    """Stratify prompts by their exploration success (§4.1, §4.2.1; DESIGN §2 step 2).
+    """Stratify prompts by their exploration success (§4.1, §4.2.1; docs/algorithms.md §4 step 2).
 
         u = c / n_explore
         RESCUE  if c <= S                       (rescue set Q_res, u <= u_res = S / n_explore)
@@ -359,7 +359,7 @@ def curate(
     lengths_by_prompt: Sequence | None = None,
     rng: np.random.Generator | None = None,
 ) -> Curated:
-    """Choose each prompt's training group (Algorithm 1 curation; §4.2.1-4.2.3, §4.4; DESIGN §2 steps 3-5).
+    """Choose each prompt's training group (Algorithm 1 curation; §4.2.1-4.2.3, §4.4; docs/algorithms.md §4 step 4).
 
     Rules, in order, for prompt p with n rollouts (explore first, then used rescue rollouts)
     of which c are correct:
@@ -446,7 +446,7 @@ def aero_advantages(
     unbiased: bool = True,
     normalize_std: bool = True,
 ) -> Tensor:
-    """AERO advantages over the curated batch (DESIGN §2 steps 4 and 6).
+    """AERO advantages over the curated batch (docs/algorithms.md §4 step 5).
 
         'bayes' groups:  A_i = (r_i - u~_g) / sqrt(u~_g (1 - u~_g))     (S2, §4.2.2; no group norm)
         other groups:    A_i = (r_i - mean_g) / (std_g + eps)           (GRPO over the curated group)

@@ -1,6 +1,6 @@
 """Evaluation metrics from per-problem (n samples, c correct): Avg@k, unbiased Pass@k, bootstrap CI.
 
-Store (n, c) per problem and any k <= n can be recomputed later (DESIGN §3).
+Store (n, c) per problem and any k <= n can be recomputed later (docs/metrics.md "Evaluation").
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Counterfactual compute-savings waterfall of AERO's strategies against GRPO (DESIGN §3, paper §4.4, §5.3 Fig. 8).
+"""Counterfactual compute-savings waterfall of AERO's strategies against GRPO (paper §4.4, §5.3 Fig. 8;
+spec: docs/algorithms.md §6).
 
 For one step's prompts, count the rollouts (and tokens) each rung of the ladder would train,
 all at GRPO's budget of n_total rollouts per prompt:
@@ -92,8 +93,8 @@ def waterfall(
 def savings_cost(saved_tokens: dict[str, float], flops_per_token: float, seconds_per_token: float) -> dict[str, dict[str, float]]:
     """Convert token savings to FLOPs and seconds: x * flops_per_token, x * seconds_per_token.
 
-    The caller supplies training FLOPs per token (e.g. 6N + 2N per extra forward, DESIGN §3) and
-    measured training seconds per token of the step.
+    The caller supplies training FLOPs per token (e.g. 6N + 2N per extra forward, docs/metrics.md
+    "FLOPs") and measured training seconds per token of the step.
     """
     return {
         "flops": {s: v * flops_per_token for s, v in saved_tokens.items()},

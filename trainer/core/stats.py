@@ -1,7 +1,7 @@
 """Statistics for comparing runs across seeds and problems (issue 6; docs/comparisons.md).
 
-RL results move with the seed (DESIGN §6), so a comparison aggregates *seed groups*: runs
-whose configs differ only by seed. Three questions, three tools:
+RL results move with the seed (docs/comparisons.md; docs/architecture.md §6), so a comparison
+aggregates *seed groups*: runs whose configs differ only by seed. Three questions, three tools:
 
 * how big is a number, across seeds?          -> :func:`mean_ci` (Student-t over seeds)
 * how does a curve vary across seeds?          -> :func:`interpolated_band`

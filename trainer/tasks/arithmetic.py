@@ -78,7 +78,7 @@ OOD_LEVELS: dict[str, Level] = {
 }
 ALL_LEVELS: dict[str, Level] = {**LEVELS, **OOD_LEVELS}
 
-# A warm-start mix that under-represents the two hardest levels (DESIGN.md §6), so RL
+# A warm-start mix that under-represents the two hardest levels (docs/tasks.md §1), so RL
 # starts with all three AERO strata (all-fail, partial, all-correct) well populated.
 WARM_START_WEIGHTS: dict[str, float] = {
     "L1-add1": 1.0, "L2-add2": 1.0, "L3-sub2": 1.0, "L4-add3": 0.25, "L5-mul2x1": 1.0, "L6-mul2x2": 0.25,

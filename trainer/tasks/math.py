@@ -21,7 +21,7 @@ lines plus ``"\\n\\nSolution:"``.
 Reward (paper Appendix E.1, binary correctness): math-verify on the response's last
 ``\\boxed{...}`` against the ground truth; no box, or a box over ``max_answer_chars``, is 0.
 math-verify runs with its signal-based timeouts off (``parsing_timeout=None``,
-``timeout_seconds=None``; they raise off the main thread, DESIGN.md §6). The time limit is
+``timeout_seconds=None``; they raise off the main thread, docs/tasks.md §2). The time limit is
 enforced by :mod:`trainer.tasks.verify`, in a killable subprocess (``isolated_scorer``).
 """
 
