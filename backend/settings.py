@@ -15,7 +15,14 @@ AERO_MAX_BODY_BYTES    request bodies above this answer 413             ``104857
 AERO_SSE_POLL_S        how often the SSE stream polls the store         ``1.0``
 AERO_METRICS_CACHE_MB  per-process cache of metric responses (0 = off)  ``64``
 AERO_MIGRATE_ON_START  run Alembic ``upgrade head`` when the app starts  ``true``
+AERO_DATA_ROOTS        where run configs may read models and data       the data directory
+AERO_SANDBOX_*         code sandbox isolation, interpreter, uid, caps   see docs/deploy.md
+AERO_MAX_*             caps on a run config's sizes (steps, batch...)   see docs/deploy.md
 =====================  ===============================================  =======================
+
+The run policy (``AERO_SANDBOX_*``, ``AERO_MAX_*``, ``AERO_DATA_ROOTS``; trainer/policy.py) is
+the operator's: the API applies it to every submitted config and each worker re-checks it,
+from its own environment, before any compute.
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ from pathlib import Path
 
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from trainer.policy import RunPolicy, platform_denied
 
 
 class Settings(BaseSettings):
@@ -40,6 +49,17 @@ class Settings(BaseSettings):
     migrate_on_start: bool = Field(True, validation_alias=AliasChoices("AERO_MIGRATE_ON_START", "migrate_on_start"))
     cpu_queue: str = Field("cpu", validation_alias=AliasChoices("AERO_CPU_QUEUE", "cpu_queue"))
     gpu_queue: str = Field("gpu", validation_alias=AliasChoices("AERO_GPU_QUEUE", "gpu_queue"))
+    # The operator's run policy, from the AERO_SANDBOX_* / AERO_MAX_* / AERO_DATA_ROOTS variables
+    # (trainer.policy.ENV); tests pass ``policy=RunPolicy(...)``. Use ``run_policy``.
+    policy: RunPolicy = Field(default_factory=RunPolicy.from_env, validation_alias=AliasChoices("policy"))
+
+    @property
+    def run_policy(self) -> RunPolicy:
+        """The policy applied to run configs: data roots default to the data directory, whose
+        platform files (admin token, store, broker, logs) are refused under any root."""
+        roots = self.policy.data_roots if self.policy.data_roots is not None else (self.data_path,)
+        denied = (*self.policy.denied, *platform_denied(self.data_path))
+        return self.policy.model_copy(update={"data_roots": roots, "denied": denied})
 
     @property
     def data_path(self) -> Path:

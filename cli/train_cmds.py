@@ -10,7 +10,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from cli.common import console, deep_merge, fail_config, parse_sets
+from cli.common import console, deep_merge, fail_config, parse_sets, safe
 from cli.main import app
 from trainer.config import METHODS, ConfigError, parse_run_config
 from trainer.core.reach import single_seed_reach
@@ -66,6 +66,7 @@ def train(
     """Train one run (resumes from OUT/checkpoints if present) with a live progress bar."""
     from trainer.loop import run_training
     from trainer.metrics import JsonlSink
+    from trainer.policy import RunPolicy
 
     data = json.loads(config.read_text()) if config else {}
     flags = {k: v for k, v in {"method": method, "steps": steps, "seed": seed, "preset": preset}.items() if v is not None}
@@ -73,10 +74,11 @@ def train(
         flags.update(model_path=model_path, preset=None)
     data = deep_merge(deep_merge(data, flags), parse_sets(sets))
     try:
-        cfg = parse_run_config(data)
+        policy = RunPolicy.from_env()  # the operator's caps and sandbox settings (AERO_SANDBOX_*, AERO_MAX_*)
+        cfg = parse_run_config(data, policy)
         with _progress() as bar:
             task = bar.add_task(cfg.method, total=cfg.steps, info="")
-            summary = run_training(cfg, out, JsonlSink(out),
+            summary = run_training(cfg, out, JsonlSink(out), policy=policy,
                                    progress=lambda s, n, m: bar.update(task, completed=s, info=_step_info(m)))
     except ConfigError as e:
         fail_config(e)
@@ -101,15 +103,18 @@ def eval_cmd(
     from trainer.rollout.base import SamplingParams
 
     data = json.loads((run_dir / "config.json").read_text()) if run_dir else {"preset": preset}
+    from trainer.policy import RunPolicy
+
+    policy = RunPolicy.from_env()
     try:
-        cfg = parse_run_config({**data, "eval_n": n, "eval_problems": problems})
+        cfg = parse_run_config({**data, "eval_n": n, "eval_problems": problems}, policy)
     except ConfigError as e:
         fail_config(e)
-    setup = load_setup(cfg)
+    setup = load_setup(cfg, policy)
     if run_dir:
         ckpt = load_latest_checkpoint(run_dir)
         if ckpt is None:
-            console.print(f"[red]no checkpoint in {run_dir}/checkpoints[/]")
+            console.print(f"[red]no checkpoint in {safe(run_dir)}/checkpoints[/]")
             raise typer.Exit(1)
         setup.model.load_state_dict(ckpt["model"])
     res = evaluate(setup.engine, setup.task, SamplingParams(cfg.temperature, cfg.top_p, cfg.max_new_tokens), n,
@@ -118,7 +123,7 @@ def eval_cmd(
     for col in ("benchmark", f"Avg@{n}", "95% CI", f"Pass@{n}"):
         table.add_column(col)
     for name, r in res.items():
-        table.add_row(name, f"{r['avg_at_k']:.3f}", f"[{r['avg_ci'][0]:.3f}, {r['avg_ci'][1]:.3f}]", f"{r['pass_at_k']:.3f}")
+        table.add_row(safe(name), f"{r['avg_at_k']:.3f}", f"[{r['avg_ci'][0]:.3f}, {r['avg_ci'][1]:.3f}]", f"{r['pass_at_k']:.3f}")
     console.print(table)
 
 

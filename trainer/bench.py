@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from trainer.config import RunConfig, parse_run_config
+from trainer.policy import RunPolicy
 from trainer.core.reach import COSTS, ReachCurve, cumulative, final_accuracy, reach
 from trainer.loop import iter_training
 from trainer.metrics import JsonlSink, MemorySink, MultiSink
@@ -95,14 +96,16 @@ def run_bench(preset: str | None = "tiny", steps: int = 60, seed: int = 0, metho
     overrides = dict(overrides or {})
     base = {"preset": None if overrides.get("model_path") else preset, "steps": steps, "seed": seed,
             "checkpoint_every": 0, **overrides}
-    cfg0 = parse_run_config({**base, "method": methods[0]})
+    policy = RunPolicy.from_env()  # `aero bench` is the operator: caps and sandbox from AERO_* env
+    cfg0 = parse_run_config({**base, "method": methods[0]}, policy)
     runs = {}
     for method in methods:
-        cfg = parse_run_config({**base, "method": method})
+        cfg = parse_run_config({**base, "method": method}, policy)
         run_dir = Path(out_dir) / method
         shutil.rmtree(run_dir, ignore_errors=True)  # a bench always trains from the base checkpoint
         sink = MemorySink()
-        runs[method] = {"sink": sink, "gen": iter_training(cfg, run_dir, MultiSink(sink, JsonlSink(run_dir))),
+        runs[method] = {"sink": sink, "gen": iter_training(cfg, run_dir, MultiSink(sink, JsonlSink(run_dir)),
+                                                             policy=policy),
                         "wall": 0.0, "progress": on_method(method, cfg) if on_method else None}
     # Round-robin, one step of each method at a time: every method sees the same machine
     # conditions (other load, thermal state), so the ratios are fair even on a busy machine.

@@ -11,17 +11,49 @@ raises :class:`ConfigError`, whose ``issues`` name every bad field by its dotted
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic.json_schema import SkipJsonSchema
+
+from trainer.safetext import no_control_chars  # noqa: F401  (also backend.schemas's, via this module)
+
+if TYPE_CHECKING:
+    from trainer.policy import RunPolicy
 
 Method = Literal["grpo", "dapo", "aero", "aero-s1", "aero-s1s2"]
 METHODS: tuple[str, ...] = ("grpo", "dapo", "aero", "aero-s1", "aero-s1s2")
 LossAgg = Literal["seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm"]
 
 
+def _numeric_kind(annotation: Any) -> str | None:
+    """"integer" / "number" for an int / float field (``| None`` allowed), else None."""
+    import types
+    import typing
+
+    args = [a for a in typing.get_args(annotation) if a is not type(None)] \
+        if typing.get_origin(annotation) in (typing.Union, types.UnionType) else [annotation]
+    if args and all(a in (int, float) for a in args):
+        return "integer" if all(a is int for a in args) else "number"
+    return None
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _strict_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        """Numbers must be numbers: "10" and true are refused for int and float fields (pydantic's
+        lax mode would coerce them), and 10.5 for an int field as before; 10.0 stays an int."""
+        kind = _numeric_kind(cls.model_fields[info.field_name].annotation)
+        if kind and isinstance(value, (str, bytes, bool)):
+            from pydantic_core import PydanticCustomError
+
+            raise PydanticCustomError("int_type" if kind == "integer" else "float_type",
+                                      "Input should be a JSON {kind}, not {what}",
+                                      {"kind": kind, "what": "a boolean" if isinstance(value, bool) else "a string"})
+        return value
 
 
 class AEROConfig(_Strict):
@@ -33,7 +65,7 @@ class AEROConfig(_Strict):
     k_max: int = Field(10, ge=0, description="Maximum rescue rounds K_max (paper: 10 math, 3 code).")
     tau: float = Field(0.5, gt=0.0, le=1.0, description="Success-rate threshold between low- and high-success strata (paper: 0.5).")
     S: int = Field(0, ge=0, description="Rescue threshold on correct count: prompts with c <= S are rescued (paper: 0).")
-    k: float = Field(1.0, description="Negatives kept per positive in low-success groups, m = min(k*c, #incorrect) (paper: 1; Thm 4.1 optimum).")
+    k: float = Field(1.0, allow_inf_nan=False, le=1e6, description="Negatives kept per positive in low-success groups, m = min(k*c, #incorrect) (paper: 1; Thm 4.1 optimum).")
     alpha0: float = Field(1.0, description="Beta prior alpha for the Bayesian baseline (paper: 1).")
     beta0: float = Field(1.0, description="Beta prior beta for the Bayesian baseline (paper: 1).")
     zero_variance_keep: int = Field(4, ge=1, description="Rollouts kept from a zero-variance group under S2 (paper §4.4: 4).")
@@ -79,6 +111,10 @@ class DAPOConfig(_Strict):
     overlong_penalty: float = Field(1.0, ge=0.0, description="Maximum overlong penalty subtracted from the reward.")
 
 
+_OPERATOR_FIELDS = {"network": ("AERO_SANDBOX_ISOLATION", "auto"), "run_as_uid": ("AERO_SANDBOX_UID", 65534),
+                    "python": ("AERO_SANDBOX_PYTHON", None)}
+
+
 class CodeConfig(_Strict):
     """Code task: the sandbox that runs candidate programs (docs/tasks.md "Code").
 
@@ -96,17 +132,25 @@ class CodeConfig(_Strict):
                                "user (counted per uid, so shared by the candidates scored at once).")
     max_output_bytes: int = Field(1_048_576, ge=1024, le=1 << 30, description="Cap on a test's captured stdout (the "
                                   "process is killed past it) and on any file it writes (RLIMIT_FSIZE).")
-    network: Literal["auto", "namespace", "audit"] = Field(
-        "auto", description="Isolation: 'namespace' requires `unshare` network + PID namespaces (no network at all; "
-        "every process dies with the sandbox); 'audit' uses only the in-process audit hook; 'auto' = namespaces when "
-        "they work here, else the audit hook.")
     audit_hook: Literal["always", "fallback"] = Field(
         "always", description="Install the audit hook (blocks sockets, subprocesses, ctypes, writes outside the "
-        "sandbox directory) always, or only when namespaces are unavailable.")
-    run_as_uid: int = Field(65534, ge=1, description="When the worker runs as root: uid/gid the sandbox drops to "
-                            "(65534 = nobody). Ignored for an unprivileged worker.")
-    python: str | None = Field(None, description="Interpreter for candidate code; default: the worker's if the sandbox "
-                               "user can run it, else the system python3.")
+        "sandbox directory) always, or only when namespaces are unavailable ('fallback' needs the operator's "
+        "AERO_SANDBOX_AUDIT_HOOK=fallback).")
+    # Operator settings (trainer/policy.py), no longer run-config fields: a stored config from
+    # before may still carry the old defaults, which are accepted and ignored; anything else is
+    # refused. Hidden from the schema and never stored.
+    network: SkipJsonSchema[Any] = Field(None, exclude=True, description="Operator setting AERO_SANDBOX_ISOLATION.")
+    run_as_uid: SkipJsonSchema[Any] = Field(None, exclude=True, description="Operator setting AERO_SANDBOX_UID.")
+    python: SkipJsonSchema[Any] = Field(None, exclude=True, description="Operator setting AERO_SANDBOX_PYTHON.")
+
+    @field_validator("network", "run_as_uid", "python", mode="before")
+    @classmethod
+    def _operator_only(cls, v: Any, info: ValidationInfo) -> None:
+        env, legacy = _OPERATOR_FIELDS[info.field_name]
+        if v is not None and not (type(v) is type(legacy) and v == legacy):
+            raise ValueError(f"an operator setting ({env}), not a run-config field; remove it")
+        return None
+
     workers: int = Field(0, ge=0, le=1024, description="Sandboxes run at once when scoring a batch (0 = min(8, CPUs)).")
     max_tests: int = Field(0, ge=0, description="Keep the first N tests of each problem (0 = all).")
 
@@ -128,7 +172,7 @@ class OptimConfig(_Strict):
 class RunConfig(_Strict):
     """One training run. Stored with the run as JSON (``model_dump(mode='json')``)."""
 
-    name: str | None = Field(None, max_length=200)
+    name: Annotated[str, AfterValidator(no_control_chars)] | None = Field(None, max_length=200)
     method: Method = Field("aero", description="grpo | dapo | aero | aero-s1 (S1 only) | aero-s1s2 (S1+S2).")
     engine: Literal["embedded", "verl"] = "embedded"
     preset: Literal["tiny"] | None = Field("tiny", description="Embedded preset: the shipped ~1M-parameter policy on the synthetic arithmetic task.")
@@ -250,8 +294,9 @@ def cross_field_issues(cfg: RunConfig) -> list[tuple[str, str]]:
     return issues
 
 
-def parse_run_config(data: dict[str, Any] | RunConfig) -> RunConfig:
-    """Validate untrusted input into a RunConfig, or raise ConfigError naming every bad field."""
+def parse_run_config(data: dict[str, Any] | RunConfig, policy: RunPolicy | None = None) -> RunConfig:
+    """Validate untrusted input into a RunConfig, or raise ConfigError naming every bad field.
+    With the operator's ``policy`` (trainer/policy.py), also its caps and data roots."""
     if isinstance(data, RunConfig):
         data = data.model_dump()
     try:
@@ -259,6 +304,10 @@ def parse_run_config(data: dict[str, Any] | RunConfig) -> RunConfig:
     except ValidationError as e:
         raise ConfigError([(".".join(str(p) for p in err["loc"]) or "config", err["msg"]) for err in e.errors()]) from None
     issues = cross_field_issues(cfg)
+    if policy is not None:
+        from trainer.policy import policy_issues
+
+        issues += policy_issues(cfg, policy)
     if issues:
         raise ConfigError(issues)
     return cfg

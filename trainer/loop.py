@@ -26,6 +26,7 @@ from trainer.collect import COLLECTORS, StepContext, step_metrics
 from trainer.config import ConfigError, RunConfig, parse_run_config
 from trainer.evaluate import eval_sampling, eval_seed, evaluate
 from trainer.metrics import MetricSink
+from trainer.policy import RunPolicy
 from trainer.presets import load_setup
 from trainer.rollout.base import SamplingParams
 from trainer.update import policy_update, warmup_constant_lr, warmup_length
@@ -41,16 +42,19 @@ def validate_lengths(cfg: RunConfig, model: torch.nn.Module) -> None:
 
 def run_training(cfg: RunConfig | dict, out_dir: str | Path, sink: MetricSink,
                  should_stop: Callable[[], bool] | None = None,
-                 progress: Callable[[int, int, dict], None] | None = None) -> dict[str, Any]:
+                 progress: Callable[[int, int, dict], None] | None = None,
+                 policy: RunPolicy | None = None) -> dict[str, Any]:
     """Train (or resume) one run to the end; ``progress(step, steps, metrics)`` after each step.
     Returns {"status": "completed" | "stopped", "last_step", "final_eval", ...}.
-    Runs with engine "verl" go to the verl backend (same contract; extra ``verl``)."""
-    cfg = parse_run_config(cfg)
+    Runs with engine "verl" go to the verl backend (same contract; extra ``verl``).
+    ``policy``: the operator's (trainer/policy.py); the config is checked against it before any
+    compute (ConfigError) and the code sandbox takes its isolation, interpreter and uid from it."""
+    cfg = parse_run_config(cfg, policy)
     if cfg.engine == "verl":
         from trainer.verl import run_verl
 
         return run_verl(cfg, out_dir, sink, should_stop=should_stop, progress=progress)
-    steps = iter_training(cfg, out_dir, sink, should_stop)
+    steps = iter_training(cfg, out_dir, sink, should_stop, policy)
     while True:
         try:
             step, total, metrics = next(steps)
@@ -61,14 +65,15 @@ def run_training(cfg: RunConfig | dict, out_dir: str | Path, sink: MetricSink,
 
 
 def iter_training(cfg: RunConfig | dict, out_dir: str | Path, sink: MetricSink,
-                  should_stop: Callable[[], bool] | None = None) -> Generator[tuple[int, int, dict], None, dict]:
+                  should_stop: Callable[[], bool] | None = None,
+                  policy: RunPolicy | None = None) -> Generator[tuple[int, int, dict], None, dict]:
     """The loop itself, as a generator yielding (step, steps, metrics) after every step, so a
     benchmark can interleave several runs step by step on the same machine conditions."""
-    cfg = parse_run_config(cfg)
+    cfg = parse_run_config(cfg, policy)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "config.json").write_text(cfg.model_dump_json(indent=2))
-    setup = load_setup(cfg)
+    setup = load_setup(cfg, policy)
     validate_lengths(cfg, setup.model)
     model, task = setup.model, setup.task
     ref_model = copy.deepcopy(model).eval().requires_grad_(False) if cfg.kl_coef > 0 else None

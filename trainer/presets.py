@@ -12,6 +12,7 @@ import torch
 
 from trainer.config import ConfigError, RunConfig
 from trainer.model import count_parameters, load_policy
+from trainer.policy import RunPolicy
 
 ASSETS = Path(__file__).parent / "assets"
 PRESETS = {"tiny": ASSETS / "tiny"}  # `aero pretrain` writes it; shipped in the repo
@@ -57,7 +58,9 @@ def weight_dtype(device: torch.device, compute_dtype: torch.dtype) -> torch.dtyp
     return torch.float32 if device.type == "cuda" else compute_dtype
 
 
-def load_setup(cfg: RunConfig) -> Setup:
+def load_setup(cfg: RunConfig, policy: RunPolicy | None = None) -> Setup:
+    """Model, task and engine for ``cfg``; the code sandbox's isolation, interpreter and uid come
+    from the operator's ``policy`` (default: :class:`RunPolicy`'s defaults)."""
     device, dtype = resolve_device(cfg)
     path = PRESETS[cfg.preset] if cfg.preset else Path(cfg.model_path).expanduser()
     if cfg.preset and not (path / "config.json").is_file():
@@ -67,7 +70,7 @@ def load_setup(cfg: RunConfig) -> Setup:
                             gradient_checkpointing=cfg.gradient_checkpointing)
     except FileNotFoundError as e:
         raise ConfigError([("model_path", str(e))]) from None
-    task = build_task(cfg, path)
+    task = build_task(cfg, path, policy)
     engine = build_engine(cfg, model, path, task, device, dtype)
     mc = model.config
     return Setup(task=task, model=model, engine=engine, device=device, n_params=count_parameters(model),
@@ -110,7 +113,7 @@ def build_engine(cfg: RunConfig, model: torch.nn.Module, path: Path, task, devic
                        device=device, dtype=dtype)
 
 
-def build_task(cfg: RunConfig, model_dir: Path):
+def build_task(cfg: RunConfig, model_dir: Path, policy: RunPolicy | None = None):
     """The run's task, with the tokenizer that ships in the model directory.
 
     Math and code: training problems longer than ``max_prompt_tokens`` are dropped at load (as
@@ -132,7 +135,7 @@ def build_task(cfg: RunConfig, model_dir: Path):
                   max_prompt_tokens=cfg.max_prompt_tokens)
     try:
         if cfg.task == "code":
-            return code_task(cfg, common)
+            return code_task(cfg, common, policy)
         from trainer.tasks.math import MathTask
 
         return MathTask(Path(cfg.train_data).expanduser(), **common)
@@ -140,23 +143,28 @@ def build_task(cfg: RunConfig, model_dir: Path):
         raise ConfigError([("train_data", str(e))]) from None
 
 
-def code_task(cfg: RunConfig, common: dict):
-    """The code task with the sandbox limits of ``cfg.code``; fails early (ConfigError) when
-    ``network='namespace'`` is required but unavailable or no interpreter runs in the sandbox."""
+def code_task(cfg: RunConfig, common: dict, policy: RunPolicy | None = None):
+    """The code task with the sandbox limits of ``cfg.code`` and the isolation mode, interpreter
+    and uid of the operator's ``policy``; fails early (ConfigError) when isolation 'namespace'
+    is required but unavailable or no interpreter runs in the sandbox."""
     import os
 
     from trainer.tasks.code import CodeTask
     from trainer.tasks.sandbox import Limits, isolation, sandbox_python
 
-    c = cfg.code
+    c, pol = cfg.code, policy or RunPolicy()
+    audit_hook = "always" if "always" in (c.audit_hook, pol.sandbox_audit_hook) else "fallback"
     limits = Limits(timeout_s=c.timeout_s, test_timeout_s=c.test_timeout_s, memory_mb=c.memory_mb,
-                    max_processes=c.max_processes, max_output_bytes=c.max_output_bytes, network=c.network,
-                    audit_hook=c.audit_hook, run_as_uid=c.run_as_uid, python=c.python)
+                    max_processes=c.max_processes, max_output_bytes=c.max_output_bytes,
+                    network=pol.sandbox_isolation, audit_hook=audit_hook, run_as_uid=pol.sandbox_uid,
+                    python=pol.sandbox_python)
     try:
         prefix, _ = isolation(limits)
         sandbox_python(limits.python, prefix, limits.run_as_uid if os.geteuid() == 0 else None)
     except RuntimeError as e:
-        raise ConfigError([("code.network" if "namespace" in str(e) else "code.python", str(e))]) from None
+        # an operator setting is wrong for this host: say which (AERO_SANDBOX_ISOLATION / _PYTHON)
+        raise ConfigError([("code", f"{e} (operator setting "
+                            f"{'AERO_SANDBOX_ISOLATION' if 'namespace' in str(e) else 'AERO_SANDBOX_PYTHON'})")]) from None
     return CodeTask(Path(cfg.train_data).expanduser(), limits=limits, workers=c.workers or min(8, os.cpu_count() or 1),
                     max_tests=c.max_tests, **common)
 

@@ -317,12 +317,16 @@ def execute_run(run_id: int, settings: Settings | None = None, ws: WorkerSetting
     control = RunControl(url, run_id, me, out_dir)
     sink: DbSink | None = None
     try:
-        cfg = parse_run_config(run.config)
+        # Defense in depth: the API checked the operator's policy at submit; a config that reached
+        # the store some other way (or a policy tightened since) is refused here, before compute.
+        policy = settings.run_policy
+        cfg = parse_run_config(run.config, policy)
         sink = DbSink(url, run_id, checkpoint_every=cfg.checkpoint_every, flush_s=ws.sink_flush_s)
         t_train = time.perf_counter()
         with Heartbeat(control.beat, ws.heartbeat_s) as hb:
             control.kick = hb.kick
-            summary = run_training(cfg, out_dir, sink, should_stop=control.should_stop, progress=control.progress)
+            summary = run_training(cfg, out_dir, sink, should_stop=control.should_stop, progress=control.progress,
+                                   policy=policy)
         t_train = time.perf_counter() - t_train
     except RunLost:
         log.warning("run %s: lost ownership (re-queued or taken over elsewhere); stopping without writing", run_id)

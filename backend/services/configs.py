@@ -1,5 +1,6 @@
 """Run-config validation for the API: trainer.config.parse_run_config plus what the store needs
-(strings without NUL characters, finite numbers: PostgreSQL's JSONB accepts neither)."""
+(strings without NUL characters or lone surrogates, finite numbers: PostgreSQL's JSONB accepts
+none of them), and the shape limits of free-form JSON (sweep overrides)."""
 
 from __future__ import annotations
 
@@ -7,33 +8,76 @@ import math
 from typing import Any
 
 from trainer.config import ConfigError, RunConfig, parse_run_config
+from trainer.policy import RunPolicy
+
+
+MAX_JSON_DEPTH = 8  # nesting levels of a sweep override (RunConfig itself is 2 deep)
+MAX_JSON_ITEMS = 256  # keys + list items of one override, all levels together
+
+
+def string_issue(value: str) -> str | None:
+    """Why the store cannot keep ``value`` (NUL, lone UTF-16 surrogate), or None."""
+    if "\x00" in value:
+        return "must not contain NUL (\\u0000) characters"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "must be valid Unicode (no lone surrogates such as \\ud800)"
+    return None
 
 
 def json_safety_issues(value: Any, path: str = "") -> list[tuple[str, str]]:
-    """(dotted path, message) for every NUL-containing string, non-finite float and integer
-    beyond 64 bits in ``value``."""
+    """(dotted path, message) for every string with NUL or a lone surrogate (keys included),
+    non-finite float and integer beyond 64 bits in ``value``."""
     if isinstance(value, bool):
         return []
     if isinstance(value, int):
         return [] if -(2**63) <= value < 2**63 else [(path or "config", "must fit in 64 bits (|value| < 2**63)")]
     if isinstance(value, str):
-        return [(path or "config", "must not contain NUL (\\u0000) characters")] if "\x00" in value else []
+        why = string_issue(value)
+        return [(path or "config", why)] if why else []
     if isinstance(value, float):
         return [] if math.isfinite(value) else [(path or "config", "must be a finite number (not NaN or infinity)")]
     if isinstance(value, dict):
-        return [i for k, v in value.items() for i in json_safety_issues(v, f"{path}.{k}" if path else str(k))]
+        issues = []
+        for k, v in value.items():
+            sub = f"{path}.{k}" if path else str(k)
+            why = string_issue(str(k))
+            if why:
+                issues.append((path or "config", f"key {ascii(k)} {why}"))
+                continue
+            issues += json_safety_issues(v, sub)
+        return issues
     if isinstance(value, (list, tuple)):
         return [i for n, v in enumerate(value) for i in json_safety_issues(v, f"{path}.{n}" if path else str(n))]
     return []
 
 
-def validate_config(data: dict[str, Any] | RunConfig) -> RunConfig:
-    """A RunConfig that can run and be stored, or ConfigError naming every bad field."""
+def json_shape_issue(value: Any, max_depth: int = MAX_JSON_DEPTH, max_items: int = MAX_JSON_ITEMS) -> str | None:
+    """Why free-form JSON is too big to accept (nested deeper than ``max_depth`` levels, more than
+    ``max_items`` keys and list items), or None. Iterative: never recurses on hostile input."""
+    stack, items = [(value, 1)], 0
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, (dict, list, tuple)):
+            if depth > max_depth:
+                return f"nested deeper than {max_depth} levels"
+            children = node.values() if isinstance(node, dict) else node
+            items += len(node)
+            if items > max_items:
+                return f"more than {max_items} keys and list items"
+            stack.extend((c, depth + 1) for c in children)
+    return None
+
+
+def validate_config(data: dict[str, Any] | RunConfig, policy: RunPolicy | None = None) -> RunConfig:
+    """A RunConfig that can run and be stored, or ConfigError naming every bad field; with the
+    operator's ``policy`` (``Settings.run_policy``), also its caps and data roots."""
     raw = data.model_dump() if isinstance(data, RunConfig) else data
     issues = json_safety_issues(raw)
     if issues:
         raise ConfigError(issues)
-    return parse_run_config(raw)
+    return parse_run_config(raw, policy)
 
 
 def queue_for(cfg: RunConfig, cpu_queue: str = "cpu", gpu_queue: str = "gpu") -> str:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 BACKEND = Path(__file__).resolve().parents[2] / "backend"
-ALLOWED_TRAINER = ("trainer.config", "trainer.core.passk", "trainer.core.reach", "trainer.core.stats")
+ALLOWED_TRAINER = ("trainer.config", "trainer.policy", "trainer.core.passk", "trainer.core.reach", "trainer.core.stats")
 FORBIDDEN = ("worker", "dashboard", "torch", "transformers", "streamlit", "cli")
 
 

@@ -74,6 +74,8 @@ def test_code_task_config():
                             "benchmarks": {"APPS": "/d/apps.jsonl", "TACO": "/d/taco.parquet"}})
     assert list(cfg.benchmarks) == ["APPS", "TACO"]  # benchmark files are allowed for code as for math
     c = cfg.code
-    assert (c.test_timeout_s, c.timeout_s, c.memory_mb, c.network, c.audit_hook) == (4.0, 30.0, 1024, "auto", "always")
+    assert (c.test_timeout_s, c.timeout_s, c.memory_mb, c.audit_hook) == (4.0, 30.0, 1024, "always")
+    # isolation, interpreter and uid are the operator's (trainer/policy.py): never stored with a run
+    assert not {"network", "python", "run_as_uid"} & set(cfg.model_dump()["code"])
     assert RunConfig.model_validate_json(cfg.model_dump_json()) == cfg
     assert all(f.description for f in type(c).model_fields.values())  # every limit has help text

@@ -104,6 +104,9 @@ class Platform:
             **{k: str(v) for k, v in env.items()},
         }
         self.env.pop("REDIS_URL", None)
+        if os.environ.get("AERO_TEST_MODEL_PATH") and "AERO_DATA_ROOTS" not in env:
+            # the operator's data roots (docs/deploy.md §4): the data dir and the test model
+            self.env["AERO_DATA_ROOTS"] = os.pathsep.join([str(tmp_path / "data"), os.environ["AERO_TEST_MODEL_PATH"]])
         if broker == "redis":
             self.env["REDIS_URL"] = REDIS_TEST_URL
         self.procs: list[subprocess.Popen] = []

@@ -23,7 +23,8 @@ RunId = Annotated[int, Path(ge=1, le=2**63 - 1, description="Run id.")]
 def create_run(body: RunCreate, session: SessionDep, settings: SettingsDep, enqueue: EnqueueDep, _: TokenDep):
     """Validate the config (422 names each bad field), store a queued run, enqueue it."""
     try:
-        cfg = validate_config(body.config)  # cross-field rules; per-field rules already ran on RunCreate
+        # cross-field rules and the operator's policy; per-field rules already ran on RunCreate
+        cfg = validate_config(body.config, settings.run_policy)
     except ConfigError as e:
         raise config_validation_error(e, ["body", "config"]) from None
     run = repo.create_run(session, cfg.model_dump(mode="json"), queue=queue_for(cfg, settings.cpu_queue, settings.gpu_queue),
