@@ -11,7 +11,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from backend.api.errors import BodySizeLimit, install_error_handlers
+from backend.api.errors import BodySizeLimit, QueryNulGuard, install_error_handlers
 from backend.api.routes import compare, health, metrics, runs, sweeps
 from backend.db.migrate import migrate
 from backend.db.session import get_engine, make_sessionmaker
@@ -48,6 +48,7 @@ def create_app(settings: Settings | None = None, *, enqueue: Enqueuer | None = N
         app.include_router(router, prefix=API_PREFIX)
     app.include_router(health.metrics_router)  # Prometheus' conventional /metrics
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(QueryNulGuard)
     return app
 
 

@@ -9,13 +9,38 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
-from trainer.config import Method, RunConfig
+from trainer.config import Method, RunConfig, no_control_chars  # trainer.safetext's, re-exported
+from backend.services.configs import json_safety_issues, json_shape_issue, string_issue
+
+
+def _storable(value: str) -> str:
+    """Pydantic AfterValidator: no lone surrogates (JSON "\\ud800"), which no store can encode."""
+    why = string_issue(value)
+    if why:
+        raise ValueError(why)
+    return value
+
+
+def _override(value: dict[str, Any]) -> dict[str, Any]:
+    """A sweep override the store can keep: at most MAX_JSON_DEPTH levels and MAX_JSON_ITEMS
+    entries, no NUL / lone surrogates / non-finite numbers / integers beyond 64 bits."""
+    why = json_shape_issue(value)
+    if why:
+        raise ValueError(why)
+    issues = json_safety_issues(value)
+    if issues:
+        raise ValueError("; ".join(f"{path}: {msg}" for path, msg in issues[:5]))
+    return value
+
+
+Override = Annotated[dict[str, Any], AfterValidator(_override)]
 
 RunStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
-# No control characters in short labels; no NUL anywhere (PostgreSQL rejects it in text).
-Tag = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[^\x00-\x1f\x7f]+$")]
-Label = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")]
-Notes = Annotated[str, StringConstraints(max_length=10_000, pattern=r"^[^\x00]*$")]
+# No control characters (C0, DEL, C1) nor bidi overrides in short labels (trainer.safetext);
+# no NUL anywhere (PostgreSQL rejects it in text).
+Tag = Annotated[str, StringConstraints(min_length=1, max_length=64), AfterValidator(no_control_chars), AfterValidator(_storable)]
+Label = Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(no_control_chars), AfterValidator(_storable)]
+Notes = Annotated[str, StringConstraints(max_length=10_000, pattern=r"^[^\x00]*$"), AfterValidator(_storable)]
 
 
 # The store keeps naive UTC; the API says so explicitly ("...Z").
@@ -90,11 +115,12 @@ class SweepCreate(_In):
     seeds: list[Annotated[int, Field(ge=0, le=2**31 - 1)]] | None = Field(
         None, min_length=1, max_length=64, description="Default: [base.seed]."
     )
-    overrides: list[dict[str, Any]] = Field(
+    overrides: list[Override] = Field(
         default_factory=lambda: [{}],
         min_length=1,
         max_length=64,
-        description='Config changes, one grid row each: dotted keys ({"aero.n_explore": 4}) or nested dicts.',
+        description='Config changes, one grid row each: dotted keys ({"aero.n_explore": 4}) or nested dicts '
+        '(each at most 8 levels deep and 256 keys and list items).',
     )
     tags: list[Tag] = Field(default_factory=list, max_length=32)
 

@@ -2,25 +2,35 @@
 
 * ConfigError -> 422 with pydantic-style detail items whose ``loc`` names the field
   (``["body", "config", "aero", "n_explore"]``).
-* RunNotFound / SweepNotFound -> 404; RunConflict -> 409; EnqueueError -> 503.
+* RunNotFound / SweepNotFound -> 404; RunConflict / SweepConflict -> 409; EnqueueError /
+  SweepEnqueueError -> 503.
 * Bodies over ``max_body_bytes`` -> 413 (by Content-Length, or while streaming a chunked body).
+* The store unreachable (SQLAlchemy OperationalError / InterfaceError / pool timeout) -> 503,
+  as ``/api/health`` says.
+* Query strings with NUL characters -> 422 naming the parameter (PostgreSQL refuses NUL).
+* 422 bodies echo the offending input JSON-safe: NaN / Infinity as strings, lone surrogates
+  escaped, bytes decoded, deep or long values cut (``json_safe``).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import parse_qsl
 
 from fastapi import FastAPI, Request
-from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from backend.db.runs import RunConflict, RunNotFound
-from backend.db.sweeps import SweepNotFound
+from backend.db.sweeps import SweepConflict, SweepNotFound
 from backend.services.submit import EnqueueError
+from backend.services.sweep_submit import SweepEnqueueError
 from trainer.config import ConfigError, RunConfig
 
 NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "Unknown id."}}
@@ -69,18 +79,66 @@ def field_hint(path: Sequence[str | int], error_type: str = "") -> str | None:
     return f"{name}: {info.description.rstrip('.')}{default}"
 
 
+ECHO_DEPTH, ECHO_ITEMS, ECHO_CHARS = 4, 20, 200
+
+
+def json_safe(value: Any, depth: int = 0) -> Any:
+    """``value`` as something JSON (RFC 8259, UTF-8) can carry, for echoing input in a 422:
+    non-finite floats as "NaN" / "Infinity" / "-Infinity", strings with lone surrogates
+    escaped (``\\ud800``), bytes decoded, containers cut at ECHO_DEPTH levels and ECHO_ITEMS
+    items, strings at ECHO_CHARS characters, anything else by its repr."""
+    if value is None or isinstance(value, (bool, int)):
+        return value if not isinstance(value, int) or -(2**63) <= value < 2**63 else str(value)[:ECHO_CHARS]
+    if isinstance(value, float):
+        return value if math.isfinite(value) else ("NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity"))
+    if isinstance(value, (bytes, bytearray)):
+        value = bytes(value).decode("utf-8", "replace")
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")[:ECHO_CHARS]
+    if isinstance(value, dict | list | tuple | set | frozenset):
+        if depth >= ECHO_DEPTH:
+            return "..."
+        if isinstance(value, dict):
+            return {json_safe(str(k)): json_safe(v, depth + 1) for k, v in list(value.items())[:ECHO_ITEMS]}
+        return [json_safe(v, depth + 1) for v in list(value)[:ECHO_ITEMS]]
+    return json_safe(repr(value))
+
+
+def _safe_error(err: dict[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in err.items() if k not in ("input", "ctx", "url")}
+    out["loc"] = [p if isinstance(p, int) else json_safe(str(p)) for p in err.get("loc", ())]
+    out["msg"] = str(err.get("msg", "")).encode("utf-8", "backslashreplace").decode("utf-8")  # never cut
+    out["input"] = json_safe(err.get("input"))
+    if "ctx" in err:
+        out["ctx"] = {str(k): json_safe(v if isinstance(v, (int, float, str)) else str(v)) for k, v in err["ctx"].items()}
+    return out
+
+
 async def validation_error_handler(_: Request, exc: RequestValidationError) -> JSONResponse:
     """FastAPI's 422 body, with a hint naming the config field, what it means and its default."""
     errors = []
     for err in exc.errors():
         err = dict(err)
         loc = list(err.get("loc", ()))
-        if len(loc) > 2 and loc[0] == "body" and loc[1] in ("config", "base") and err.get("type") != "config_error":
+        in_config = len(loc) > 2 and loc[0] == "body" and loc[1] in ("config", "base")
+        if not in_config and err.get("type") == "value_error" and str(err.get("msg", "")).startswith("Value error, "):
+            where = ".".join(map(str, loc[1:])) or "body"  # "overrides.1: nested deeper than 8 levels"
+            err["msg"] = f"{where}: {err['msg'][len('Value error, '):]}"
+        elif in_config and err.get("type") != "config_error":
             hint = field_hint(loc[2:], err.get("type", ""))
             if hint:
                 err["msg"] = f"{err['msg']}. {hint}"
-        errors.append(err)
-    return JSONResponse({"detail": jsonable_encoder(errors)}, status_code=422)
+        errors.append(_safe_error(err))
+    return JSONResponse({"detail": errors}, status_code=422)
+
+
+STORE_DOWN = (OperationalError, InterfaceError, PoolTimeout)
+
+
+async def store_unreachable(_: Request, exc: Exception) -> JSONResponse:
+    """Any route while the store is down: 503, as /api/health (no stack trace, no SQL)."""
+    return JSONResponse({"detail": f"store unreachable: {type(exc).__name__}; try again shortly"}, status_code=503,
+                        headers={"Retry-After": "5"})
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -93,12 +151,37 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(SweepNotFound, detail(404))
     app.add_exception_handler(RunConflict, detail(409))
     app.add_exception_handler(EnqueueError, detail(503))
+    app.add_exception_handler(SweepConflict, detail(409))
+    app.add_exception_handler(SweepEnqueueError, detail(503))
 
     async def bare_config_error(_: Request, exc: ConfigError) -> JSONResponse:  # a route forgot its prefix
         return JSONResponse({"detail": config_validation_error(exc, ["body"]).errors()}, status_code=422)
 
     app.add_exception_handler(ConfigError, bare_config_error)
     app.add_exception_handler(RequestValidationError, validation_error_handler)
+    for exc_type in STORE_DOWN:
+        app.add_exception_handler(exc_type, store_unreachable)
+
+
+class QueryNulGuard:
+    """Pure ASGI middleware: 422 naming the parameter for a query string with a NUL character
+    (``%00``), before any route can hand it to PostgreSQL (which refuses NUL in text)."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and b"%00" in scope.get("query_string", b"").upper():
+            pairs = parse_qsl(scope["query_string"].decode("latin-1"), keep_blank_values=True)
+            bad = next((k for k, v in pairs if "\x00" in k or "\x00" in v), None)
+            if bad is not None:
+                name = json_safe(bad.replace("\x00", "\\u0000"))
+                resp = JSONResponse({"detail": [{"type": "string_pattern_mismatch", "loc": ["query", name],
+                                                 "msg": f"{name}: must not contain NUL (\\u0000) characters", "input": None}]},
+                                    status_code=422)
+                await resp(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 class _TooLarge(HTTPException):

@@ -20,12 +20,22 @@ from backend.services.cache import ByteLRU
 from backend.services.downsample import downsample_indices, take
 
 
-def parse_keys(raw: Iterable[str] | None) -> list[str] | None:
-    """``keys=a,b&keys=c`` -> ["a", "b", "c"] (order kept, duplicates and blanks dropped); None = all."""
+MAX_METRIC_KEYS = 200  # one SQL column each: SQLite refuses ~2,000 result columns
+
+
+class TooManyKeys(ValueError):
+    pass
+
+
+def parse_keys(raw: Iterable[str] | None, limit: int = MAX_METRIC_KEYS) -> list[str] | None:
+    """``keys=a,b&keys=c`` -> ["a", "b", "c"] (order kept, duplicates and blanks dropped); None = all.
+    More than ``limit`` distinct keys raise :class:`TooManyKeys`."""
     if not raw:
         return None
-    keys = [k.strip() for part in raw for k in part.split(",") if k.strip()]
-    return list(dict.fromkeys(keys)) or None
+    keys = list(dict.fromkeys(k.strip() for part in raw for k in part.split(",") if k.strip()))
+    if len(keys) > limit:
+        raise TooManyKeys(f"at most {limit} metric keys per request; got {len(keys)}")
+    return keys or None
 
 
 def _run_status(session: Session, run_id: int) -> str:

@@ -8,10 +8,12 @@ from sqlalchemy.orm import Session
 
 from backend.db import runs as repo
 from backend.db.models import Run, Sweep
-from backend.db.sweeps import create_sweep
+from backend.db.sweeps import create_sweep, discard_sweep
+from backend.queue import Enqueuer
 from backend.services.configs import queue_for, validate_config
 from backend.services.sweeps import MAX_RUNS_PER_SWEEP, expand_grid, run_name
 from trainer.config import ConfigError, RunConfig
+from trainer.policy import RunPolicy
 
 
 class SweepConfigError(Exception):
@@ -26,8 +28,34 @@ class SweepTooLarge(ValueError):
     pass
 
 
+class SweepEnqueueError(RuntimeError):
+    """The broker refused one of the sweep's tasks; the sweep and its runs were removed."""
+
+    def __init__(self, run_id: int, cause: BaseException):
+        self.run_id, self.cause = run_id, cause
+        super().__init__(f"could not enqueue run {run_id} of the sweep ({type(cause).__name__}: {cause}); "
+                         "the sweep was not created: nothing was stored")
+
+
+def enqueue_sweep(session: Session, enqueue: Enqueuer, sweep: Sweep, runs: list[Run]) -> None:
+    """Send every run of a committed sweep, all or nothing: on the first refusal the sweep and
+    all its runs are deleted (and committed) and :class:`SweepEnqueueError` raised. Tasks already
+    sent then name a run that does not exist, which a worker skips (``worker.runner.acquire``).
+    (A single ``POST /runs`` instead keeps its run, marked failed: ``services.submit``.)"""
+    sweep_id = sweep.id
+    for run in runs:
+        try:
+            enqueue(run.id, run.queue)
+        except Exception as e:  # noqa: BLE001 - any broker error
+            session.rollback()
+            discard_sweep(session, sweep_id)
+            session.commit()
+            raise SweepEnqueueError(run.id, e) from e
+
+
 def build_sweep(session: Session, *, name: str, base: RunConfig, methods: list[str], seeds: list[int] | None,
-                overrides: list[dict[str, Any]], tags: list[str], cpu_queue: str = "cpu", gpu_queue: str = "gpu") -> tuple[Sweep, list[Run]]:
+                overrides: list[dict[str, Any]], tags: list[str], cpu_queue: str = "cpu", gpu_queue: str = "gpu",
+                policy: RunPolicy | None = None) -> tuple[Sweep, list[Run]]:
     """Expand and validate the grid (all points, before writing anything), then insert the sweep
     and one queued run per point. The caller commits and enqueues."""
     seeds = seeds or [base.seed]
@@ -35,14 +63,14 @@ def build_sweep(session: Session, *, name: str, base: RunConfig, methods: list[s
     if n > MAX_RUNS_PER_SWEEP:
         raise SweepTooLarge(f"{n} runs; at most {MAX_RUNS_PER_SWEEP} per sweep")
     try:
-        validate_config(base)
+        validate_config(base, policy)
     except ConfigError as e:
         raise SweepConfigError(e, ["body", "base"]) from None
     base_json = base.model_dump(mode="json")
     points, configs = expand_grid(base_json, methods, seeds, overrides), []
     for p in points:
         try:
-            configs.append(validate_config(p.config))
+            configs.append(validate_config(p.config, policy))
         except ConfigError as e:
             raise SweepConfigError(e, ["body", "overrides", p.override_index]) from None
     spec = {"base": base_json, "methods": methods, "seeds": seeds, "overrides": overrides, "tags": tags}

@@ -6,6 +6,7 @@ from typing import Annotated, Literal
 
 import anyio
 from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from backend.api.deps import ReadAccess, SessionDep, SettingsDep, get_sessionmaker
@@ -16,12 +17,22 @@ from backend.db.models import FINISHED_STATUSES
 from backend.db.runs import get_run
 from backend.schemas import EvalPublic, EvalsPublic, MetricsPublic
 from backend.services import export
-from backend.services.metrics import dumps, metrics_body, parse_keys, poll_new_steps
+from backend.services.metrics import MAX_METRIC_KEYS, TooManyKeys, dumps, metrics_body, poll_new_steps
+from backend.services.metrics import parse_keys as _parse_keys
 
 router = APIRouter(prefix="/runs", tags=["metrics"], dependencies=[ReadAccess])
 
-Keys = Annotated[list[str] | None, Query(max_length=256, description="Metric keys, comma-separated and/or repeated; default: all.")]
+Keys = Annotated[list[str] | None, Query(max_length=256, description=f"Metric keys, comma-separated and/or repeated; default: all. "
+                                          f"At most {MAX_METRIC_KEYS} distinct keys.")]
 Step = Annotated[int | None, Query(ge=-1, le=2**31 - 1, description="Only steps after this one (exclusive).")]
+
+
+def parse_keys(raw: list[str] | None) -> list[str] | None:
+    """The requested keys, or 422 on ``keys`` when there are too many."""
+    try:
+        return _parse_keys(raw)
+    except TooManyKeys as e:
+        raise RequestValidationError([{"type": "too_long", "loc": ["query", "keys"], "msg": f"keys: {e}", "input": None}]) from None
 
 
 def _dumps(obj) -> str:

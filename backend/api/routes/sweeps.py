@@ -5,25 +5,34 @@ from __future__ import annotations
 from collections import Counter
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, status
+from fastapi import APIRouter, Path, Query, Response, status
 from fastapi.exceptions import RequestValidationError
 
 from backend.api.deps import EnqueueDep, ReadAccess, SessionDep, SettingsDep, TokenDep
-from backend.api.errors import NOT_FOUND, config_validation_error
+from backend.api.errors import NOT_FOUND, config_validation_error, conflict_responses
 from backend.db import sweeps as repo
 from backend.db.models import RUN_STATUSES
 from backend.schemas import RunPublic, SweepCreate, SweepPublic, SweepsPublic, SweepSummary
-from backend.services.submit import enqueue_or_fail
-from backend.services.sweep_submit import SweepConfigError, SweepTooLarge, build_sweep
+from backend.services.configs import MAX_JSON_DEPTH, json_shape_issue
+from backend.services.sweep_submit import SweepConfigError, SweepTooLarge, build_sweep, enqueue_sweep
 
 router = APIRouter(prefix="/sweeps", tags=["sweeps"])
+
+SPEC_MAX_DEPTH = MAX_JSON_DEPTH + 3  # spec -> overrides -> [i] -> override
 
 SweepId = Annotated[int, Path(ge=1, le=2**63 - 1)]
 
 
+def _spec(spec: dict) -> dict:
+    """The stored spec, or a stand-in for one stored before overrides had a depth limit (too deep
+    to serialise: it would break every listing)."""
+    why = json_shape_issue(spec, max_depth=SPEC_MAX_DEPTH, max_items=10**7)
+    return spec if why is None else {"error": f"spec not shown: {why}; delete this sweep"}
+
+
 def _summary(sweep, counts: dict[str, int]) -> dict:
     """SweepSummary fields from a {status: runs} count (every status listed, 0 when absent)."""
-    return dict(id=sweep.id, name=sweep.name, created_at=sweep.created_at, spec=sweep.spec,
+    return dict(id=sweep.id, name=sweep.name, created_at=sweep.created_at, spec=_spec(sweep.spec),
                 status_counts={st: counts.get(st, 0) for st in RUN_STATUSES}, run_count=sum(counts.values()))
 
 
@@ -32,20 +41,24 @@ def _public(sweep, runs) -> SweepPublic:
                        runs=[RunPublic.model_validate(r) for r in runs])
 
 
-@router.post("", response_model=SweepPublic, status_code=status.HTTP_201_CREATED)
+@router.post("", response_model=SweepPublic, status_code=status.HTTP_201_CREATED,
+             responses={503: {"description": "Broker unreachable; nothing was stored."}})
 def create_sweep(body: SweepCreate, session: SessionDep, settings: SettingsDep, enqueue: EnqueueDep, _: TokenDep):
-    """One run per (override, method, seed); every config is validated before anything is stored
-    (422 names the field, under ``base`` or ``overrides[i]``)."""
+    """One run per (override, method, seed), all or nothing: every config is validated before
+    anything is stored (422 names the field, under ``base`` or ``overrides[i]``), the sweep and
+    its runs are one transaction, and if the broker refuses any task they are deleted (503)."""
     try:
         sweep, runs = build_sweep(session, name=body.name, base=body.base, methods=list(body.methods), seeds=body.seeds,
-                                  overrides=body.overrides, tags=body.tags, cpu_queue=settings.cpu_queue, gpu_queue=settings.gpu_queue)
+                                  overrides=body.overrides, tags=body.tags, cpu_queue=settings.cpu_queue, gpu_queue=settings.gpu_queue,
+                                  policy=settings.run_policy)
     except SweepConfigError as e:
         raise config_validation_error(e.error, e.loc) from None
     except SweepTooLarge as e:
         raise RequestValidationError([{"type": "too_large", "loc": ["body"], "msg": str(e), "input": None}]) from None
+    answer = _public(sweep, runs)  # before commit: an answer that cannot be built stores nothing
     session.commit()
-    enqueue_or_fail(session, enqueue, runs)
-    return _public(sweep, runs)
+    enqueue_sweep(session, enqueue, sweep, runs)
+    return answer
 
 
 @router.get("", response_model=SweepsPublic, dependencies=[ReadAccess])
@@ -61,3 +74,13 @@ def list_sweeps(session: SessionDep, limit: Annotated[int, Query(ge=1, le=500)] 
 def get_sweep(sweep_id: SweepId, session: SessionDep):
     """The sweep's spec and its runs (with a count per status)."""
     return _public(repo.get_sweep(session, sweep_id), repo.sweep_runs(session, sweep_id))
+
+
+@router.delete("/{sweep_id}", status_code=status.HTTP_204_NO_CONTENT,
+               responses=conflict_responses("some of the sweep's runs are queued or running"))
+def delete_sweep(sweep_id: SweepId, session: SessionDep, _: TokenDep):
+    """Delete a sweep whose runs have all finished, with those runs and their metrics, evals and
+    checkpoint records (409 while any run is queued or running: cancel them first)."""
+    repo.delete_sweep(session, sweep_id)
+    session.commit()
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
