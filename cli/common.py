@@ -7,10 +7,23 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from trainer.config import ConfigError
+from trainer.safetext import FORBIDDEN
 
 console = Console(stderr=True)
+
+
+def safe(text: Any) -> str:
+    """User or server text (run and sweep names, tags, error messages, paths) ready for a Rich
+    markup string: control characters shown as escapes (an ANSI sequence in an old run's name
+    must not recolour or rewrite the terminal) and markup escaped ("[/oops]" is a name, not a
+    closing tag that crashes the whole table)."""
+    s = "" if text is None else str(text)
+    if any(ord(c) in FORBIDDEN for c in s):
+        s = "".join(c.encode("unicode_escape").decode("ascii") if ord(c) in FORBIDDEN else c for c in s)
+    return escape(s)
 
 
 def parse_value(text: str) -> Any:
@@ -47,5 +60,5 @@ def fail_config(err: ConfigError) -> None:
     """Print each bad field and what to do, then exit with status 2."""
     console.print("[bold red]Invalid run config[/] (nothing was run):")
     for loc, msg in err.issues:
-        console.print(f"  [red]{loc}[/]: {msg}")
+        console.print(f"  [red]{safe(loc)}[/]: {safe(msg)}")
     raise typer.Exit(2)

@@ -13,6 +13,7 @@ import typer
 from rich.table import Table
 
 from cli.main import app
+from cli.common import safe
 from cli.platform_cmds import ApiOpt, TokenOpt, _csv, call, client, out
 
 # (metric part, key, column title, format)
@@ -60,7 +61,7 @@ def cost_table(cmp: Mapping[str, Any]) -> Table:
         t.add_column(title, justify="right")
     for g in cmp["groups"]:
         base = " [bold](baseline)[/]" if g["key"] == cmp["baseline"] else ""
-        t.add_row(g["label"] + base, runs_text(g["run_ids"], g["seeds"]),
+        t.add_row(safe(g["label"]) + base, runs_text(g["run_ids"], g["seeds"]),
                   *[stat_text(g[part].get(key), fmt) for part, key, _, fmt in COST_COLUMNS])
         if g["key"] != cmp["baseline"]:
             t.add_row("  ratio", "", *[ratio_text(g["ratios"][part].get(key)) for part, key, _, _ in COST_COLUMNS])
@@ -74,7 +75,7 @@ def bench_table(cmp: Mapping[str, Any], metric: str) -> Table:
     t = Table(title=f"{name} per benchmark (mean ± CI across seeds; 'overall (p)' = paired permutation test vs baseline)")
     t.add_column("group")
     for b in benches:
-        t.add_column("overall (p)" if b == "overall" else b, justify="right")
+        t.add_column("overall (p)" if b == "overall" else safe(b), justify="right")
     sig = {(row["group"], bench): row for bench, rows in cmp["significance"].items() for row in rows if row["metric"] == metric}
     for g in cmp["groups"]:
         cells = []
@@ -84,18 +85,18 @@ def bench_table(cmp: Mapping[str, Any], metric: str) -> Table:
             if row is not None and b == "overall":
                 text += f" ({p_text(row['p_value'])})"
             cells.append(text)
-        t.add_row(g["label"], *cells)
+        t.add_row(safe(g["label"]), *cells)
     return t
 
 
 def sig_table(cmp: Mapping[str, Any]) -> Table:
-    labels = {g["key"]: g["label"] for g in cmp["groups"]}
+    labels = {g["key"]: safe(g["label"]) for g in cmp["groups"]}
     t = Table(title="Paired tests against the baseline, per benchmark")
     for col in ("benchmark", "group", "metric", "diff", "CI (problems + seeds)", "p", "problems", "seeds"):
         t.add_column(col, justify="left" if col in ("benchmark", "group", "metric") else "right")
     for bench, rows in sorted(cmp["significance"].items(), key=lambda kv: (kv[0] == "overall", kv[0])):
         for r in rows:
-            t.add_row(bench, labels[r["group"]], f"{r['metric']}@{r['k']}", f"{r['diff']:+.4f}",
+            t.add_row(safe(bench), labels[r["group"]], f"{r['metric']}@{r['k']}", f"{r['diff']:+.4f}",
                       f"[{r['ci'][0]:+.4f}, {r['ci'][1]:+.4f}]", p_text(r["p_value"]), str(r["problems"]), "/".join(map(str, r["seeds"])))
     return t
 
@@ -145,9 +146,9 @@ def reach_table(cmp: Mapping[str, Any]) -> Table | str:
     there are no targets."""
     reach = cmp.get("reach") or {}
     base = next((g for g in cmp["groups"] if g["key"] == cmp["baseline"]), cmp["groups"][0])
-    name = group_name(base["label"], base["method"])
+    name = safe(group_name(base["label"], base["method"]))
     if reach.get("reason") or not reach.get("targets"):
-        return f"Compute to reach {name}'s accuracy: no targets ({reach.get('reason') or 'no evaluations'})."
+        return f"Compute to reach {name}'s accuracy: no targets ({safe(reach.get('reason') or 'no evaluations')})."
     k = cmp.get("k") or "k"
     t = Table(title=f"Compute to reach {name}'s accuracy (held-out Avg@{k} overall, smoothed over {reach['window']} evals; "
                     f"training FLOPs and seconds, mean ± {100 * (1 - cmp['alpha']):.0f}% CI over the seeds that reached; "
@@ -157,9 +158,9 @@ def reach_table(cmp: Mapping[str, Any]) -> Table | str:
         t.add_column(f"{tg['fraction']:.0%} of {name}'s gain\n(Avg@{k} ≥ {tg['accuracy']['mean']:.3f})", justify="right")
     for g in reach["groups"]:
         is_base = g["key"] == reach["baseline"]
-        label = g["label"] + (" [bold](baseline)[/]" if is_base else "")
+        label = safe(g["label"]) + (" [bold](baseline)[/]" if is_base else "")
         if not g["targets"]:
-            t.add_row(label, g.get("reason") or "—", *["—"] * (len(reach["targets"]) - 1))
+            t.add_row(label, safe(g.get("reason") or "—"), *["—"] * (len(reach["targets"]) - 1))
             continue
         t.add_row(label, *[reach_cell(tg, is_base) for tg in g["targets"]])
     return t

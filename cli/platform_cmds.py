@@ -10,11 +10,13 @@ AERO_API_TOKEN or the admin token file that ``aero up`` writes).
 from __future__ import annotations
 
 import ctypes
+import ipaddress
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -24,7 +26,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from cli.common import parse_sets
+from cli.common import parse_sets, safe
 from cli.main import app
 
 out = Console()
@@ -73,32 +75,33 @@ def call(c: httpx.Client, method: str, path: str, **kw) -> Any:
     try:
         r = c.request(method, path, **kw)
     except httpx.HTTPError as e:
-        err.print(f"[red]cannot reach the API at {c.base_url}[/]: {e}  (is `aero up` running? set --api / AERO_API_URL)")
+        err.print(f"[red]cannot reach the API at {safe(c.base_url)}[/]: {safe(e)}  (is `aero up` running? set --api / AERO_API_URL)")
         raise typer.Exit(1) from None
     if r.status_code >= 400:
         try:
             detail = r.json().get("detail", r.text)
         except ValueError:
             detail = r.text
-        err.print(f"[red]{method} {path} -> {r.status_code}[/]")
+        err.print(f"[red]{method} {safe(path)} -> {r.status_code}[/]")
         for item in detail if isinstance(detail, list) else [detail]:
             if isinstance(item, dict):
-                err.print(f"  [red]{'.'.join(str(x) for x in item.get('loc', []))}[/]: {item.get('msg')}")
+                err.print(f"  [red]{safe('.'.join(str(x) for x in item.get('loc', [])))}[/]: {safe(item.get('msg'))}")
             else:
-                err.print(f"  {item}")
+                err.print(f"  {safe(item)}")
         raise typer.Exit(1)
     return r.json() if r.content else None
 
 
 def runs_table(runs: list[dict], title: str | None = None) -> Table:
-    t = Table(title=title)
+    t = Table(title=title)  # callers escape the title; every cell from the API is escaped here
     for col in ("id", "name", "method", "status", "progress", "step", "queue", "sweep", "tags"):
         t.add_column(col, justify="right" if col in ("id", "progress", "step", "sweep") else "left")
     colors = {"succeeded": "green", "failed": "red", "running": "cyan", "cancelled": "yellow", "queued": "white"}
     for r in runs:
         st = r["status"]
-        t.add_row(str(r["id"]), r["name"], r["method"], f"[{colors.get(st, 'white')}]{st}[/]", f"{100 * r['progress']:.0f}%",
-                  f"{r['current_step']}/{r['total_steps']}", r["queue"], str(r["sweep_id"] or ""), ",".join(r["tags"]))
+        t.add_row(str(r["id"]), safe(r["name"]), safe(r["method"]), f"[{colors.get(st, 'white')}]{safe(st)}[/]",
+                  f"{100 * r['progress']:.0f}%", f"{r['current_step']}/{r['total_steps']}", safe(r["queue"]),
+                  str(r["sweep_id"] or ""), safe(",".join(r["tags"])))
     return t
 
 
@@ -139,7 +142,7 @@ def submit(
     with client(api, token) as c:
         created = call(c, "POST", path, json=body)
     runs = [created] if path == "/runs" else created["runs"]
-    title = f"sweep {created['id']} ({created['name']})" if path == "/sweeps" else None
+    title = f"sweep {created['id']} ({safe(created['name'])})" if path == "/sweeps" else None
     out.print(runs_table(runs, title))
 
 
@@ -169,7 +172,7 @@ def token_create(name: Annotated[str, typer.Argument(help="A label for the token
     from backend.cli_token import create_token
 
     tok = create_token(name)
-    err.print(f"token [bold]{name}[/] created; it is shown only once:")
+    err.print(f"token [bold]{safe(name)}[/] created; it is shown only once:")
     print(tok)
 
 
@@ -186,7 +189,7 @@ def token_list():
     t = Table("id", "name", "created", "last used", "revoked")
     with session_scope(url) as s:
         for row in list_tokens(s):
-            t.add_row(str(row.id), row.name, str(row.created_at)[:19], str(row.last_used_at or "")[:19], str(row.revoked_at or "")[:19])
+            t.add_row(str(row.id), safe(row.name), str(row.created_at)[:19], str(row.last_used_at or "")[:19], str(row.revoked_at or "")[:19])
     out.print(t)
 
 
@@ -199,7 +202,7 @@ def token_revoke(name: str):
 
     with session_scope(get_settings().database_url) as s:
         n = revoke_token(s, name)
-    err.print(f"revoked {n} token(s) named {name}")
+    err.print(f"revoked {n} token(s) named {safe(name)}")
 
 
 # ---------------------------------------------------------------- worker / reaper
@@ -277,28 +280,74 @@ class Child:
     env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen | None = None
     log: Path | None = None
+    restarts: list[float] = field(default_factory=list)  # monotonic times of the restarts
+    restart_at: float | None = None  # when a dead child is due to start again (backoff)
 
 
 @dataclass
 class Supervisor:
     """Starts children in their own sessions (Ctrl-C reaches only `aero up`, which stops them in
-    order) with logs in <data dir>/logs, and stops them all on exit."""
+    order) with logs in <data dir>/logs, restarts a child that dies (:meth:`check`), and stops
+    them all on exit.
+
+    Restart policy: the n-th restart within a minute waits ``backoff_s * 2**(n-1)`` seconds (at
+    most ``backoff_max_s``); a child that died ``max_restarts_per_min`` times within a minute is
+    not restarted again: :meth:`check` returns why, and `aero up` stops the platform."""
 
     log_dir: Path
     children: list[Child] = field(default_factory=list)
+    backoff_s: float = 1.0
+    backoff_max_s: float = 30.0
+    max_restarts_per_min: int = 5
+    gave_up: Child | None = None  # the child that kept dying, once check() gave up on it
+    say: Callable[[str], None] = field(default=lambda msg: err.print(msg, soft_wrap=True, markup=False, highlight=False))
 
-    def start(self, child: Child) -> Child:
+    def _spawn(self, child: Child) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         child.log = self.log_dir / f"{child.name}.log"
         f = open(child.log, "ab")
         child.proc = subprocess.Popen(child.argv, cwd=ROOT, env={**os.environ, **child.env}, stdout=f, stderr=subprocess.STDOUT,
                                       stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent)
         f.close()
+
+    def start(self, child: Child) -> Child:
+        self._spawn(child)
         self.children.append(child)
         return child
 
     def dead(self) -> list[Child]:
         return [c for c in self.children if c.proc.poll() is not None]
+
+    def check(self, now: float | None = None) -> str | None:
+        """Restart dead children once their backoff has passed; None while the platform can go
+        on, else a sentence saying which child keeps dying (then restart nothing more)."""
+        now = time.monotonic() if now is None else now
+        for c in self.dead():
+            if c.restart_at is None:  # a death not seen before
+                # Its session may hold orphans (a SIGKILLed Celery main process leaves its pool
+                # children, each holding a run): end them before a new one starts.
+                try:
+                    os.killpg(c.proc.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                c.restarts = [t for t in c.restarts if now - t < 60.0]
+                code = c.proc.returncode
+                how = f"killed by {signal.Signals(-code).name}" if code < 0 and -code in signal.valid_signals() else f"exited with {code}"
+                if len(c.restarts) >= self.max_restarts_per_min:
+                    self.gave_up = c
+                    return (f"{c.name} {how} and has died {len(c.restarts) + 1} times within a minute: not restarting it "
+                            f"(see its log {c.log}); stopping the platform")
+                delay = min(self.backoff_max_s, self.backoff_s * 2 ** len(c.restarts))
+                c.restart_at = now + delay
+                self.say(f"{c.name} (pid {c.proc.pid}) {how}; restarting it in {delay:.1f} s "
+                         f"(restart {len(c.restarts) + 1} of at most {self.max_restarts_per_min} a minute; log {c.log})")
+            if now >= c.restart_at:
+                old = c.proc.pid
+                self._spawn(c)
+                c.restarts.append(now)
+                c.restart_at = None
+                self.say(f"{c.name} restarted (pid {old} -> {c.proc.pid})")
+        return None
 
     def stop(self, grace_s: float = 30.0) -> None:
         """Stop signal to each child, then SIGKILL to any still alive after ``grace_s`` (Celery's
@@ -354,6 +403,32 @@ def print_banner(console: Console, api_url: str, dash_url: str | None, token: st
     console.print("Ctrl-C to stop.")
 
 
+def is_loopback(host: str) -> bool:
+    """True for an address only this machine reaches (127.0.0.0/8, ::1, "localhost")."""
+    if host.strip().lower() in ("localhost", "localhost.localdomain"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name: may resolve to anything
+
+
+DASHBOARD_ASKS = ("dashboard listens on {host}, not on a loopback address: it does not get the admin token and "
+                  "asks each user for an API token (Settings in its sidebar; `aero token create NAME` makes one)")
+
+
+def dashboard_env(host: str, api_url: str, token: str, base: dict[str, str] | None = None) -> tuple[dict[str, str], str | None]:
+    """(environment, note) for the dashboard child. On a loopback address it gets the admin token
+    (the one-command convenience of `aero up`); bound to any other address (``--host 0.0.0.0``)
+    anyone who reaches it would act as admin, so it gets no token, an empty AERO_API_TOKEN over
+    any inherited one, and AERO_DASHBOARD_ASK_TOKEN=1 (it neither reads <data dir>/admin.token
+    nor uses a token it was not given by the user); ``note`` says so."""
+    env = {**(base or {}), "AERO_API_URL": api_url}
+    if is_loopback(host):
+        return {**env, "AERO_API_TOKEN": token, "AERO_DASHBOARD_ASK_TOKEN": ""}, None
+    return {**env, "AERO_API_TOKEN": "", "AERO_DASHBOARD_ASK_TOKEN": "1"}, DASHBOARD_ASKS.format(host=host)
+
+
 # Display names of the children, for the final "stopped" line.
 CHILD_NAMES = {"api": "API"}
 
@@ -399,9 +474,9 @@ def up(
     data.mkdir(parents=True, exist_ok=True)
     broker = broker_url(settings)
     embedded = is_embedded(broker)
-    err.print(f"data dir  {data}")
-    err.print(f"store     {'SQLite ' + settings.database_url if settings.database_url.startswith('sqlite') else 'DATABASE_URL'}")
-    err.print(f"broker    {'embedded SQLite (' + broker + ')' if embedded else 'REDIS_URL'}")
+    err.print(f"data dir  {safe(data)}")
+    err.print(f"store     {safe('SQLite ' + settings.database_url) if settings.database_url.startswith('sqlite') else 'DATABASE_URL'}")
+    err.print(f"broker    {safe('embedded SQLite (' + broker + ')') if embedded else 'REDIS_URL'}")
     migrate(settings.database_url)
     token, created = ensure_admin_token(settings)
 
@@ -430,17 +505,20 @@ def up(
             pass
         elif dash.exists():
             dash_url = f"http://{show_host}:{dashboard_port}"
+            dash_env, note = dashboard_env(host, api_url, token, env)
+            if note:
+                err.print(note, soft_wrap=True, markup=False, highlight=False)
             sup.start(Child("dashboard", [sys.executable, "-m", "streamlit", "run", str(dash), "--server.port", str(dashboard_port),
                                           "--server.address", host, "--server.headless", "true",
                                           "--browser.gatherUsageStats", "false",
                                           "--client.toolbarMode", "viewer"],  # no "Deploy" button
-                            env={**env, "AERO_API_URL": api_url, "AERO_API_TOKEN": token}))
+                            env=dash_env))
         else:
             err.print("[yellow]dashboard/app.py not found: starting without the dashboard[/]")
         if not wait_healthy(f"{api_url}/api/health", sup):
             bad = sup.dead() or [c for c in sup.children if c.name == "api"]
             for c in bad:
-                err.print(f"[red]{c.name} failed[/] (log {c.log}):\n{tail(c.log)}")
+                err.print(f"[red]{c.name} failed[/] (log {safe(c.log)}):\n{safe(tail(c.log))}")
             raise typer.Exit(1)
         print_banner(out, api_url, dash_url, token, token_path(settings) if created else None, sup.log_dir)
         if demo:
@@ -448,10 +526,12 @@ def up(
                 sweep = call(c, "POST", "/sweeps", json=demo_sweep(demo_steps))
             out.print(runs_table(sweep["runs"], f"demo sweep {sweep['id']}: GRPO vs DAPO vs AERO, {demo_steps} steps"))
         while stopping["sig"] is None:
-            dead = sup.dead()
-            if dead:
-                for c in dead:
-                    err.print(f"[red]{c.name} exited with {c.proc.returncode}[/] (log {c.log}):\n{tail(c.log)}")
+            # A child that dies (a SIGKILLed worker or API) is restarted after a backoff; one
+            # that keeps dying stops the platform, with the reason and its log's tail.
+            reason = sup.check()
+            if reason:
+                bad = sup.gave_up
+                err.print(f"[red]{safe(reason)}[/]" + (f":\n{safe(tail(bad.log))}" if bad else ""), soft_wrap=True)
                 code = 1
                 break
             time.sleep(0.5)

@@ -58,11 +58,16 @@ def sidebar() -> None:
             st.caption(f":red[●] API not reachable at {ui.api_url()}")
         st.caption("Method colours (the same on every chart)")
         ui.method_legend()
-        with st.expander("Settings", icon=":material/settings:"):
+        ask = ui.asks_for_token() and not ui.api_token()
+        with st.expander("Settings", icon=":material/settings:", expanded=ask):
+            if ask:
+                st.caption("This dashboard holds no API token: enter yours to see and launch runs "
+                           "(`aero token create NAME` makes one).")
             url = st.text_input("API URL", value=ui.api_url(), help="Set by `aero up` via AERO_API_URL.")
             token = st.text_input("API token", value=ui.api_token() or "", type="password",
-                                  help="Needed to launch, cancel and delete runs. `aero up` passes its admin token "
-                                       "(AERO_API_TOKEN or <data dir>/admin.token); `aero token create NAME` makes another.")
+                                  help="Needed to launch, cancel and delete runs. `aero up` on localhost passes its admin token "
+                                       "(AERO_API_TOKEN or <data dir>/admin.token); a dashboard bound to another "
+                                       "address asks for yours. `aero token create NAME` makes one.")
             if url.rstrip("/") != ui.api_url() or token != (ui.api_token() or ""):
                 st.session_state["api_url"], st.session_state["api_token"] = url.rstrip("/"), token
                 ui.clear_caches()

@@ -43,9 +43,19 @@ def api_url_from_env(env: Mapping[str, str] | None = None) -> str:
     return (env.get("AERO_API_URL") or DEFAULT_API_URL).rstrip("/")
 
 
-def token_from_env(env: Mapping[str, str] | None = None) -> str | None:
-    """``AERO_API_TOKEN``, else the first line of ``<AERO_DATA_DIR or ./aero-data>/admin.token``."""
+def asks_for_token(env: Mapping[str, str] | None = None) -> bool:
+    """AERO_DASHBOARD_ASK_TOKEN=1: a dashboard others can reach (``aero up --host 0.0.0.0``,
+    docker compose) holds no token of its own; each user enters theirs under Settings."""
     env = os.environ if env is None else env
+    return (env.get("AERO_DASHBOARD_ASK_TOKEN") or "").strip().lower() in ("1", "true", "yes")
+
+
+def token_from_env(env: Mapping[str, str] | None = None) -> str | None:
+    """``AERO_API_TOKEN``, else the first line of ``<AERO_DATA_DIR or ./aero-data>/admin.token``;
+    None when the dashboard asks its users for a token (:func:`asks_for_token`)."""
+    env = os.environ if env is None else env
+    if asks_for_token(env):
+        return None
     if env.get("AERO_API_TOKEN"):
         return env["AERO_API_TOKEN"].strip()
     path = Path(env.get("AERO_DATA_DIR") or "aero-data").expanduser() / TOKEN_FILE

@@ -41,7 +41,7 @@ def seed_groups(url: str, token: str | None, ids: tuple[int, ...], versions: tup
     except ApiError as e:
         if e.kind in ("down", "auth"):
             raise
-        st.caption(f"Seed groups unavailable ({e.message}); showing runs one by one.")
+        st.caption(f"Seed groups unavailable ({ui.md(e.message)}); showing runs one by one.")
         return None
 
 
@@ -198,7 +198,7 @@ def headline_section(bands: Mapping[str, list[charts.Band]], reach: Mapping[str,
                f"trailing mean over {window} evaluations. x: cumulative training FLOPs (`flops/total`, rollout + train) and "
                "training wall time (`time/elapsed_s`); **evaluation time is not on the x axis**. "
                + (f"Line: the mean over a group's seeds; band: {level}% Student-t CI across seeds. " if seeds else "")
-               + (f"Dotted: the targets of the table below (fractions of {name}'s gain over the step-0 accuracy)." if lines else ""))
+               + (f"Dotted: the targets of the table below (fractions of {ui.md(name)}'s gain over the step-0 accuracy)." if lines else ""))
     reach_section(reach, entries, name, k, seeds=seeds, level=level)
 
 
@@ -206,13 +206,13 @@ def reach_section(reach: Mapping[str, Any] | None, entries: list[dict], name: st
                   level: int = 95) -> None:
     """'Compute to reach <name>'s accuracy': per method and target, FLOPs and training seconds to
     first reach it and the ratio to the baseline at equal accuracy; 'not reached' kept."""
-    st.subheader(f"Compute to reach {name}'s accuracy")
+    st.subheader(f"Compute to reach {ui.md(name)}'s accuracy")
     if not reach:
         st.caption("This API does not report compute to reach (an older version).")
         return
     if reach.get("reason") or not reach.get("targets"):
-        st.info(f"No targets yet: {reach.get('reason') or 'no evaluations'}. The targets are fractions of {name}'s gain "
-                f"over its step-0 evaluation, so {name} needs a step-0 evaluation (`eval_every` > 0) and a gain.",
+        st.info(f"No targets yet: {ui.md(reach.get('reason') or 'no evaluations')}. The targets are fractions of {ui.md(name)}'s gain "
+                f"over its step-0 evaluation, so {ui.md(name)} needs a step-0 evaluation (`eval_every` > 0) and a gain.",
                 icon=":material/flag:")
         return
     kk = k or "k"
@@ -220,11 +220,11 @@ def reach_section(reach: Mapping[str, Any] | None, entries: list[dict], name: st
     widths = [1.4] + [2.2] * (len(table.columns) - 1)
     ui.plot(charts.table_figure(table.columns, table.rows, table.bold, col_widths=widths), key="reach_table")
     window = reach.get("window") or 3
-    spread = (f"mean ± half the {level}% Student-t CI over the seeds that reached it; then the ratio to {name} at "
+    spread = (f"mean ± half the {level}% Student-t CI over the seeds that reached it; then the ratio to {ui.md(name)} at "
               "equal accuracy, per seed pair, as a geometric mean [CI]. *not reached (k/n seeds)*: k of the n seed pairs "
               "never reached the target during their run; their compute is not averaged in." if seeds else
-              f"then the ratio to {name} at equal accuracy. *not reached*: the run never reached the target.")
-    st.caption(f"Targets: {name}'s step-0 Avg@{kk} plus 50/75/90/100% of its gain, its final accuracy being the mean of its "
+              f"then the ratio to {ui.md(name)} at equal accuracy. *not reached*: the run never reached the target.")
+    st.caption(f"Targets: {ui.md(name)}'s step-0 Avg@{kk} plus 50/75/90/100% of its gain, its final accuracy being the mean of its "
                f"last {window} evaluations. Per target: cumulative training FLOPs and training seconds (evaluation excluded) at "
                f"the first evaluation whose trailing mean over {window} evaluations reaches it, {spread} "
                "Least FLOPs per target in **bold**, every tie (as shown) too. Why: docs/comparisons.md, *Compute to reach the same accuracy*.")
@@ -265,7 +265,7 @@ def group_page(body: dict, ids: tuple[int, ...], versions: tuple, curves: Mappin
     url, token = ui.api_url(), ui.api_token()
     body = choose_baseline(body, url, token, ids, versions)
     group_headline(body, ids, versions)
-    st.caption(" · ".join(group_name(g) + (" (baseline)" if g["key"] == body["baseline"] else "") for g in body["groups"]))
+    st.caption(" · ".join(ui.md(group_name(g)) + (" (baseline)" if g["key"] == body["baseline"] else "") for g in body["groups"]))
     doc_link()
     axis, curve_body = curves_section(ids, versions, curves)
     waterfall()

@@ -8,19 +8,42 @@ Caching: reads of finished runs never change, so they are cached by a *version* 
 from __future__ import annotations
 
 import functools
+import html
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import streamlit as st
 
 from dashboard.charts import METHOD_COLORS, METHOD_LABELS, method_color, pct
-from dashboard.client import FINISHED, AeroClient, ApiError, api_url_from_env, token_from_env
+from dashboard.client import FINISHED, AeroClient, ApiError, api_url_from_env, asks_for_token, token_from_env  # noqa: F401
 
 PAGES = {  # page file (relative to app.py) -> url path; app.py builds st.navigation from these
     "overview": "app_pages/overview.py", "launch": "app_pages/launch.py", "runs": "app_pages/runs.py",
     "run": "app_pages/run_detail.py", "compare": "app_pages/compare.py", "sweeps": "app_pages/sweeps.py",
 }
 PLOTLY_CONFIG = {"displaylogo": False, "toImageButtonOptions": {"format": "png", "scale": 2}}
+
+
+# ---------------------------------------------------------------- user text in HTML and Markdown
+
+# Run and sweep names, tags, notes and error texts come from users (or echo them): escape them
+# wherever Streamlit renders HTML (st.html) or Markdown (captions, alerts, page-link labels).
+# Markdown: brackets carry links, images and Streamlit's directives (:red[...]), backticks code,
+# "$" LaTeX; Streamlit renders no raw HTML in Markdown. Emphasis characters are left as they are
+# (cosmetic at worst), so messages such as "must be <= n_total" read the same in the page source.
+_MD_SPECIAL = re.compile(r"([\\`\[\]$])")
+
+
+def esc(text: Any) -> str:
+    """``text`` for st.html: HTML-escaped (quotes too, so it is safe in an attribute)."""
+    return html.escape("" if text is None else str(text), quote=True)
+
+
+def md(text: Any) -> str:
+    """``text`` for a Markdown string: link, image, directive, code and LaTeX characters
+    backslash-escaped, newlines as spaces (no headings or lists from a user's text)."""
+    return _MD_SPECIAL.sub(r"\\\1", " ".join(("" if text is None else str(text)).splitlines()))
 
 
 # ---------------------------------------------------------------- settings and client
@@ -142,19 +165,19 @@ def clear_caches() -> None:
 
 def show_error(err: ApiError, what: str = "") -> None:
     """One readable message per failure kind; never a traceback."""
-    prefix = f"Could not {what}: " if what else ""
+    prefix = f"Could not {md(what)}: " if what else ""
     if err.kind == "down":
-        st.error(f"**The API is not reachable.** {err.message}", icon=":material/cloud_off:")
+        st.error(f"**The API is not reachable.** {md(err.message)}", icon=":material/cloud_off:")
         st.caption("The dashboard shows nothing but what the API serves. Once the API is up, this page fills in "
                    "by itself on the next refresh.")
     elif err.kind == "auth":
-        st.error(f"{prefix}{err.message}", icon=":material/key_off:")
+        st.error(f"{prefix}{md(err.message)}", icon=":material/key_off:")
     elif err.kind == "not_found":
-        st.warning(f"{prefix}{err.message} It may have been deleted.", icon=":material/search_off:")
+        st.warning(f"{prefix}{md(err.message)} It may have been deleted.", icon=":material/search_off:")
     elif err.kind == "server" and err.status == 503:
-        st.error(f"{prefix}{err.message} — the queue (broker) or the store is unavailable; try again shortly.")
+        st.error(f"{prefix}{md(err.message)} — the queue (broker) or the store is unavailable; try again shortly.")
     else:
-        st.error(f"{prefix}{err.message}")
+        st.error(f"{prefix}{md(err.message)}")
 
 
 def guarded(fn: Callable[[], Any]) -> Callable[[], Any]:
@@ -167,7 +190,7 @@ def guarded(fn: Callable[[], Any]) -> Callable[[], Any]:
         except ApiError as e:
             show_error(e)
         except Exception as e:  # noqa: BLE001 - the user sees a sentence; details stay collapsed
-            st.error(f"Something went wrong while drawing this page: {type(e).__name__}: {e}")
+            st.error(f"Something went wrong while drawing this page: {type(e).__name__}: {md(e)}")
 
     return wrapper
 
@@ -177,10 +200,10 @@ def guarded(fn: Callable[[], Any]) -> Callable[[], Any]:
 
 def method_chip(method: str) -> str:
     """Inline HTML: a coloured dot and the method's name."""
-    color = METHOD_COLORS.get(method, "#7F7F7F")
+    color = METHOD_COLORS.get(method, "#7F7F7F")  # a fixed palette: never user text in the style
     return (f"<span style='display:inline-flex;align-items:center;gap:4px;margin-right:10px'>"
             f"<span style='width:10px;height:10px;border-radius:50%;background:{color};display:inline-block'></span>"
-            f"{METHOD_LABELS.get(method, method)}</span>")
+            f"{esc(METHOD_LABELS.get(method, method))}</span>")
 
 
 def progress_bar(fraction: float | None, method: str, text: str = "") -> str:
@@ -191,7 +214,7 @@ def progress_bar(fraction: float | None, method: str, text: str = "") -> str:
     return (f"<div style='font-size:0.85rem' title='{pct(f)}'>"
             f"<div style='background:#E6E9EF;border-radius:4px;height:8px;margin:6px 0 4px'>"
             f"<div style='width:{100 * f:.1f}%;background:{method_color(method)};height:8px;border-radius:4px'></div></div>"
-            f"{text or pct(f)}</div>")
+            f"{esc(text) if text else pct(f)}</div>")
 
 
 def method_legend(methods: Sequence[str] = tuple(METHOD_COLORS)) -> None:
@@ -199,7 +222,7 @@ def method_legend(methods: Sequence[str] = tuple(METHOD_COLORS)) -> None:
 
 
 def run_link(run_id: int, label: str | None = None, **kw) -> None:
-    st.page_link(PAGES["run"], label=label or f"Open run #{run_id}", query_params={"run": str(run_id)},
+    st.page_link(PAGES["run"], label=md(label or f"Open run #{run_id}"), query_params={"run": str(run_id)},
                  icon=":material/monitoring:", **kw)
 
 

@@ -136,9 +136,19 @@ def test_every_aero_variable_is_one_the_code_reads(name):
     known = set()
     for path in ("backend/settings.py", "worker/settings.py"):
         known |= set(re.findall(r"\b(AERO_[A-Z_]+|DATABASE_URL|REDIS_URL)\b", (ROOT / path).read_text()))
-    known |= {"AERO_API_URL", "AERO_API_TOKEN"}  # read by the dashboard and the CLI
+    known |= {"AERO_API_URL", "AERO_API_TOKEN", "AERO_DASHBOARD_ASK_TOKEN"}  # read by the dashboard and the CLI
     for key in env(name):
         assert key in known, f"{name}: {key} is not read by any settings module"
+
+
+def test_dashboard_holds_no_token():
+    """The compose dashboard listens on 0.0.0.0: no admin token in its environment, and it asks
+    each user for theirs (also instead of reading /data/admin.token)."""
+    from dashboard.client import token_from_env
+
+    dash = env("dashboard")
+    assert "AERO_API_TOKEN" not in dash and dash["AERO_DASHBOARD_ASK_TOKEN"] == "1"
+    assert token_from_env({**dash, "AERO_API_TOKEN": "leaked"}) is None
 
 
 def test_build_context_leaves_out_virtualenvs_and_data():

@@ -163,7 +163,7 @@ def waterfall_section(cmp: dict) -> None:
                 "AERO S1, AERO S1+S2 and AERO runs (*measured*: the difference between the ablation runs).",
                 icon=":material/waterfall_chart:")
         for w in cmp["waterfall"]["measured"]:
-            st.caption(w["label"])
+            st.caption(ui.md(w["label"]))
         return
     labels = [("Measured" if w["source"] == "measured" else "Counterfactual") + f" — {w['label']}" for w in options]
     i = st.selectbox("Source", range(len(options)), format_func=labels.__getitem__, key="cmp_wf") if len(options) > 1 else 0

@@ -20,7 +20,7 @@ st.caption("Every hyperparameter starts at the paper's default (AERO, arXiv 2602
 def field_error(path: str) -> None:
     msg = st.session_state.get(ERRORS, {}).get(path)
     if msg:
-        st.error(msg, icon=":material/error:")
+        st.error(ui.md(msg), icon=":material/error:")
 
 
 def widget(spec: forms.FieldSpec) -> Any:
@@ -92,11 +92,11 @@ def submit(methods: list[str], config: dict, seeds_text: str, name: str, tags_te
 def show_result() -> None:
     kind, created = st.session_state.get(RESULT, (None, None))
     if kind == "run":
-        st.success(f"Run #{created['id']} ({created['name']}) is queued.", icon=":material/check_circle:")
+        st.success(f"Run #{created['id']} ({ui.md(created['name'])}) is queued.", icon=":material/check_circle:")
         ui.run_link(created["id"], f"Watch run #{created['id']} live")
     elif kind == "sweep":
         ids = ",".join(str(r["id"]) for r in created["runs"])
-        st.success(f"Sweep #{created['id']} ({created['name']}) queued {len(created['runs'])} runs: {ids}.",
+        st.success(f"Sweep #{created['id']} ({ui.md(created['name'])}) queued {len(created['runs'])} runs: {ids}.",
                    icon=":material/check_circle:")
         st.page_link(ui.PAGES["compare"], label=f"Compare the runs of sweep #{created['id']}",
                      query_params={"sweep": str(created["id"])}, icon=":material/compare_arrows:")
@@ -130,7 +130,7 @@ def main() -> None:
         known = {s.path for specs in forms.form_specs(doc, methods).values() for s in specs} | {"seeds", "methods", "model_path", "task", "train_data"}
         for path, msg in general.items():
             if path not in known:
-                st.error(f"{path}: {msg}" if path else msg, icon=":material/error:")
+                st.error(ui.md(f"{path}: {msg}" if path else msg), icon=":material/error:")
         submitted = st.form_submit_button("Launch", type="primary", icon=":material/rocket_launch:")
     if submitted:
         submit(methods, forms.nest(config), seeds_text, name, tags_text)

@@ -39,7 +39,7 @@ def pick_run() -> dict | None:
 
 
 def header(run: dict) -> None:
-    st.html(f"<h3 style='margin:0'>#{run['id']} {run['name']}</h3>" + ui.method_chip(run["method"]))
+    st.html(f"<h3 style='margin:0'>#{run['id']} {ui.esc(run['name'])}</h3>" + ui.method_chip(run["method"]))
     if run["status"] == "failed":
         st.error("**This run failed.** The worker reported:", icon=":material/error:")
         st.code(run.get("error") or "(no error text was recorded)", language=None)
@@ -47,7 +47,7 @@ def header(run: dict) -> None:
         st.warning(f"Cancelled at step {run['current_step']} of {run['total_steps']}.", icon=":material/stop_circle:")
     elif run["status"] == "queued":
         msg = "Queued: waiting for a free worker (`aero up` starts one; `aero worker` adds more)."
-        st.info(msg + (f" Note: {run['error']}" if run.get("error") else ""), icon=":material/hourglass_top:")
+        st.info(msg + (f" Note: {ui.md(run['error'])}" if run.get("error") else ""), icon=":material/hourglass_top:")
     if run["status"] == "running" and run.get("cancel_requested"):
         st.warning("Cancel requested: the worker stops within one step.", icon=":material/stop_circle:")
     c1, c2, c3 = st.columns([2, 2, 5])

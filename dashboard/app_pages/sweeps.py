@@ -16,12 +16,12 @@ def sweep_card(sw: dict) -> None:
     runs = sw["runs"]
     with st.container(border=True):
         c1, c2 = st.columns([3, 2])
-        c1.markdown(f"**Sweep #{sw['id']} · {sw['name']}** — {len(runs)} run(s), created {str(sw['created_at'])[:16].replace('T', ' ')}")
+        c1.markdown(f"**Sweep #{sw['id']} · {ui.md(sw['name'])}** — {len(runs)} run(s), created {str(sw['created_at'])[:16].replace('T', ' ')}")
         c1.html("".join(ui.method_chip(m) for m in dict.fromkeys(r["method"] for r in runs)))
         c2.progress(tables.sweep_progress(sw), text=" · ".join(f"{n} {s}" for s, n in counts.items()) or "no runs")
         failed = [r for r in runs if r["status"] == "failed"]
         if failed:
-            st.warning(f"{len(failed)} run(s) failed: " + "; ".join(f"#{r['id']}: {tables.last_line(r.get('error'))[:100]}" for r in failed))
+            st.warning(f"{len(failed)} run(s) failed: " + "; ".join(f"#{r['id']}: {ui.md(tables.last_line(r.get('error'))[:100])}" for r in failed))
         l1, l2 = st.columns(2)
         with l1:
             st.page_link(ui.PAGES["compare"], label="Compare its runs", query_params={"sweep": str(sw["id"])},

@@ -150,6 +150,8 @@ def test_aero_up_end_to_end(tmp_path):
     conftest_env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
     env = {**conftest_env, "AERO_DATA_DIR": str(tmp_path / "data"), "AERO_BROKER_POLL_S": "0.2", "AERO_HEARTBEAT_S": "1",
            "COLUMNS": "200", "OMP_NUM_THREADS": "1"}
+    if os.environ.get("AERO_TEST_MODEL_PATH"):  # the operator lets runs read the test model (docs/deploy.md §4)
+        env["AERO_DATA_ROOTS"] = os.pathsep.join([str(tmp_path / "data"), os.environ["AERO_TEST_MODEL_PATH"]])
     port, dash_port = _free_port(), _free_port()
     api = f"http://127.0.0.1:{port}"
     has_dashboard = (ROOT / "dashboard" / "app.py").exists()
@@ -222,6 +224,17 @@ def test_aero_up_end_to_end(tmp_path):
                 time.sleep(0.5)
         else:
             assert "dashboard/app.py not found" in log.read_text()
+
+        # SIGKILL of the worker's main process: `aero up` restarts the worker and stays up.
+        def worker_pids() -> list[int]:
+            return [p for p in _children(up.pid) if b"celery" in Path(f"/proc/{p}/cmdline").read_bytes()]
+
+        [old] = worker_pids()
+        os.kill(old, signal.SIGKILL)
+        _wait_output(up, log, rf"worker \(pid {old}\) killed by SIGKILL; restarting it", 20)
+        new = int(_wait_output(up, log, rf"worker restarted \(pid {old} -> (\d+)\)", 20).group(1))
+        assert new != old and _alive(new) and worker_pids() == [new] and up.poll() is None
+        assert httpx.get(f"{api}/api/health").status_code == 200
     finally:
         children = _children(up.pid) if up.poll() is None else []
         t0 = time.monotonic()
