@@ -111,8 +111,12 @@ def no_exceptions(pg) -> None:
     assert pg.locator('[data-testid="stException"]').count() == 0, pg.locator('[data-testid="stException"]').first.inner_text()
 
 
-def set_number(pg, label: str, value) -> None:
+def set_number(pg, label: str, value, expander: str | None = None) -> None:
+    """Type a number into a field; a field in a collapsed ``expander`` opens it first (a rerun
+    after the previous field may have collapsed it again on a loaded machine)."""
     box = pg.get_by_label(label, exact=True).first
+    if expander is not None and not box.is_visible():
+        pg.get_by_text(expander, exact=True).first.click()
     box.fill(str(value))
     box.press("Tab")
 
@@ -166,9 +170,8 @@ def test_launch_watch_compare_in_a_browser(page, platform):
     open_page(pg, platform.dash + "/launch", "Launch")
     set_number(pg, "steps", STEPS)
     set_number(pg, "batch (prompts per step)", 64)
-    pg.get_by_text("Advanced", exact=True).click()
-    set_number(pg, "eval every (steps)", 0)
-    set_number(pg, "eval problems per benchmark", 4)
+    set_number(pg, "eval every (steps)", 0, expander="Advanced")
+    set_number(pg, "eval problems per benchmark", 4, expander="Advanced")
     pg.get_by_role("button", name="Launch").click()
     pg.get_by_text(re.compile(r"Run #\d+ \(aero-seed0\) is queued")).first.wait_for()
     run_id = int(re.search(r"Run #(\d+)", pg.get_by_text(re.compile(r"Run #\d+ .* is queued")).first.inner_text()).group(1))
@@ -202,9 +205,8 @@ def test_launch_watch_compare_in_a_browser(page, platform):
     pg.get_by_label("steps", exact=True).first.wait_for()
     set_number(pg, "steps", 2)
     set_number(pg, "batch (prompts per step)", 4)
-    pg.get_by_text("Advanced", exact=True).click()
-    set_number(pg, "eval every (steps)", 0)
-    set_number(pg, "eval problems per benchmark", 2)
+    set_number(pg, "eval every (steps)", 0, expander="Advanced")
+    set_number(pg, "eval problems per benchmark", 2, expander="Advanced")
     pg.get_by_role("button", name="Launch").click()
     pg.get_by_text(re.compile(r"Sweep #\d+ \(sweep\) queued 4 runs")).first.wait_for()
 
