@@ -17,7 +17,7 @@ from backend.db.migrate import migrate
 from backend.db.session import get_engine, make_sessionmaker
 from backend.queue import Enqueuer, celery_enqueuer
 from backend.services.cache import ByteLRU
-from backend.settings import Settings, get_settings
+from backend.settings import Settings, ensure_data_dir, get_settings
 
 API_PREFIX = "/api"
 
@@ -25,6 +25,8 @@ API_PREFIX = "/api"
 def create_app(settings: Settings | None = None, *, enqueue: Enqueuer | None = None) -> FastAPI:
     """Build the app. ``enqueue(run_id, queue)`` defaults to sending the Celery task by name."""
     settings = settings or get_settings()
+    if settings.database_url.startswith("sqlite") or not settings.redis_url:
+        ensure_data_dir(settings)  # 0700, the store/broker/token files in it 0600
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -23,10 +23,17 @@ AERO_MAX_*             caps on a run config's sizes (steps, batch...)   see docs
 The run policy (``AERO_SANDBOX_*``, ``AERO_MAX_*``, ``AERO_DATA_ROOTS``; trainer/policy.py) is
 the operator's: the API applies it to every submitted config and each worker re-checks it,
 from its own environment, before any compute.
+
+The data directory holds every run, token hash and queued message: it is created (or chmod'ed,
+when ours) 0700 and the platform's files in it 0600 (:func:`ensure_data_dir`), and the platform
+processes (API, worker, reaper, ``aero up``; everything that reads :func:`get_settings`) run with
+umask 0o077, so nothing they create is readable by another user (such as the code sandbox's).
 """
 
 from __future__ import annotations
 
+import os
+import stat
 from functools import lru_cache
 from pathlib import Path
 
@@ -85,11 +92,63 @@ def broker_url(settings: Settings) -> str:
     """
     if settings.redis_url:
         return settings.redis_url
-    settings.data_path.mkdir(parents=True, exist_ok=True)
+    ensure_data_dir(settings)
+    private_file(settings.data_path / "broker.sqlite", create=True)  # SQLite gives its journals the file's mode
     return f"sqla+sqlite:///{settings.data_path / 'broker.sqlite'}"
+
+
+PRIVATE_UMASK = 0o077
+# the platform's files directly in the data directory (SQLite journals: -wal, -shm, -journal)
+PLATFORM_FILES = ("aero.sqlite*", "broker.sqlite*", "admin.token*", "*.migrate.lock")
+
+
+def private_umask() -> None:
+    """Tighten this process's umask to 0o077 (files 0600, directories 0700; never loosened)."""
+    os.umask(os.umask(PRIVATE_UMASK) | PRIVATE_UMASK)
+
+
+def private_dir(path: Path) -> Path:
+    """Create ``path`` (and parents) with mode 0700; chmod it 0700 if it exists and is ours."""
+    path = Path(path)
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = path.stat()
+    if st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) & 0o077:
+        path.chmod(stat.S_IMODE(st.st_mode) & 0o700)
+    return path
+
+
+def private_file(path: Path, create: bool = False) -> None:
+    """chmod ``path`` and its SQLite journals (-wal, -shm, -journal) to 0600 where they exist and
+    are ours; ``create``: create ``path`` empty with mode 0600 first if missing (SQLite then
+    creates its journals with the same mode)."""
+    path = Path(path)
+    if create:
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+        except FileExistsError:
+            pass
+    for p in (path, *(path.with_name(path.name + s) for s in ("-wal", "-shm", "-journal"))):
+        try:
+            st = os.lstat(p)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) & 0o077:
+            os.chmod(p, stat.S_IMODE(st.st_mode) & 0o600)
+
+
+def ensure_data_dir(settings: Settings) -> Path:
+    """The data directory, created 0700 (chmod'ed 0700 if ours), with the platform's existing
+    files in it (store, broker, their journals, admin token, migration lock) chmod'ed 0600."""
+    d = private_dir(settings.data_path)
+    for pattern in PLATFORM_FILES:
+        for f in d.glob(pattern):
+            private_file(f)
+    return d
 
 
 @lru_cache
 def get_settings() -> Settings:
-    """Process-wide settings from the environment (cached; tests build their own ``Settings``)."""
+    """Process-wide settings from the environment (cached; tests build their own ``Settings``).
+    A platform process reads them first, so this is where its umask becomes 0o077."""
+    private_umask()
     return Settings()

@@ -257,8 +257,11 @@ def ensure_admin_token(settings) -> tuple[str, bool]:
             return path.read_text().strip(), False
     with session_scope(settings.database_url) as s:
         _, tok = create_token(s, "admin (aero up)")
-    path.parent.mkdir(parents=True, exist_ok=True)
+    from backend.settings import private_dir, private_file
+
+    private_dir(path.parent)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    private_file(path)  # an older token file (O_CREAT keeps an existing file's mode)
     with os.fdopen(fd, "w") as f:
         f.write(tok + "\n")
     return tok, True
@@ -465,13 +468,12 @@ def up(
     resumes from its last checkpoint on the next start.
     """
     from backend.db.migrate import migrate
-    from backend.settings import broker_url, get_settings
+    from backend.settings import broker_url, ensure_data_dir, get_settings
     from worker.celery_app import default_queues, is_embedded
     from worker.settings import WorkerSettings
 
     settings, ws = get_settings(), WorkerSettings()
-    data = settings.data_path
-    data.mkdir(parents=True, exist_ok=True)
+    data = ensure_data_dir(settings)  # 0700; the store, broker and token files in it 0600
     broker = broker_url(settings)
     embedded = is_embedded(broker)
     err.print(f"data dir  {safe(data)}")

@@ -129,7 +129,8 @@ class CodeConfig(_Strict):
                              "SIGKILLed and the candidate scores 0 as a timeout.")
     memory_mb: int = Field(1024, ge=64, le=1_048_576, description="Address-space limit per process (RLIMIT_AS), MiB.")
     max_processes: int = Field(64, ge=2, le=100_000, description="RLIMIT_NPROC: processes and threads of the sandbox "
-                               "user (counted per uid, so shared by the candidates scored at once).")
+                               "user (counted per uid; a root worker gives each candidate scored at once its own uid "
+                               "from AERO_SANDBOX_UID / AERO_SANDBOX_UID_COUNT).")
     max_output_bytes: int = Field(1_048_576, ge=1024, le=1 << 30, description="Cap on a test's captured stdout (the "
                                   "process is killed past it) and on any file it writes (RLIMIT_FSIZE).")
     audit_hook: Literal["always", "fallback"] = Field(

@@ -45,7 +45,11 @@ class RunPolicy(BaseModel):
         "always", description="Audit hook in every sandbox ('always'), or only when namespaces are unavailable.")
     sandbox_python: str | None = Field(None, description="Interpreter for candidate code; unset: the worker's if "
                                        "the sandbox user can run it, else the system python3.")
-    sandbox_uid: int = Field(65534, ge=1, description="uid/gid a root worker's sandbox drops to (65534 = nobody).")
+    sandbox_uid: int = Field(2_000_000_000, ge=1, le=4_000_000_000, description="First uid/gid of the range a root "
+                             "worker's sandboxes drop to (one uid per candidate scored at once; every process of that "
+                             "uid is killed after each candidate, so the range must belong to nothing else).")
+    sandbox_uid_count: int = Field(64, ge=1, le=65536, description="Size of the sandbox uid range: candidates scored "
+                                   "at once on this host (across worker processes); more wait for a free uid.")
     sandbox_memory_mb: int = Field(4096, ge=64, description="Cap on code.memory_mb (RLIMIT_AS per process, MiB).")
     sandbox_max_processes: int = Field(256, ge=2, description="Cap on code.max_processes (RLIMIT_NPROC).")
     sandbox_max_output_bytes: int = Field(16 << 20, ge=1024, description="Cap on code.max_output_bytes.")
@@ -87,6 +91,7 @@ ENV: dict[str, str] = {
     "sandbox_audit_hook": "AERO_SANDBOX_AUDIT_HOOK",
     "sandbox_python": "AERO_SANDBOX_PYTHON",
     "sandbox_uid": "AERO_SANDBOX_UID",
+    "sandbox_uid_count": "AERO_SANDBOX_UID_COUNT",
     "sandbox_memory_mb": "AERO_SANDBOX_MAX_MEMORY_MB",
     "sandbox_max_processes": "AERO_SANDBOX_MAX_PROCESSES",
     "sandbox_max_output_bytes": "AERO_SANDBOX_MAX_OUTPUT_BYTES",

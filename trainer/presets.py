@@ -157,7 +157,7 @@ def code_task(cfg: RunConfig, common: dict, policy: RunPolicy | None = None):
     limits = Limits(timeout_s=c.timeout_s, test_timeout_s=c.test_timeout_s, memory_mb=c.memory_mb,
                     max_processes=c.max_processes, max_output_bytes=c.max_output_bytes,
                     network=pol.sandbox_isolation, audit_hook=audit_hook, run_as_uid=pol.sandbox_uid,
-                    python=pol.sandbox_python)
+                    uid_count=pol.sandbox_uid_count, python=pol.sandbox_python)
     try:
         prefix, _ = isolation(limits)
         sandbox_python(limits.python, prefix, limits.run_as_uid if os.geteuid() == 0 else None)

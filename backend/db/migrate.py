@@ -8,6 +8,7 @@ SQLite database.
 from __future__ import annotations
 
 import fcntl
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -39,8 +40,8 @@ def _file_lock(url: str) -> Iterator[None]:
         yield
         return
     lock_path = Path(database).expanduser().with_suffix(".migrate.lock")
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_path, "w") as f:
+    lock_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with os.fdopen(os.open(lock_path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600), "w") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield

@@ -42,7 +42,8 @@ def _json_dumps(obj) -> str:
 
 
 def make_engine(url: str, **kwargs) -> Engine:
-    """An engine for ``url``; creates the parent directory of a SQLite file.
+    """An engine for ``url``; creates the parent directory of a SQLite file (0700 when new) and
+    the file itself with mode 0600 (existing ones of ours are chmod'ed 0600, journals too).
 
     ``postgresql://`` URLs use psycopg 3 (``postgresql+psycopg``). JSON columns go through
     orjson (several times faster than the stdlib on metric rows)."""
@@ -52,8 +53,13 @@ def make_engine(url: str, **kwargs) -> Engine:
     if u.drivername == "postgresql":
         u = u.set(drivername="postgresql+psycopg")
     if u.get_backend_name() == "sqlite":
-        if u.database and u.database != ":memory:":
-            Path(u.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        if u.database and u.database != ":memory:" and not u.database.startswith("file:"):
+            from backend.settings import private_file
+
+            db = Path(u.database).expanduser()
+            if not db.parent.exists():
+                db.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            private_file(db, create=True)  # 0600, and SQLite gives -wal/-shm the file's mode
         kwargs.setdefault("connect_args", {"check_same_thread": False, "timeout": 30})
         engine = create_engine(u, **kwargs)
         event.listen(engine, "connect", _sqlite_pragmas)

@@ -64,10 +64,11 @@ def test_data_roots_follow_symlinks_and_deny_platform_files(tmp_path):
 def test_from_env(monkeypatch, tmp_path):
     monkeypatch.setenv("AERO_SANDBOX_ISOLATION", "namespace")
     monkeypatch.setenv("AERO_SANDBOX_UID", "1234")
+    monkeypatch.setenv("AERO_SANDBOX_UID_COUNT", "8")
     monkeypatch.setenv("AERO_MAX_AERO_K", "8")
     monkeypatch.setenv("AERO_DATA_ROOTS", os.pathsep.join(["/a", "/b"]))
     pol = RunPolicy.from_env()
-    assert (pol.sandbox_isolation, pol.sandbox_uid, pol.max_aero_k) == ("namespace", 1234, 8.0)
+    assert (pol.sandbox_isolation, pol.sandbox_uid, pol.sandbox_uid_count, pol.max_aero_k) == ("namespace", 1234, 8, 8.0)
     assert [str(r) for r in pol.data_roots] == ["/a", "/b"]
     assert RunPolicy.from_env({}).data_roots is None  # the CLI without AERO_DATA_ROOTS: the operator's own paths
     monkeypatch.setenv("AERO_MAX_AERO_K", "inf")
@@ -85,9 +86,11 @@ def test_the_sandbox_takes_isolation_interpreter_and_uid_from_the_policy(monkeyp
     monkeypatch.setattr(code_mod, "CodeTask", lambda path, limits, **kw: limits)
     cfg = parse_run_config({**CODE, "model_path": "/m", "train_data": str(tmp_path / "t.jsonl"),
                             "code": {"memory_mb": 512, "audit_hook": "fallback"}})
-    pol = RunPolicy(sandbox_isolation="namespace", sandbox_python="/opt/py/bin/python3", sandbox_uid=4242)
+    pol = RunPolicy(sandbox_isolation="namespace", sandbox_python="/opt/py/bin/python3", sandbox_uid=4242,
+                    sandbox_uid_count=3)
     limits = presets.code_task(cfg, {}, pol)
     assert (limits.network, limits.python, limits.run_as_uid, limits.memory_mb) == ("namespace", "/opt/py/bin/python3", 4242, 512)
+    assert limits.uid_count == 3  # the uid range: AERO_SANDBOX_UID .. + AERO_SANDBOX_UID_COUNT - 1
     assert limits.audit_hook == "always"  # the operator's 'always' wins over the config's 'fallback'
     assert presets.code_task(cfg, {}, pol.model_copy(update={"sandbox_audit_hook": "fallback"})).audit_hook == "fallback"
 

@@ -3,13 +3,21 @@
 One candidate = one sandbox process tree, started fresh (nothing persists between
 candidates), running :mod:`trainer.tasks.sandbox_harness` as ``python -I -B -c``:
 
-* **Namespaces** (when ``unshare`` works): ``unshare --net --pid --fork --kill-child``; as
-  root also ``--setuid/--setgid 65534`` (nobody), unprivileged ``-r`` (a user namespace).
-  No network interface is up, so nothing can be reached (not even 127.0.0.1), and the
-  harness is PID 1 of its own PID namespace: when it exits or is killed, the kernel kills
-  every process the candidate started, even ones that left the process group.
+* **Namespaces** (when ``unshare`` works): ``unshare --net --pid --fork --kill-child
+  --mount-proc`` (a mount namespace with a private ``/proc`` for the PID namespace: no host
+  process, command line or environ is visible); as root also ``--setuid/--setgid <uid>``,
+  unprivileged ``-r`` (a user namespace). No network interface is up, so nothing can be
+  reached (not even 127.0.0.1), and the harness is PID 1 of its own PID namespace: when it
+  exits or is killed, the kernel kills every process the candidate started, even ones that
+  left the process group.
 * **Without namespaces**: the process runs in a new session (killed as a group); as root the
-  uid/gid still drop to ``run_as_uid`` (Popen ``user``/``group``); the audit hook is forced on.
+  uid/gid still drop (Popen ``user``/``group``); the audit hook is forced on.
+* **One uid per candidate** (root): each candidate scored at once takes its own uid from the
+  operator's range ``run_as_uid .. run_as_uid + uid_count - 1`` (an exclusive ``flock`` per
+  uid, so also across worker processes on the host; a candidate waits while all are taken).
+  RLIMIT_NPROC is counted per uid, so one candidate's processes cannot starve another's, and
+  after each candidate every process of its uid is SIGKILLed (``kill(-1)`` as that uid), in
+  both modes: nothing it started outlives it, whatever group or session it moved to.
 * **Limits**: RLIMIT_AS (memory), RLIMIT_NPROC (processes, per uid), RLIMIT_CPU and a wall
   clock per test (the harness), RLIMIT_FSIZE and a byte cap on captured stdout, a wall clock
   for the whole candidate here (the process group is SIGKILLed), RLIMIT_NOFILE, no core files.
@@ -34,14 +42,17 @@ import math
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Any, Iterator, Literal, Sequence
 
 HARNESS = Path(__file__).with_name("sandbox_harness.py")
 # Worst first: a candidate's outcome is its worst test's (after "passed" and "wrong").
@@ -54,7 +65,7 @@ SANDBOX_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_AL
 @dataclass(frozen=True)
 class Limits:
     """Per-candidate limits (``CodeConfig`` in trainer/config.py documents each default; ``network``,
-    ``run_as_uid`` and ``python`` come from the operator's ``trainer.policy.RunPolicy`` only)."""
+    ``run_as_uid``, ``uid_count`` and ``python`` come from the operator's ``trainer.policy.RunPolicy`` only)."""
 
     timeout_s: float = 30.0
     test_timeout_s: float = 4.0
@@ -63,7 +74,8 @@ class Limits:
     max_output_bytes: int = 1 << 20
     network: Literal["auto", "namespace", "audit"] = "auto"
     audit_hook: Literal["always", "fallback"] = "always"
-    run_as_uid: int = 65534
+    run_as_uid: int = 2_000_000_000  # first uid of the sandbox range (root workers)
+    uid_count: int = 64  # size of the range: candidates scored at once on this host (more wait)
     python: str | None = None  # interpreter for candidates; None = this one if the sandbox user can run it
 
 
@@ -193,14 +205,102 @@ def _probe(cmd: list[str]) -> bool:
 
 @lru_cache(maxsize=8)
 def namespace_prefix(uid: int) -> tuple[str, ...] | None:
-    """The ``unshare`` command line that gives a candidate its own network and PID namespaces
-    (and, as root, drops to ``uid``), or None where namespaces are unavailable here."""
+    """The ``unshare`` command line that gives a candidate its own network, PID and mount
+    namespaces with a private ``/proc`` (and, as root, drops to ``uid``), or None where
+    namespaces are unavailable here. Where only the mount namespace is refused, the network
+    and PID namespaces are still used (``/proc`` then shows the host's processes)."""
     exe = shutil.which("unshare")
     if exe is None:
         return None
-    base = [exe, "--net", "--pid", "--fork", "--kill-child"]
-    cmd = base + ["--setuid", str(uid), "--setgid", str(uid)] if os.geteuid() == 0 else [exe, "-r", *base[1:]]
-    return tuple(cmd) if _probe(cmd) else None
+    for extra in (["--mount-proc"], []):
+        base = [exe, "--net", "--pid", "--fork", "--kill-child", *extra]
+        cmd = base + ["--setuid", str(uid), "--setgid", str(uid)] if os.geteuid() == 0 else [exe, "-r", *base[1:]]
+        if _probe(cmd):
+            return tuple(cmd)
+    return None
+
+
+def with_uid(prefix: tuple[str, ...] | None, uid: int) -> tuple[str, ...] | None:
+    """``prefix`` (from :func:`namespace_prefix`) dropping to ``uid`` instead."""
+    if prefix is None or "--setuid" not in prefix:
+        return prefix
+    cmd = list(prefix)
+    for opt in ("--setuid", "--setgid"):
+        cmd[cmd.index(opt) + 1] = str(uid)
+    return tuple(cmd)
+
+
+UID_LOCK_DIR = Path(tempfile.gettempdir()) / "aero-uid-locks"
+
+
+def _lock_dir() -> Path:
+    """A root-owned 0700 directory of one lock file per sandbox uid (refuses one planted by
+    someone else)."""
+    try:
+        os.mkdir(UID_LOCK_DIR, 0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(UID_LOCK_DIR)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        raise RuntimeError(f"code sandbox: {UID_LOCK_DIR} is not a private directory of this user")
+    return UID_LOCK_DIR
+
+
+@contextmanager
+def uid_slot(base: int, count: int, poll_s: float = 0.02) -> Iterator[int]:
+    """Hold one uid of ``base .. base + count - 1`` exclusively (flock: across threads and
+    processes of this host) for one candidate; waits while every uid is taken."""
+    import fcntl
+
+    d = _lock_dir()
+    while True:
+        for uid in range(base, base + max(1, count)):
+            fd = os.open(d / f"{uid}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                continue
+            try:
+                yield uid
+            finally:
+                os.close(fd)  # releases the lock
+            return
+        time.sleep(poll_s)
+
+
+def kill_uid(uid: int, python: str) -> None:
+    """SIGKILL every process of ``uid`` (``kill(-1)`` sent as that uid: atomic against forks),
+    then wait (briefly) until none is left. Root only; the uid must be dedicated to the sandbox."""
+    kill = shutil.which("kill", path=SANDBOX_ENV["PATH"])
+    pykill = [python, "-I", "-S", "-c", "import os; os.kill(-1, 9)"]
+    for attempt in range(4):
+        cmd = [kill, "-9", "-1"] if kill and attempt % 2 == 0 else pykill  # `kill -9 -1`: procps, util-linux, busybox
+        try:
+            subprocess.run(cmd, cwd="/", env=SANDBOX_ENV, capture_output=True, timeout=10,
+                           user=uid, group=uid, extra_groups=[])
+        except (OSError, subprocess.SubprocessError):
+            pass
+        if not uid_processes(uid):
+            return
+        time.sleep(0.05)
+
+
+def uid_processes(uid: int) -> list[int]:
+    """Live (not zombie) processes whose real, effective or saved uid is ``uid``."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            status = (d / "status").read_text()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        uids = fields.get("Uid", "").split()[:3]
+        if str(uid) in uids and not fields.get("State", "").strip().startswith(("Z", "X")):
+            found.append(int(d.name))
+    return found
 
 
 def isolation(limits: Limits) -> tuple[tuple[str, ...] | None, bool]:
@@ -285,9 +385,16 @@ def run_candidate(code: str, tests: TestSuite, limits: Limits = Limits()) -> Res
     if len(tests) == 0:
         return Result("error", 0, 0)
     prefix, audit = isolation(limits)
-    drop = limits.run_as_uid if os.geteuid() == 0 else None
+    if os.geteuid() != 0:
+        return _run(code, tests, limits, prefix, audit, None)
+    with uid_slot(limits.run_as_uid, limits.uid_count) as uid:
+        return _run(code, tests, limits, with_uid(prefix, uid), audit, uid)
+
+
+def _run(code: str, tests: TestSuite, limits: Limits, prefix: tuple[str, ...] | None, audit: bool,
+         drop: int | None) -> Result:
     user = {} if prefix is not None or drop is None else {"user": drop, "group": drop, "extra_groups": []}
-    python = sandbox_python(limits.python, prefix, drop)
+    python = sandbox_python(limits.python, isolation(limits)[0], None if drop is None else limits.run_as_uid)
     tmp = _make_tmp(drop)
     job = {"code": code, "kind": tests.kind, "inputs": list(tests.inputs), "fn_name": tests.fn_name,
            "setup": tests.setup, "audit": audit, "tmp": tmp,
@@ -304,6 +411,8 @@ def run_candidate(code: str, tests: TestSuite, limits: Limits = Limits()) -> Res
             out, timed_out = e.stdout, True
         finally:
             _kill_group(proc)  # also on success: nothing the candidate started outlives it
+            if drop is not None:
+                kill_uid(drop, python)  # processes that left the group (fallback mode) or the dying namespace's
         records, done = _parse(out)
         if timed_out:
             result = judge(tests, records, finished=False)

@@ -5,6 +5,8 @@ the audit-hook fallback is forced with ``network="audit"``."""
 
 import os
 import socket
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -12,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from trainer.tasks.sandbox import (Limits, TestSuite, isolation, judge, namespace_prefix, outputs_match, run_candidate,
-                                   run_many, values_match)
+                                   run_many, uid_processes, uid_slot, values_match)
 
 MARKER = b"Child side of the code sandbox"  # in the harness source, so in every sandbox process's argv
 LIMITS = Limits(test_timeout_s=1.0, timeout_s=6.0, memory_mb=512, max_processes=32, max_output_bytes=64 * 1024)
@@ -252,3 +254,84 @@ def test_candidates_run_in_parallel():
     results = run_many(jobs, LIMITS, workers=4)
     assert [r.outcome for r in results] == ["passed"] * 4
     assert time.monotonic() - t0 < 4 * 2 * 0.5  # serial would take >= 4 s (2 tests x 0.5 s each)
+
+
+# -- leftovers, per-candidate uids, private /proc ---------------------------------------------
+
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="the uid range needs a root worker")
+NO_HOOK = Limits(**{**LIMITS.__dict__, "audit_hook": "fallback"})
+
+
+def range_processes(limits: Limits) -> list[int]:
+    return [p for uid in range(limits.run_as_uid, limits.run_as_uid + limits.uid_count) for p in uid_processes(uid)]
+
+
+def test_concurrent_candidates_hold_distinct_uids():
+    with uid_slot(7_000_000, 2) as a, uid_slot(7_000_000, 2) as b:
+        assert {a, b} == {7_000_000, 7_000_001}
+    with uid_slot(7_000_000, 2) as c:  # released again
+        assert c == 7_000_000
+
+
+@as_root
+@needs_ns
+def test_daemons_left_by_a_candidate_die_with_it_in_namespace_mode(monkeypatch):
+    import trainer.tasks.sandbox as sandbox
+
+    monkeypatch.setattr(sandbox, "kill_uid", lambda uid, python: None)  # the PID namespace's death alone
+    code = ("import os\nfor _ in range(5):\n    if os.fork() == 0:\n        os.setsid()\n"
+            "        n = os.open('/dev/null', os.O_RDWR)\n        for fd in (0, 1, 2):\n            os.dup2(n, fd)\n"
+            "        os.closerange(3, 256)\n        os.execv('/bin/sleep', ['sleep', '300'])\nprint(sum(map(int, input().split())))")
+    r, _ = run(code, limits=NO_HOOK)
+    assert r.outcome == "passed"
+    assert not range_processes(NO_HOOK), "a process of the sandbox uid range outlived its candidate"
+
+
+@as_root
+def test_every_process_of_the_candidate_uid_is_killed_in_fallback_mode():
+    audit = Limits(**{**LIMITS.__dict__, "network": "audit", "run_as_uid": 7_100_000, "uid_count": 1})
+    # what a candidate that got past the audit hook would leave: a process of its uid in its own session
+    left = subprocess.Popen(["sleep", "300"], user=audit.run_as_uid, group=audit.run_as_uid, extra_groups=[],
+                            start_new_session=True)
+    try:
+        assert run_candidate("print(sum(map(int, input().split())))", ADD, audit).outcome == "passed"
+        assert left.wait(timeout=5) == -9 and not uid_processes(audit.run_as_uid)
+    finally:
+        if left.poll() is None:
+            left.kill()
+            left.wait()
+
+
+@as_root
+@needs_ns
+def test_a_candidate_filling_its_process_quota_does_not_starve_another():
+    hog = ("import os, time\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        break\n"
+           "time.sleep(30)")
+    good = "import time\ntime.sleep(0.5)\nprint(sum(map(int, input().split())))"
+    limits = Limits(**{**NO_HOOK.__dict__, "max_processes": 16, "uid_count": 2})
+    results = run_many([(hog, ADD), (good, ADD)], limits, workers=2)
+    assert results[0].outcome in ("timeout", "error") and results[1].outcome == "passed"
+    deadline = time.monotonic() + 2.0
+    while range_processes(limits) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not range_processes(limits)
+
+
+@needs_ns
+def test_candidate_cannot_see_host_command_lines():
+    marker = "SECRET-MARKER-" + os.urandom(6).hex()
+    host = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", marker])
+    try:
+        half = len(marker) // 2  # the candidate's own source must not carry the marker
+        code = (f"import os\nm = {marker[:half]!r} + {marker[half:]!r}\nseen = []\n"
+                "for p in os.listdir('/proc'):\n    if p.isdigit():\n        try:\n"
+                "            seen.append(open('/proc/' + p + '/cmdline', 'rb').read())\n        except OSError:\n"
+                "            pass\nprint('found' if any(m.encode() in c for c in seen) else 'clean', len(seen) > 0)")
+        clean = TestSuite("stdio", ("",), ("clean True",))
+        assert run_candidate(code, clean, LIMITS).outcome == "passed"  # namespace mode: a private /proc
+        if os.geteuid() == 0:  # the probe itself works: without namespaces the host's /proc shows it
+            audit = Limits(**{**LIMITS.__dict__, "network": "audit"})
+            assert run_candidate(code, TestSuite("stdio", ("",), ("found True",)), audit).outcome == "passed"
+    finally:
+        host.kill()
+        host.wait()
