@@ -63,7 +63,20 @@ _BLOCKED_EVENTS = frozenset({
     "subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty",
     "os.kill", "os.killpg", "pty.spawn", "ctypes.dlopen", "ctypes.dlsym", "ctypes.cdata", "ctypes.call_function",
     "gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames", "sys.settrace", "sys.setprofile",
+    # a connection can create files anywhere (``connect(path)``, ``ATTACH DATABASE``, ``VACUUM INTO``) with no
+    # further audit event, so sqlite3 is refused outright rather than path-checked
+    "sqlite3.connect",
 })
+# Modules a candidate has no business loading; refused on the "import" event, which CPython also
+# raises when ``_imp.create_dynamic`` loads an extension module by hand. Matched on the last name
+# component and on the file name, so a spec named ``x._posixsubprocess`` does not slip through.
+# ``_posixsubprocess.fork_exec`` spawns a process without the "subprocess.Popen" event;
+# ``_xxsubinterpreters`` runs code in an interpreter that has none of this interpreter's hooks.
+_BLOCKED_IMPORTS = frozenset({"ctypes", "_ctypes", "_posixsubprocess", "_xxsubinterpreters", "_testcapi",
+                              "_testinternalcapi", "posix"})  # posix: only a fresh copy (it is always loaded)
+# os/posix functions that make filesystem nodes without raising any audit event (CPython 3.11);
+# removed from the candidate's view by ``disarm_modules`` (defence in depth, not a boundary)
+_UNAUDITED_OS_FUNCS = ("mkfifo", "mknod")
 _PATH_EVENTS = frozenset({"os.remove", "os.rmdir", "os.mkdir", "os.rename", "os.chmod", "os.chown", "os.symlink",
                           "os.link", "os.truncate", "os.utime", "shutil.rmtree", "shutil.move", "os.removexattr",
                           "os.setxattr"})
@@ -72,9 +85,10 @@ _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 
 
 def make_audit_hook(tmp):
-    """An audit hook that blocks process creation, sockets, ctypes, frame/GC introspection
-    and any file write or path change outside ``tmp``. Blocks raise PermissionError (ImportError
-    for ``import ctypes``, so libraries that probe for it degrade gracefully)."""
+    """An audit hook that blocks process creation, sockets, ctypes, sqlite3 connections, the
+    imports in ``_BLOCKED_IMPORTS``, frame/GC introspection and any file write or path change
+    outside ``tmp``. Blocks raise PermissionError (ImportError for a blocked import, so libraries
+    that probe for e.g. ctypes degrade gracefully)."""
     root = os.path.realpath(tmp)
     realpath, fspath, isinstance_, str_, bytes_ = os.path.realpath, os.fspath, isinstance, str, bytes
 
@@ -86,11 +100,17 @@ def make_audit_hook(tmp):
         full = realpath(p)
         return full == root or full.startswith(root + os.sep)
 
+    def blocked_import(args):
+        names = [args[0]] if isinstance_(args[0], str_) else []
+        if len(args) > 1 and isinstance_(args[1], str_):  # the file an extension module is loaded from
+            names.append(args[1].rpartition(os.sep)[2].partition(".")[0])
+        return any(n.rpartition(".")[2] in _BLOCKED_IMPORTS for n in names)
+
     def hook(event, args):
         if event in _BLOCKED_EVENTS or event.startswith(("os.exec", "os.spawn", "os.posix_spawn")):
             raise PermissionError(_BLOCK_PREFIX + event)
-        if event == "import" and args[0] in ("ctypes", "_ctypes"):
-            raise ImportError(_BLOCK_PREFIX + "import ctypes")
+        if event == "import" and blocked_import(args):
+            raise ImportError(_BLOCK_PREFIX + "import " + str_(args[0]))
         if event == "object.__getattr__" and len(args) > 1 and args[1] in _FRAME_ATTRS:
             raise PermissionError(_BLOCK_PREFIX + "access to " + str_(args[1]))
         if event == "open" and args[0] is not None:
@@ -104,6 +124,53 @@ def make_audit_hook(tmp):
                     raise PermissionError(_BLOCK_PREFIX + event + " outside the sandbox directory")
 
     return hook
+
+
+def _blocked_fork_exec(*args, **kwargs):
+    raise PermissionError(_BLOCK_PREFIX + "_posixsubprocess.fork_exec")
+
+
+def _blocked_create_builtin(spec):
+    raise ImportError(_BLOCK_PREFIX + "import " + str(getattr(spec, "name", "?")) + " (builtin, after start-up)")
+
+
+def disarm_modules():
+    """Before the hook goes in (audit mode): take away what the hook cannot see.
+
+    * ``os.mkfifo`` / ``os.mknod`` raise no audit event, so they are deleted from ``os`` and
+      ``posix`` and from the ``os.supports_*`` sets that also reference them. This is defence in
+      depth, not a boundary (native code already loaded can still make the system call); the
+      dropped uid and the filesystem permissions remain what actually stops such a node.
+    * ``_posixsubprocess`` is replaced in ``sys.modules`` by a stub whose ``fork_exec`` is blocked, so
+      ``import subprocess`` still works (``Popen`` is blocked by its own event) while the real module
+      can only be reached through a fresh import, which the hook refuses. (The harness itself
+      never imports ``subprocess``, so no real ``fork_exec`` is loaded in the process.)"""
+    posix = sys.modules.get("posix")
+    for name in _UNAUDITED_OS_FUNCS:
+        for mod in (os, posix):
+            fn = getattr(mod, name, None) if mod is not None else None
+            if fn is not None:
+                delattr(mod, name)
+                for group in (os.supports_dir_fd, os.supports_fd, os.supports_effective_ids,
+                              os.supports_follow_symlinks):
+                    group.discard(fn)
+    # Builtin modules (compiled into the interpreter: on Debian's python3 that includes
+    # ``_posixsubprocess``) are built by ``_imp.create_builtin``, which raises no audit event.
+    # Load every builtin a candidate may use now, then replace ``create_builtin`` so no fresh copy
+    # of ``_posixsubprocess`` or ``posix`` (with ``mkfifo``) can be made (the replacement holds no
+    # reference to the original, which nothing else references).
+    for name in sys.builtin_module_names:
+        if name not in sys.modules and name not in _BLOCKED_IMPORTS and name != "spwd":
+            try:
+                __import__(name)
+            except Exception:  # noqa: BLE001 - a builtin that cannot load here is simply not offered
+                pass
+    imp = sys.modules.get("_imp")
+    if imp is not None and hasattr(imp, "create_builtin"):
+        imp.create_builtin = _blocked_create_builtin
+    stub = types.ModuleType("_posixsubprocess")
+    stub.fork_exec = _blocked_fork_exec
+    sys.modules["_posixsubprocess"] = stub
 
 
 # -- values --------------------------------------------------------------------------------------
@@ -219,7 +286,7 @@ def _child(job, test, stdin_path, out_w, st_w):
         sys.stdout = open(1, "w", encoding="utf-8", errors="replace", closefd=False)
         write, dumps, exit_, getpid = os.write, json.dumps, os._exit, os.getpid  # bound before candidate code can patch them
         me = getpid()
-        if job.get("audit"):
+        if job.get("audit"):  # disarm_modules() already ran in the harness (main)
             sys.addaudithook(make_audit_hook(job["tmp"]))
         record = _run_candidate(job, test)
         if getpid() != me:  # a process the candidate forked (e.g. a fork bomb) returned here: only the test reports
@@ -360,6 +427,8 @@ def main():
     job = _read_job()
     apply_process_limits(job["limits"])
     os.chdir(job["tmp"])
+    if job.get("audit"):  # once, before any fork: every test child inherits it
+        disarm_modules()
     out = os.fdopen(os.dup(1), "w", buffering=1)
     for i, test in enumerate(job["inputs"]):
         rec = run_test(job, i, test)

@@ -248,6 +248,65 @@ def test_frame_and_gc_introspection_are_blocked():
         assert run(code + "\ndef add(a, b):\n    return a + b", ASSERTS)[0].outcome == "blocked", code
 
 
+AUDIT = Limits(**{**LIMITS.__dict__, "network": "audit"})  # the fallback without namespaces: the hook is the barrier
+
+
+def escape_target(tag: str) -> Path:
+    return Path(tempfile.gettempdir()) / f"aero-escape-{tag}-{os.getpid()}"
+
+
+FORK_EXEC = ("def spawn(m, target):\n    import os\n    r, w = os.pipe()\n"
+             "    m.fork_exec([b'/bin/touch', target.encode()], [b'/bin/touch'], True, (w,), None, None, -1, -1, -1, -1,"
+             " -1, -1, r, w, True, False, -1, None, None, None, -1, None, False)\n")
+
+
+@pytest.mark.parametrize("get_module", [
+    "import _posixsubprocess as m",
+    "import sys\nsys.modules.pop('_posixsubprocess', None)\nimport _posixsubprocess as m",
+    "import subprocess, types\nm = types.SimpleNamespace(fork_exec=subprocess._fork_exec)",
+    "import _imp, importlib.machinery as im\ns = im.PathFinder.find_spec('_posixsubprocess')\n"  # an extension .so
+    "if s is None:\n    m = _imp.create_builtin(im.ModuleSpec('_posixsubprocess', None))\n"  # compiled in
+    "else:\n    s.name = 'x._posixsubprocess'\n    m = _imp.create_dynamic(s)",
+], ids=["import", "reimport", "via-subprocess", "by-hand"])
+def test_posixsubprocess_fork_exec_is_blocked_by_the_audit_hook(get_module):
+    target = escape_target("forkexec")
+    code = FORK_EXEC + get_module + f"\nspawn(m, {str(target)!r})\nprint(sum(map(int, input().split())))"
+    try:
+        r, _ = run(code, limits=AUDIT)
+        time.sleep(0.2)  # a spawned touch would have run by now
+        assert (r.outcome, r.reward) == ("blocked", 0.0) and not target.exists()
+    finally:
+        target.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("how", ["connect", "attach"])
+def test_sqlite_cannot_create_files_outside_the_sandbox_dir(how):
+    target = escape_target("sqlite")
+    code = ("import sqlite3\n" + (f"c = sqlite3.connect({str(target)!r})\n" if how == "connect" else
+            f"c = sqlite3.connect(':memory:')\nc.execute('ATTACH DATABASE ' + repr({str(target)!r}) + ' AS e')\n"
+            "c.execute('CREATE TABLE e.t (x)')\n") + "c.execute('CREATE TABLE IF NOT EXISTS t (x)')\nc.commit()\n"
+            "print(sum(map(int, input().split())))")
+    try:
+        r, _ = run(code, limits=AUDIT)
+        assert (r.outcome, r.reward) == ("blocked", 0.0) and not target.exists()
+    finally:
+        target.unlink(missing_ok=True)
+
+
+def test_mkfifo_and_mknod_are_not_available_to_the_candidate():
+    target = escape_target("fifo")
+    for make in ("os.mkfifo", "os.mknod", "posix.mkfifo", "[f for f in os.supports_dir_fd if f.__name__ == 'mkfifo'][0]",
+                 "__import__('_imp').create_builtin(__import__('importlib.machinery').machinery.ModuleSpec('posix', None))"
+                 ".mkfifo"):
+        code = f"import os, posix, stat\n({make})({str(target)!r})\nprint(sum(map(int, input().split())))"
+        try:
+            r, _ = run(code, limits=AUDIT)
+            assert r.reward == 0.0 and r.outcome in ("error", "blocked") and not target.exists(), make
+        finally:
+            target.unlink(missing_ok=True)
+    assert run("import subprocess, os\nprint(sum(map(int, input().split())))", limits=AUDIT)[0].outcome == "passed"
+
+
 def test_candidates_run_in_parallel():
     jobs = [("import time\ntime.sleep(0.5)\nprint(sum(map(int, input().split())))", ADD)] * 4
     t0 = time.monotonic()
