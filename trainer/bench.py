@@ -77,7 +77,7 @@ def ratios(num: dict[str, Any], den: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def describe_base(cfg: RunConfig) -> str:
+def base_label(cfg: RunConfig) -> str:
     """What every method starts from, as a user would name it: the model directory, or the preset."""
     return cfg.model_path if cfg.model_path else f"preset {cfg.preset} ({PRESETS[cfg.preset]})"
 
@@ -128,7 +128,7 @@ def run_bench(preset: str | None = "tiny", steps: int = 60, seed: int = 0, metho
     # Every run evaluates the same base at step 0 with the same draws: any one's step 0 is the base.
     base_eval = next((r["sink"].evals[0] for r in runs.values() if 0 in r["sink"].evals), {})
     report = {
-        "meta": {"preset": cfg0.preset, "base": describe_base(cfg0), "steps": steps, "seed": seed,
+        "meta": {"preset": cfg0.preset, "base": base_label(cfg0), "steps": steps, "seed": seed,
                  "overrides": overrides, "config": cfg0.model_dump(mode="json", exclude={"method", "name"}),
                  "machine": f"{platform.machine()} {platform.processor() or ''} {torch.get_num_threads()} threads".strip(),
                  "torch": torch.__version__, "n_params": next(iter(runs.values()))["result"]["n_params"],

@@ -22,7 +22,7 @@ from backend.db.models import Run
 from backend.services.group_curves import X_KEYS, axis_at_steps
 from backend.services.groups import Group, seed_pairs
 from trainer.core.reach import COSTS, FRACTIONS, WINDOW, ReachCurve, base_accuracy, reach, reach_across_seeds
-from trainer.core.stats import mean_ci, paired_ratios
+from trainer.core.stats import mean_ci
 
 BENCHMARK = "overall"
 METRIC = "avg_at_k"
@@ -69,12 +69,12 @@ def _pair(run: Run, base: Run) -> dict[str, Any]:
     return {"seed": run.config.get("seed"), "run_id": run.id, "baseline_run_id": base.id}
 
 
-def _ratio_stat(pairs: Sequence[tuple[Run, Run]], values: Sequence[tuple[float | None, float | None]], alpha: float) -> dict[str, Any]:
-    """:func:`paired_ratios` with each ratio labelled by its seed pair (as /compare/groups' ratios)."""
-    summary = paired_ratios(values, alpha)
-    ratios = summary.pop("ratios")
-    summary["pairs"] = [{**_pair(r, b), "ratio": q} for (r, b), q in zip(pairs, ratios)]
-    return summary
+def _label_pairs(pairs: Sequence[tuple[Run, Run]], summary: Mapping[str, Any]) -> dict[str, Any]:
+    """A :func:`reach_across_seeds` ratio summary with each per-seed ratio labelled by its seed
+    pair (as /compare/groups' ratios), instead of a bare list."""
+    out = {k: v for k, v in summary.items() if k != "ratios"}
+    out["pairs"] = [{**_pair(r, b), "ratio": q} for (r, b), q in zip(pairs, summary["ratios"])]
+    return out
 
 
 def group_targets(pairs: Sequence[tuple[Run, Run]], per_seed: Sequence[Mapping[str, Any]], name: str, baseline: str,
@@ -86,11 +86,10 @@ def group_targets(pairs: Sequence[tuple[Run, Run]], per_seed: Sequence[Mapping[s
     out = []
     for i, row in enumerate(summary["runs"][name]):
         mine = [r["runs"][name][i] for r in per_seed]
-        theirs = [r["runs"][baseline][i] for r in per_seed]
         out.append({
             "fraction": row["fraction"], "accuracy": mean_ci([r["targets"][i]["accuracy"] for r in per_seed], alpha),
             "reached": row["reached"], "of": row["of"], **{k: row[k] for k in ("step", *COSTS)},
-            "ratio": {c: _ratio_stat(pairs, [(m[c], t[c]) for m, t in zip(mine, theirs)], alpha) for c in COSTS},
+            "ratio": {c: _label_pairs(pairs, summary["ratios"][name][i][c]) for c in COSTS},
             "seeds": [{**_pair(r, b), **{k: m[k] for k in ("reached", "step", *COSTS)}} for (r, b), m in zip(pairs, mine)],
         })
     return out
