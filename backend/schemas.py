@@ -452,3 +452,43 @@ class GroupCurvesPublic(BaseModel):
     alpha: float
     smooth: int = Field(description="Evaluations averaged per point of eval keys (trailing mean, per run).")
     groups: list[GroupCurvesEntry]
+
+
+class MethodStrategiesPublic(BaseModel):
+    s1: bool = Field(description="S1: rescue zero-accuracy prompts with more rollouts.")
+    s2: bool = Field(description="S2: Bayesian baseline for zero-variance groups.")
+    s3: bool = Field(description="S3: rejection sampling of negatives in low-success groups.")
+
+
+class MethodVerlPublic(BaseModel):
+    rollout_n: Literal["n_total", "n_explore"]
+    adv_estimator: str
+    reward_manager: str
+    stock_fit: bool = Field(description="True: verl's own fit loop (every rollout trained); False: the curated loop.")
+
+
+class MethodPublic(BaseModel):
+    """One training method's spec (trainer/methods/spec.py)."""
+
+    name: str
+    label: str
+    colour: str = Field(description="Hex colour of the method on every chart.")
+    description: str
+    family: str
+    order: int = Field(description="Position in lists and menus.")
+    config_section: Literal["aero", "aero_mem", "dapo"] | None = Field(
+        description="The run-config block the method reads (aero_mem: aero and aero_mem).")
+    strategies: MethodStrategiesPublic
+    loss_agg: str = Field(description="Default loss aggregation (RunConfig.loss_agg overrides it).")
+    clip: Literal["symmetric", "clip-higher"] = Field(
+        description="symmetric: (clip_eps, clip_eps); clip-higher: (dapo.eps_low, dapo.eps_high).")
+    normalize_std: bool | None = Field(description="null: follow adv_estimator; false: never divide by the group std.")
+    verl: MethodVerlPublic
+    metric_keys: list[str] = Field(description="Metric keys (or prefix/* families) logged beyond the common ones.")
+    dash: int = Field(description="Where the method's curves start in the dashboard's dash cycle.")
+    engines: list[str] = Field(description="The engines that can run the method.")
+    needs_prompt_ids: bool = Field(description="True: the arithmetic task needs train_size (stable prompt ids).")
+
+
+class MethodsPublic(BaseModel):
+    methods: list[MethodPublic]

@@ -10,34 +10,46 @@ Metric keys are those of docs/metrics.md.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-METHOD_COLORS: dict[str, str] = {
-    "grpo": "#4C78A8",  # blue
-    "dapo": "#F58518",  # orange
-    "aero-s1": "#72B7B2",  # teal
-    "aero-s1s2": "#B279A2",  # purple
-    "aero": "#E45756",  # red
-}
-METHOD_LABELS: dict[str, str] = {
-    "grpo": "GRPO", "dapo": "DAPO", "aero-s1": "AERO S1 only", "aero-s1s2": "AERO S1+S2", "aero": "AERO",
-}
+import trainer.metric_keys as mk
+
+# Per method, from the API's method specs (GET /api/methods, :func:`use_methods`; the app loads
+# them once per session through dashboard/ui.py). Filled in place so every importer sees them;
+# before they are loaded a method is drawn grey under its own name.
+METHOD_COLORS: dict[str, str] = {}
+METHOD_LABELS: dict[str, str] = {}
+METHOD_FAMILY: dict[str, str] = {}
 OTHER_COLOR = "#7F7F7F"
 DASHES: tuple[str, ...] = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
 # Where each method starts in DASHES: the first run (or group) of every method gets a dash of its
 # own, so two methods whose curves coincide (GRPO and DAPO of one seed often do for many steps)
 # show both colours, the later one dashed over the earlier, instead of the later hiding the
 # earlier. "dot" is left to the after-exploration lines of the zero-accuracy charts.
-METHOD_DASH_OFFSET: dict[str, int] = {"grpo": 0, "dapo": 1, "aero-s1": 3, "aero-s1s2": 5, "aero": 4}
+METHOD_DASH_OFFSET: dict[str, int] = {}  # from the specs' ``dash``
 STEADY_SPREAD = 0.01  # a series whose spread is under 1% of its size is drawn from 0 (see steady_y)
 STRATA_COLORS = {"rescue": "#5B6770", "low": "#F2B447", "high": "#8FBC8F"}
 PHASE_COLORS = {"rollout": "#8DA0CB", "reward": "#BDBDBD", "train": "#FC8D62"}
 
 Series = Mapping[str, Sequence[float | None]]  # metric key -> values aligned with steps
+
+
+def use_methods(specs: Sequence[Mapping]) -> None:
+    """Take each method's colour, label, family and dash offset from its spec (the items of
+    GET /api/methods), in the specs' order."""
+    for table in (METHOD_COLORS, METHOD_LABELS, METHOD_FAMILY, METHOD_DASH_OFFSET):
+        table.clear()
+    for spec in specs:
+        name = spec["name"]
+        colour = str(spec["colour"])  # drawn into inline styles: a hex colour or the fallback grey
+        METHOD_COLORS[name] = colour if re.fullmatch(r"#[0-9A-Fa-f]{6}", colour) else OTHER_COLOR
+        METHOD_LABELS[name] = spec["label"]
+        METHOD_FAMILY[name], METHOD_DASH_OFFSET[name] = spec["family"], int(spec.get("dash", 0))
 
 
 def method_color(method: str) -> str:
@@ -196,9 +208,9 @@ def stacked_area_figure(x: Sequence[float], layers: Mapping[str, Sequence[float 
 
 
 REWARD_NOTES: dict[str, str] = {  # what a training-reward curve measures, said on the chart
-    "reward/mean": "mean reward of generated rollouts; AERO's include rescue rounds on unsolved prompts, so lower by "
+    mk.REWARD_MEAN: "mean reward of generated rollouts; AERO's include rescue rounds on unsolved prompts, so lower by "
                    "construction; not held-out accuracy",
-    "reward/trained_mean": "mean reward of trained rollouts; AERO's are the curated set (rescued groups, down-sampled "
+    mk.REWARD_TRAINED_MEAN: "mean reward of trained rollouts; AERO's are the curated set (rescued groups, down-sampled "
                            "negatives); not held-out accuracy",
 }
 
@@ -213,12 +225,12 @@ def reward_figure(steps: Sequence[int], s: Series, method: str) -> go.Figure:
     training signal, not held-out accuracy. For the AERO family the generated set includes
     rescue rounds on zero-accuracy prompts (lower by construction) and the trained set is
     curated, so the legend and the title say which is which."""
-    aero = method.startswith("aero")
+    aero = METHOD_FAMILY.get(method) == "aero"
     curves = [Curve("generated rollouts" + (", incl. rescue rounds" if aero else "") + " (reward/mean)", method, steps,
-                    _col(s, "reward/mean", len(steps)))]
-    if has_any(s, "reward/trained_mean"):
+                    _col(s, mk.REWARD_MEAN, len(steps)))]
+    if has_any(s, mk.REWARD_TRAINED_MEAN):
         curves.append(Curve("trained rollouts" + (", curated" if aero else "") + " (reward/trained_mean)", method, steps,
-                            _col(s, "reward/trained_mean", len(steps)), **UNDERLAY))
+                            _col(s, mk.REWARD_TRAINED_MEAN, len(steps)), **UNDERLAY))
     note = ("AERO: generated includes rescue rounds on zero-accuracy prompts; trained = the curated set"
             if aero else "mean verifier reward of this step's rollouts")
     return lines_figure(curves, title=subtitled("Training reward (not held-out accuracy)", note), x_title="step",
@@ -240,8 +252,8 @@ def heldout_figure(steps: Sequence[int], avg: Sequence[float | None], pas: Seque
 def zero_acc_figure(steps: Sequence[int], s: Series, method: str) -> go.Figure:
     """Fraction of prompts with no correct rollout, after exploration and after S1 rescue."""
     n = len(steps)
-    curves = [Curve("after explore", method, steps, _col(s, "zero_acc/after_explore", n), **UNDERLAY),
-              Curve("after rescue", method, steps, _col(s, "zero_acc/after_rescue", n))]
+    curves = [Curve("after explore", method, steps, _col(s, mk.ZERO_ACC_AFTER_EXPLORE, n), **UNDERLAY),
+              Curve("after rescue", method, steps, _col(s, mk.ZERO_ACC_AFTER_RESCUE, n))]
     return lines_figure(curves, title="Zero-accuracy ratio", x_title="step", y_title="fraction of prompts",
                         y_tickformat=".0%", y_range=[0, 1.02])
 
@@ -249,8 +261,8 @@ def zero_acc_figure(steps: Sequence[int], s: Series, method: str) -> go.Figure:
 def strata_figure(steps: Sequence[int], s: Series) -> go.Figure:
     """AERO strata after exploration as a stacked area (prompts per step)."""
     n = len(steps)
-    layers = {"rescue (c ≤ S)": _col(s, "strata/rescue", n), "low success": _col(s, "strata/low", n),
-              "high success": _col(s, "strata/high", n)}
+    layers = {"rescue (c ≤ S)": _col(s, mk.STRATA_RESCUE, n), "low success": _col(s, mk.STRATA_LOW, n),
+              "high success": _col(s, mk.STRATA_HIGH, n)}
     colors = dict(zip(layers, STRATA_COLORS.values()))
     return stacked_area_figure(steps, layers, colors, title="Prompt strata after exploration", x_title="step", y_title="prompts",
                                counts=True)
@@ -259,22 +271,22 @@ def strata_figure(steps: Sequence[int], s: Series) -> go.Figure:
 def rollouts_figure(steps: Sequence[int], s: Series, method: str) -> go.Figure:
     """Rollouts generated vs rollouts that entered the update."""
     n = len(steps)
-    curves = [Curve("generated", method, steps, _col(s, "rollout/generated", n), **UNDERLAY),
-              Curve("trained", method, steps, _col(s, "rollout/trained", n))]
+    curves = [Curve("generated", method, steps, _col(s, mk.ROLLOUTS_GENERATED, n), **UNDERLAY),
+              Curve("trained", method, steps, _col(s, mk.ROLLOUTS_TRAINED, n))]
     return lines_figure(curves, title="Rollouts per step", x_title="step", y_title="rollouts", counts=True)
 
 
 def time_split_figure(steps: Sequence[int], s: Series) -> go.Figure:
     """Seconds per step split into generation, reward (verifier) and training, stacked."""
     n = len(steps)
-    layers = {"rollout": _col(s, "time/rollout_s", n), "reward": _col(s, "time/reward_s", n), "train": _col(s, "time/train_s", n)}
+    layers = {"rollout": _col(s, mk.ROLLOUT_S, n), "reward": _col(s, mk.REWARD_S, n), "train": _col(s, mk.TRAIN_S, n)}
     return stacked_area_figure(steps, layers, PHASE_COLORS, title="Time per step", x_title="step", y_title="seconds")
 
 
 def flops_figure(steps: Sequence[int], s: Series) -> go.Figure:
     """FLOPs per step: rollout (generation) and training, stacked."""
     n = len(steps)
-    layers = {"rollout": _col(s, "flops/rollout", n), "train": _col(s, "flops/train", n)}
+    layers = {"rollout": _col(s, mk.FLOPS_ROLLOUT, n), "train": _col(s, mk.FLOPS_TRAIN, n)}
     fig = stacked_area_figure(steps, layers, PHASE_COLORS, title="FLOPs per step", x_title="step", y_title="FLOPs")
     fig.update_yaxes(tickformat="~s")
     return fig
@@ -284,9 +296,9 @@ def health_figure(steps: Sequence[int], s: Series, method: str, *, kl: bool = Tr
     """Gradient norm (before clipping), policy entropy (nats/token) and k3 KL, one panel each.
     ``kl=False`` (the run's kl_coef is 0): no KL panel, since the trainer neither computes nor
     applies a KL penalty then and a flat 0 would read as a measured KL of 0; the title says so."""
-    panels = [("train/grad_norm", "grad norm"), ("train/entropy", "entropy (nats/token)")]
+    panels = [(mk.TRAIN_GRAD_NORM, "grad norm"), (mk.TRAIN_ENTROPY, "entropy (nats/token)")]
     if kl:
-        panels.append(("train/kl", "KL to reference"))
+        panels.append((mk.TRAIN_KL, "KL to reference"))
     fig = make_subplots(rows=1, cols=len(panels), subplot_titles=[p[1] for p in panels], horizontal_spacing=0.08)
     for i, (key, label) in enumerate(panels, start=1):
         ys = _col(s, key, len(steps))

@@ -178,6 +178,10 @@ class AeroClient:
     def health(self) -> dict:
         return self.request("GET", "/health")
 
+    def methods(self) -> list[dict]:
+        """The training methods' specs (name, label, colour, config section, ...), in display order."""
+        return self.request("GET", "/methods")["methods"]
+
     def openapi(self) -> dict:
         """The OpenAPI document (served at /openapi.json, outside /api)."""
         return self.request("GET", self.base_url + "/openapi.json")

@@ -8,13 +8,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-METHOD_CHOICES: dict[str, str] = {
-    "aero": "AERO (S1 rescue + S2 Bayesian + S3 rejection sampling)",
-    "grpo": "GRPO (baseline)",
-    "dapo": "DAPO (clip-higher, dynamic sampling)",
-    "aero-s1": "AERO ablation: S1 rescue only",
-    "aero-s1s2": "AERO ablation: S1 + S2",
-}
+# The methods the form offers, from the API's method specs (GET /api/methods, :func:`use_methods`;
+# dashboard/ui.py loads them): name -> spec, and name -> the menu text.
+METHODS: dict[str, Mapping[str, Any]] = {}
+METHOD_CHOICES: dict[str, str] = {}
+
+
+def use_methods(specs: Sequence[Mapping[str, Any]]) -> None:
+    """Offer the methods of ``specs`` (the items of GET /api/methods), in their order."""
+    METHODS.clear()
+    METHOD_CHOICES.clear()
+    for spec in specs:
+        METHODS[spec["name"]] = spec
+        METHOD_CHOICES[spec["name"]] = spec["description"]
 
 
 @dataclass(frozen=True)
@@ -28,6 +34,13 @@ class FieldSpec:
     default: Any = None
     help: str = ""
     choices: tuple[Any, ...] = ()
+    nullable: bool = False  # the schema allows null (e.g. train_size: null = the infinite stream)
+
+
+def from_widget(spec: FieldSpec, value: Any) -> Any:
+    """The request value of a widget's ``value``: a nullable integer left at 0 is null (a number
+    input cannot be empty, and 0 is below every nullable count's minimum)."""
+    return None if spec.nullable and spec.type == "integer" and value == 0 else value
 
 
 # (path, label) per section; the method decides which sections are shown.
@@ -42,6 +55,14 @@ AERO_FIELDS: tuple[tuple[str, str], ...] = (
 DAPO_FIELDS: tuple[tuple[str, str], ...] = (
     ("dapo.eps_low", "clip eps_low"), ("dapo.eps_high", "clip eps_high"), ("dapo.max_gen_rounds", "sampling cap (batches per step)"),
     ("dapo.dynamic_sampling", "dynamic sampling"),
+)
+AERO_MEM_FIELDS: tuple[tuple[str, str], ...] = (
+    ("train_size", "train_size (finite set; 0 = stream)"), ("aero_mem.gamma", "gamma (forgetting per step)"),
+    ("aero_mem.adapt_explore", "(a) adapt exploration"), ("aero_mem.n_explore_min", "(a) n_explore_min"),
+    ("aero_mem.preallocate", "(b) pre-allocate rescue"), ("aero_mem.reserve", "(b) reserve"),
+    ("aero_mem.skip", "(c) skip solved"), ("aero_mem.revisit", "(c) revisit"),
+    ("aero_mem.give_up", "(d) give up on hopeless"), ("aero_mem.hope_tau", "(d) hope_tau"),
+    ("aero_mem.hope_visits", "(d) hope_visits"), ("aero_mem.hope_revisit", "(d) hope_revisit"),
 )
 CLIP_FIELDS: tuple[tuple[str, str], ...] = (("clip_eps", "clip eps"),)
 ADVANCED_FIELDS: tuple[tuple[str, str], ...] = (
@@ -62,14 +83,18 @@ FALLBACK_HELP: dict[str, str] = {  # for fields whose schema has no description
 
 
 def sections_for(methods: Sequence[str]) -> dict[str, tuple[tuple[str, str], ...]]:
-    """Form sections to show for the chosen method(s): AERO's when any AERO variant is chosen,
-    DAPO's for DAPO, the PPO clip for GRPO/AERO."""
+    """Form sections to show for the chosen method(s), from their specs: AERO's when a method
+    reads the ``aero`` config section (``aero_mem`` reads it too), aero-mem's (with train_size)
+    for ``aero_mem``, DAPO's for ``dapo``, the PPO clip for a symmetric clip."""
+    specs = [METHODS.get(m, {}) for m in methods]
     out: dict[str, tuple[tuple[str, str], ...]] = {"Training": COMMON_FIELDS}
-    if any(m.startswith("aero") for m in methods):
+    if any(s.get("config_section") in ("aero", "aero_mem") for s in specs):
         out["AERO sampling (paper defaults)"] = AERO_FIELDS
-    if "dapo" in methods:
+    if any(s.get("config_section") == "aero_mem" for s in specs):
+        out["AERO-mem (prompt memory, beyond the paper)"] = AERO_MEM_FIELDS
+    if any(s.get("config_section") == "dapo" for s in specs):
         out["DAPO"] = DAPO_FIELDS
-    if any(m != "dapo" for m in methods):
+    if any(s.get("clip", "symmetric") == "symmetric" for s in specs):
         out["Policy update"] = CLIP_FIELDS
     out["Advanced"] = ADVANCED_FIELDS
     return out
@@ -108,7 +133,9 @@ def field_spec(doc: Mapping[str, Any], path: str, label: str) -> FieldSpec | Non
         return None
     choices = tuple(prop.get("enum") or next((sub["enum"] for sub in prop.get("anyOf", ()) if "enum" in sub), ()))
     typ = "choice" if choices else prop.get("type") or next((s.get("type") for s in prop.get("anyOf", ()) if s.get("type") != "null"), "string")
-    return FieldSpec(path, label, typ, prop.get("default"), prop.get("description") or FALLBACK_HELP.get(path, ""), choices)
+    nullable = any(sub.get("type") == "null" for sub in prop.get("anyOf", ()))
+    return FieldSpec(path, label, typ, prop.get("default"), prop.get("description") or FALLBACK_HELP.get(path, ""), choices,
+                     nullable)
 
 
 def form_specs(doc: Mapping[str, Any], methods: Sequence[str]) -> dict[str, list[FieldSpec]]:
@@ -118,18 +145,6 @@ def form_specs(doc: Mapping[str, Any], methods: Sequence[str]) -> dict[str, list
         specs = [s for s in (field_spec(doc, p, lab) for p, lab in fields) if s is not None]
         if specs:
             out[section] = specs
-    return out
-
-
-def nest(flat: Mapping[str, Any]) -> dict[str, Any]:
-    """{"aero.k": 1, "steps": 3} -> {"aero": {"k": 1}, "steps": 3}."""
-    out: dict[str, Any] = {}
-    for path, value in flat.items():
-        node = out
-        *parents, leaf = path.split(".")
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[leaf] = value
     return out
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import streamlit as st
 
+from dashboard import charts, forms
 from dashboard.charts import METHOD_COLORS, METHOD_LABELS, method_color, pct
 from dashboard.client import FINISHED, AeroClient, ApiError, api_url_from_env, asks_for_token, token_from_env  # noqa: F401
 
@@ -77,6 +78,22 @@ def client() -> AeroClient:
 @st.cache_data(ttl=300, show_spinner=False)
 def openapi(url: str) -> dict:
     return _client(url, None).openapi()
+
+
+@st.cache_data(ttl=300, show_spinner=False)
+def methods(url: str, token: str | None) -> list[dict]:
+    return client().methods()
+
+
+def load_methods() -> None:
+    """Method labels, colours, dashes and the Launch menu from GET /api/methods (cached), for
+    every page of this run of the script; left as they were when the API cannot be reached."""
+    try:
+        specs = methods(api_url(), api_token())
+    except ApiError:
+        return
+    charts.use_methods(specs)
+    forms.use_methods(specs)
 
 
 @st.cache_data(ttl=5, show_spinner=False)
@@ -217,8 +234,10 @@ def progress_bar(fraction: float | None, method: str, text: str = "") -> str:
             f"{esc(text) if text else pct(f)}</div>")
 
 
-def method_legend(methods: Sequence[str] = tuple(METHOD_COLORS)) -> None:
-    st.html("<div style='font-size:0.85rem'>" + "".join(method_chip(m) for m in methods) + "</div>")
+def method_legend(methods: Sequence[str] | None = None) -> None:
+    """Every known method's chip (or those of ``methods``)."""
+    shown = tuple(METHOD_COLORS) if methods is None else methods
+    st.html("<div style='font-size:0.85rem'>" + "".join(method_chip(m) for m in shown) + "</div>")
 
 
 def run_link(run_id: int, label: str | None = None, **kw) -> None:

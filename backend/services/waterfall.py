@@ -28,17 +28,23 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import trainer.metric_keys as mk
+from trainer.methods.spec import specs
+
 UNITS: dict[str, tuple[str, str]] = {  # unit -> (actual metric key, savings key suffix)
-    "rollouts": ("rollout/trained", "rollouts"),
-    "tokens": ("tokens/trained", "tokens"),
-    "flops": ("flops/train", "flops"),
-    "seconds": ("time/train_s", "s"),
+    "rollouts": (mk.ROLLOUTS_TRAINED, "rollouts"),
+    "tokens": (mk.TOKENS_TRAINED, "tokens"),
+    "flops": (mk.FLOPS_TRAIN, "flops"),
+    "seconds": (mk.TRAIN_S, "s"),
 }
-MEASURED_EXTRA_UNITS: dict[str, str] = {"step_seconds": "time/step_s", "total_flops": "flops/total"}
-LADDER: tuple[str, ...] = ("grpo", "aero-s1", "aero-s1s2", "aero")
-STRATEGIES_OF: dict[str, tuple[bool, bool, bool]] = {
-    "aero-s1": (True, False, False), "aero-s1s2": (True, True, False), "aero": (True, True, True),
-}
+MEASURED_EXTRA_UNITS: dict[str, str] = {"step_seconds": mk.STEP_S, "total_flops": mk.FLOPS_TOTAL}
+# Which of S1/S2/S3 each AERO-family method uses, from the method specs (trainer/methods/).
+STRATEGIES_OF: dict[str, tuple[bool, bool, bool]] = {s.name: s.strategies for s in specs() if any(s.strategies)}
+# The measured ladder: GRPO, then the AERO-family methods that add S1, S2 and S3 in turn
+# (variants of another family, such as aero-mem, use all three but are not rungs of it).
+LADDER: tuple[str, ...] = ("grpo",) + tuple(
+    s.name for k in (1, 2, 3) for s in specs()
+    if s.family == "aero" and s.strategies == (True,) * k + (False,) * (3 - k))
 
 
 def counterfactual_waterfall(mean: Mapping[str, float | None], method: str) -> dict[str, dict[str, float | None]] | None:

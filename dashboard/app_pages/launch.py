@@ -6,6 +6,7 @@ from typing import Any
 
 import streamlit as st
 
+import trainer.dotted as dotted
 from dashboard import forms, ui
 from dashboard.client import ApiError
 
@@ -42,7 +43,7 @@ def widget(spec: forms.FieldSpec) -> Any:
     return value
 
 
-def choose_methods() -> list[str]:
+def choose_methods(default: str | None) -> list[str]:
     mode = st.segmented_control("What to launch", ["One run", "Sweep"], default="One run", key="launch_mode")
     choices = list(forms.METHOD_CHOICES)
     if mode == "Sweep":
@@ -50,7 +51,8 @@ def choose_methods() -> list[str]:
                    "*measured* savings waterfall on the Compare page.")
         return st.multiselect("Methods", choices, default=["grpo", "aero-s1", "aero-s1s2", "aero"],
                               format_func=forms.METHOD_CHOICES.get, key="launch_methods")
-    return [st.selectbox("Method", choices, format_func=forms.METHOD_CHOICES.get, key="launch_method")]
+    return [st.selectbox("Method", choices, index=choices.index(default) if default in choices else 0,
+                         format_func=forms.METHOD_CHOICES.get, key="launch_method")]
 
 
 def model_fields(local: bool, doc: dict) -> dict[str, Any]:
@@ -108,7 +110,8 @@ def main() -> None:
     if not ui.api_token():
         st.warning("No API token is set, so the API will refuse to launch. Paste one under *Settings* in the sidebar "
                    "(`aero up` passes its admin token to the dashboard automatically).", icon=":material/key:")
-    methods = choose_methods()
+    method_field = forms.field_spec(doc, "method", "method")
+    methods = choose_methods(method_field.default if method_field else None)  # RunConfig's default method first
     field_error("methods")
     local = st.radio("Model", ["Tiny preset (synthetic arithmetic)", "Local model + dataset"], horizontal=True,
                      key="launch_model") != "Tiny preset (synthetic arithmetic)"
@@ -119,7 +122,7 @@ def main() -> None:
                 cols = st.columns(3)
                 for i, spec in enumerate(specs):
                     with cols[i % 3]:
-                        config[spec.path] = widget(spec)
+                        config[spec.path] = forms.from_widget(spec, widget(spec))
         c1, c2, c3 = st.columns(3)
         seeds_text = c1.text_input("Seeds", value="0", help="Comma-separated; several seeds make a sweep.", key="f_seeds")
         with c1:
@@ -133,7 +136,7 @@ def main() -> None:
                 st.error(ui.md(f"{path}: {msg}" if path else msg), icon=":material/error:")
         submitted = st.form_submit_button("Launch", type="primary", icon=":material/rocket_launch:")
     if submitted:
-        submit(methods, forms.nest(config), seeds_text, name, tags_text)
+        submit(methods, dotted.nest(config), seeds_text, name, tags_text)
         st.rerun()
     show_result()
 

@@ -1,29 +1,28 @@
-"""One step's rollouts on verl, per method: AERO (explore, rescue rounds, curation) and DAPO
-(group filtering). Mirrors trainer/collect.py for the embedded engine, on DataProto batches.
+"""One step's rollouts on verl: the verl adapter for the method steps (trainer/methods/), on
+DataProto batches. trainer/embedded/collect.py is the embedded engine's.
 
-The AERO math is the shared core's: stratify, start_rescue/plan_rounds/replay, curate
-(trainer.core.aero). ``generate`` is the rollout call (the trainer passes its
-AgentLoopManager's ``generate_sequences``); every call here happens before the trainer puts
-the rollout replicas to sleep.
+The order of a method's steps is its step function's (trainer/methods/aero.py,
+trainer/methods/dapo.py); this module only generates and picks rows. ``generate`` is the
+rollout call (the trainer passes its AgentLoopManager's ``generate_sequences``); every call
+here happens before the trainer puts the rollout replicas to sleep.
 
 Row bookkeeping: every generated row gets a global id in generation order (explore rows
-first, then each rescue call's rows). ``rows_of[p]`` lists the ids of prompt p's rollouts
-that count (explore, then the used rescue rollouts in round order), so ``curate`` sees exactly
-what the embedded collector sees, and the selected ids pick the training rows.
+first, then each rescue call's rows, or DAPO's prompt batches in order); a step names the
+rows to train on by id, so ``curate`` sees exactly what the embedded collector sees, and the
+selected ids pick the training rows from the concatenated generated batch.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
-from trainer.collect import strata_stats  # the embedded collector's strata metrics, shared
 from trainer.config import RunConfig
-from trainer.core.aero import Stratum, curate, plan_rounds, replay, start_rescue, stratify
-from trainer.core.dapo import nonzero_variance_mask
-from trainer.verl.rows import GenCount, generate_rows, response_lengths, row_correct
+from trainer.methods.sampler import Samples
+from trainer.methods.spec import get_step
+from trainer.verl.rows import GenCount, generate_rows, response_lengths, row_correct, row_reward
 
 
 @dataclass
@@ -31,8 +30,8 @@ class VerlCollected:
     """A step's training rows (no padding yet) and its accounting.
 
     generated: every generated row (real requests), in generation order; train: the rows to
-    train on; stats: platform metrics (strata, rescue, groups, dapo/*); ledger: AERO's
-    per-prompt facts for the savings waterfall (None for other methods)."""
+    train on (None when a step keeps none); stats: platform metrics (strata, rescue, groups,
+    dapo/*); ledger: AERO's per-prompt facts for the savings waterfall (None for other methods)."""
 
     train: object
     generated: object
@@ -47,108 +46,66 @@ def _union(batch, prompt_of_row: np.ndarray, out):
     return batch.select_idxs(np.asarray(prompt_of_row, dtype=np.int64)).union(out)
 
 
-def collect_aero(cfg: RunConfig, batch, gen_batch, generate: Callable, divisor: int,
-                 rng: np.random.Generator) -> VerlCollected:
-    """AERO (Algorithm 1) on one prompt batch of P rows (``batch`` keeps the reward columns and
-    uid, ``gen_batch`` the generation inputs, as verl's ``_get_gen_batch`` splits them).
+class VerlSampler:
+    """The Sampler of one step over verl's rollout (trainer.methods.sampler).
 
-    Exploration is one call of P * n_explore rows; each rescue call generates
-    ``plan_rounds(state, aero.rounds_per_call)`` rounds for the active prompts (prompt-major,
-    rounds in order within a prompt) padded to ``divisor``; ``replay`` accounts them. Returns
-    the curated rows with ``reward_baselines`` (u~ on Bayesian groups, NaN elsewhere)."""
-    from verl import DataProto
+    ``next_batch()`` -> (batch, gen_batch) is the next prompt batch as verl's ``_get_gen_batch``
+    splits it (``batch`` keeps the reward columns and uid); a call generates
+    ``counts[p]`` rows of prompt p, prompt-major, padded to ``divisor`` (trainer/verl/rows.py).
+    Correctness is the verifier's accuracy (``row_correct``), the reward the possibly shaped
+    rm_scores."""
 
-    a, P = cfg.aero, len(batch)
-    s1, s2, s3 = cfg.strategies
-    count = GenCount()
-    explore_idx = np.repeat(np.arange(P), a.n_explore)
-    chunks = [_union(batch, explore_idx, generate_rows(generate, gen_batch, explore_idx, divisor, count))]
-    ok = row_correct(chunks[0])
-    rows_of = [list(range(p * a.n_explore, (p + 1) * a.n_explore)) for p in range(P)]
-    correct = np.array([ok[r].sum() for r in rows_of], dtype=np.int64)
-    strata = stratify(correct, a.n_explore, a.S, a.tau)
-    state = start_rescue(strata if s1 else np.full(P, int(Stratum.HIGH)), a.n_explore, cfg.n_total, P)
-    n_rows, ok_all = len(explore_idx), [ok]
-    while s1:
-        plan = plan_rounds(state, a.rounds_per_call, delta_n=a.delta_n, n_max=a.n_max, k_max=a.k_max,
-                           split=a.budget_split)
-        if len(plan) == 0:
-            break
-        idx = np.repeat(np.arange(P), plan.sum(0))
-        out = _union(batch, idx, generate_rows(generate, gen_batch, idx, divisor, count))
-        ok_new = row_correct(out)
-        ids = n_rows + np.arange(len(idx))
-        state, used = replay(state, plan, [ok_new[idx == p].astype(np.float64) for p in range(P)])
-        for p in range(P):
-            rows_of[p] += ids[idx == p][used[p]].tolist()
-        chunks.append(out)
-        ok_all.append(ok_new)
-        n_rows += len(idx)
-    generated = DataProto.concat(chunks) if len(chunks) > 1 else chunks[0]
-    ok_all = np.concatenate(ok_all)
-    lengths = response_lengths(generated)
-    cur = curate([ok_all[r].astype(np.float64) for r in rows_of], strata, state.rescued_at, s1=s1, s2=s2, s3=s3,
-                 n_explore=a.n_explore, alpha0=a.alpha0, beta0=a.beta0, k=a.k, zero_variance_keep=a.zero_variance_keep,
-                 negative_selection=a.negative_selection, rescue_negative=a.rescue_negative,
-                 zero_variance_selection=a.zero_variance_selection, lengths_by_prompt=[lengths[r] for r in rows_of],
-                 rng=rng)
-    prompt_idx, pos, _ = cur.flat()
-    selected = np.array([rows_of[p][i] for p, i in zip(prompt_idx.tolist(), pos.tolist())], dtype=np.int64)
-    train = generated.select_idxs(selected)
+    def __init__(self, next_batch: Callable, generate: Callable, divisor: int):
+        self.next_batch, self.generate, self.divisor = next_batch, generate, divisor
+        self.count, self.chunks, self.n_rows = GenCount(), [], 0
+        self.batch = self.gen_batch = None
+
+    def next_prompts(self) -> int:
+        self.batch, self.gen_batch = self.next_batch()
+        return len(self.batch)
+
+    def sample(self, counts: Sequence[int], round_: int) -> Samples:
+        idx = np.repeat(np.arange(len(self.batch)), np.asarray(counts, dtype=np.int64))
+        out = _union(self.batch, idx, generate_rows(self.generate, self.gen_batch, idx, self.divisor, self.count))
+        self.chunks.append(out)
+        s = Samples.build(self.n_rows, idx, row_reward(out), response_lengths(out),
+                          out.batch["attention_mask"].sum(-1).float().cpu().numpy(), correct=row_correct(out))
+        self.n_rows += len(idx)
+        return s
+
+    def generated(self):
+        from verl import DataProto
+
+        return DataProto.concat(self.chunks) if len(self.chunks) > 1 else self.chunks[0]
+
+
+def collect(cfg: RunConfig, next_batch: Callable, generate: Callable, divisor: int,
+            rng: np.random.Generator | None = None) -> VerlCollected:
+    """One step of ``cfg.method`` (its registered step) on verl. AERO's training rows carry
+    ``reward_baselines`` (u~ on Bayesian groups, NaN elsewhere) for the "aero" estimator."""
     import torch
 
-    train.batch["reward_baselines"] = torch.as_tensor(cur.u_tilde[prompt_idx], dtype=torch.float32)
-    seq_tokens = generated.batch["attention_mask"].sum(-1).float().cpu().numpy()
-    stats = strata_stats(correct, a.n_explore, cfg)
-    stats.update({
-        "zero_acc/after_rescue": float((cur.correct == 0).mean()),
-        "rescue/rescued": float(state.rescued.sum()), "rescue/rounds": float(state.rounds_used),
-        "rescue/calls": float(count.calls - 1), "rescue/generated": float(n_rows - len(explore_idx)),
-        "rescue/unused": float(state.unused),
-        **{f"groups/{kind}": float(cur.kinds.count(kind)) for kind in ("rescued", "bayes", "low", "high", "zero")},
-    })
-    ledger = dict(strata=strata, rescued=np.array([k == "rescued" for k in cur.kinds]), produced=cur.produced,
-                  correct=cur.correct, mean_tokens=np.array([seq_tokens[r].mean() for r in rows_of]))
-    return VerlCollected(train=train, generated=generated, prompts_used=P, gen=count, stats=stats, ledger=ledger)
+    sampler = VerlSampler(next_batch, generate, divisor)
+    res = get_step(cfg.method)(cfg, sampler, rng)
+    generated = sampler.generated()
+    train = generated.select_idxs(res.rows) if len(res.rows) else None
+    if train is not None and res.kinds is not None:
+        train.batch["reward_baselines"] = torch.as_tensor(res.u_tilde_of_rows(), dtype=torch.float32)
+    return VerlCollected(train=train, generated=generated, prompts_used=res.prompts_used, gen=sampler.count,
+                         stats=res.stats, ledger=res.ledger)
+
+
+def collect_aero(cfg: RunConfig, batch, gen_batch, generate: Callable, divisor: int,
+                 rng: np.random.Generator) -> VerlCollected:
+    """AERO (trainer/methods/aero.py) on one prompt batch of P rows: exploration is one call of
+    P * n_explore rows, each rescue call the planned rounds of the active prompts."""
+    return collect(cfg, lambda: (batch, gen_batch), generate, divisor, rng)
 
 
 def collect_dapo(cfg: RunConfig, next_batch: Callable, generate: Callable, divisor: int) -> VerlCollected:
-    """DAPO dynamic sampling (the DAPO recipe's group filtering, with the shared core's filter):
-    generate n_total per prompt for prompt batches from ``next_batch()`` -> (batch, gen_batch)
-    until P groups with non-zero accuracy variance are kept or ``dapo.max_gen_rounds`` batches
-    were generated; then train on the kept groups (possibly fewer than P, counted in
-    dapo/cap_hit) instead of raising as the recipe does. Without dynamic sampling it is GRPO's
-    collection with DAPO's loss settings."""
-    from verl import DataProto
-
-    d, P, n = cfg.dapo, cfg.batch_prompts, cfg.n_total
-    count, kept, generated = GenCount(), [], []
-    first_correct, rounds, used, n_kept = None, 0, 0, 0
-    while rounds < d.max_gen_rounds and n_kept < P:
-        batch, gen_batch = next_batch()
-        Pb = len(batch)
-        idx = np.repeat(np.arange(Pb), n)
-        out = _union(batch, idx, generate_rows(generate, gen_batch, idx, divisor, count))
-        generated.append(out)
-        ok = row_correct(out)
-        if first_correct is None:
-            first_correct = ok.reshape(Pb, n).sum(1)
-        keep = (nonzero_variance_mask(_t(ok), _t(idx)).numpy() if d.dynamic_sampling
-                else np.ones(len(idx), dtype=bool))
-        groups = [p for p in range(Pb) if keep[p * n]][: P - n_kept]
-        if groups:
-            kept.append(out.select_idxs(np.concatenate([np.arange(p * n, (p + 1) * n) for p in groups])))
-        n_kept += len(groups)
-        rounds += 1
-        used += Pb
-    stats = strata_stats(first_correct, n, cfg)
-    stats["zero_acc/after_rescue"] = stats["zero_acc/after_explore"]
-    stats.update({"dapo/gen_rounds": float(rounds), "dapo/kept_groups": float(n_kept), "dapo/cap_hit": float(n_kept < P)})
-    train = DataProto.concat(kept) if kept else None
-    return VerlCollected(train=train, generated=DataProto.concat(generated), prompts_used=used, gen=count, stats=stats)
-
-
-def _t(x: np.ndarray):
-    import torch
-
-    return torch.as_tensor(np.asarray(x, dtype=np.float64 if x.dtype == bool else x.dtype))
+    """DAPO dynamic sampling (trainer/methods/dapo.py): prompt batches from ``next_batch()`` until
+    P groups with non-zero accuracy variance are kept or ``dapo.max_gen_rounds`` batches were
+    generated; then train on the kept groups (possibly none: ``train`` is None, counted in
+    dapo/cap_hit) instead of raising as the recipe does. The overlong shaping is the reward
+    manager's ('dapo'), already in rm_scores."""
+    return collect(cfg, next_batch, generate, divisor)

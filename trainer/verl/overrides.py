@@ -10,7 +10,8 @@ migrates them, so a value put there is silently ignored and the run trains on ve
 scorer. :func:`check_no_legacy_reward` refuses such overrides by name, and
 :func:`compose` checks the composed tree again.
 
-Mapping (RunConfig -> verl), method by method:
+Mapping (RunConfig -> verl), method by method (the per-method bits come from the method's spec,
+``MethodSpec.verl``, trainer/methods/):
 
     all      data.train_batch_size = batch_prompts; max_prompt/response_length; lr, warmup,
              grad clip, weight decay, betas; entropy_coeff; k3 KL as use_kl_loss + low_var_kl;
@@ -33,10 +34,10 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from trainer.config import RunConfig
+from trainer.methods.spec import get_method
 
 REWARD_FN = Path(__file__).with_name("reward.py")
 LEGACY_REWARD_PREFIXES = ("custom_reward_function.", "reward_model.")
-AERO_METHODS = ("aero", "aero-s1", "aero-s1s2")
 
 
 def _v(value: Any) -> str:
@@ -62,12 +63,10 @@ def to_overrides(cfg: RunConfig, *, out_dir: str | Path, train_file: str | Path,
     ``train_file``/``val_files``: verl parquet files (trainer/verl/data.py writes them).
     ``max_token_len_per_gpu``: dynamic micro-batching budget (default 4 x (prompt + response)).
     """
-    if cfg.model_path is None:
-        raise ValueError("the verl engine needs model_path")
-    P, aero = cfg.batch_prompts, cfg.method in AERO_METHODS
-    if P % cfg.mini_batches:
-        raise ValueError(f"batch_prompts ({P}) must be a multiple of mini_batches ({cfg.mini_batches}) on verl")
-    eps_low, eps_high = (cfg.dapo.eps_low, cfg.dapo.eps_high) if cfg.method == "dapo" else (cfg.clip_eps, cfg.clip_eps)
+    P, spec = cfg.batch_prompts, get_method(cfg.method)
+    # rules of the config (trainer.config.verl_issues), refused at submit
+    assert cfg.model_path is not None and P % cfg.mini_batches == 0, "parse_run_config admits no such verl config"
+    eps_low, eps_high = spec.clip_range(cfg)
     seq_len = cfg.max_prompt_tokens + cfg.max_new_tokens
     tokens = max_token_len_per_gpu or 4 * seq_len
     steps_or = lambda every: every if every > 0 else cfg.steps  # noqa: E731  (0 = only at the end)
@@ -110,7 +109,7 @@ def to_overrides(cfg: RunConfig, *, out_dir: str | Path, train_file: str | Path,
         "actor_rollout_ref.actor.data_loader_seed": cfg.seed,
         # rollout (vLLM)
         "actor_rollout_ref.rollout.name": "vllm",
-        "actor_rollout_ref.rollout.n": cfg.aero.n_explore if aero else cfg.n_total,
+        "actor_rollout_ref.rollout.n": cfg.aero.n_explore if spec.verl.rollout_n == "n_explore" else cfg.n_total,
         "actor_rollout_ref.rollout.temperature": cfg.temperature,
         "actor_rollout_ref.rollout.top_p": cfg.top_p,
         "actor_rollout_ref.rollout.seed": cfg.seed,
@@ -124,13 +123,13 @@ def to_overrides(cfg: RunConfig, *, out_dir: str | Path, train_file: str | Path,
         "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu": tokens,
         "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu": tokens,
         # advantage
-        "algorithm.adv_estimator": "aero" if aero else "grpo",
-        "algorithm.norm_adv_by_std_in_grpo": cfg.adv_estimator == "grpo",
+        "algorithm.adv_estimator": spec.verl.adv_estimator,
+        "algorithm.norm_adv_by_std_in_grpo": spec.divides_by_std(cfg),
         "algorithm.use_kl_in_reward": False,
         # reward: the reward.* keys verl 0.9.1 reads (never the legacy top-level ones)
         "reward.custom_reward_function.path": str(REWARD_FN),
         "reward.custom_reward_function.name": "compute_score",
-        "reward.reward_manager.name": "dapo" if cfg.method == "dapo" else "naive",
+        "reward.reward_manager.name": spec.verl.reward_manager,
         # trainer
         "trainer.use_v1": False,
         "trainer.n_gpus_per_node": n_gpus_per_node,
@@ -148,7 +147,7 @@ def to_overrides(cfg: RunConfig, *, out_dir: str | Path, train_file: str | Path,
         "trainer.balance_batch": True,
     }
     out = [f"{k}={_v(v)}" for k, v in o.items()]
-    if cfg.method == "dapo":
+    if spec.config_section == "dapo":
         d = cfg.dapo
         out += [f"+reward.reward_kwargs.max_resp_len={cfg.max_new_tokens}",
                 f"+reward.reward_kwargs.overlong_buffer_cfg.enable={_v(d.overlong_buffer > 0)}",

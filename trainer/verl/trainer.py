@@ -4,18 +4,19 @@ Shaped like verl's DAPO recipe trainer (a RayPPOTrainer subclass whose ``fit`` o
 generation phase); one step of AERO / DAPO:
 
     batch      <- next prompt batch (verl dataloader, P = data.train_batch_size)
-    collected  <- collect_aero / collect_dapo (trainer/verl/collect.py): explore with
+    collected  <- the method's step through trainer/verl/collect.py (AERO: explore with
                   rollout.n = n_explore, rescue rounds as per-prompt repeated batches padded to
-                  the agent-loop worker divisor, curation with the shared core
+                  the agent-loop worker divisor, curation with the shared core; DAPO: group filter)
     sleep the rollout replicas (only now: every rescue round ran before)
     pad the curated rows with masked rows to a multiple of (data-parallel size x mini-batches)
     old log-probs, reference log-probs, advantages with the registered "aero" estimator
                   (Bayesian baseline from reward_baselines), actor update, weight sync
     log platform metrics (PlatformLogger) + checkpoint + validation
 
-GRPO runs the stock ``RayPPOTrainer.fit`` unchanged; this class only adds, through
-``_update_actor``, the platform accounting of the batch it trains, and attaches the platform
-logger to the ``Tracking`` object the stock loop builds.
+GRPO (any method whose spec says ``verl.stock_fit``, Dr.GRPO too) runs the stock
+``RayPPOTrainer.fit`` unchanged; this class only adds, through ``_update_actor``, the platform
+accounting of the batch it trains, and attaches the platform logger to the ``Tracking`` object
+the stock loop builds.
 
 Departures from the stock loop, all for variable-size batches: sequence-length balancing
 across ranks (``trainer.balance_batch``) is not applied to padded AERO/DAPO batches (pad rows
@@ -31,7 +32,6 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
-
 from verl import DataProto
 from verl.trainer.ppo.core_algos import agg_loss
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer, compute_advantage, compute_response_mask
@@ -41,11 +41,13 @@ from verl.utils.metric import reduce_metrics
 from verl.utils.py_functional import rename_dict
 from verl.workers.utils.padding import left_right_2_no_padding
 
-from trainer.collect import strata_stats, savings_metrics
+import trainer.metric_keys as mk
 from trainer.config import RunConfig
-from trainer.verl.collect import VerlCollected, collect_aero, collect_dapo
-from trainer.verl.metrics import PlatformLogger, eval_results, step_accounting
+from trainer.methods.spec import get_method
+from trainer.methods.step import savings_metrics, strata_stats
+from trainer.verl.collect import VerlCollected, collect
 from trainer.verl.rows import pad_masked, real_rows, row_correct, unpad_masked
+from trainer.verl.step_metrics import PlatformLogger, eval_results, step_accounting
 
 
 @contextlib.contextmanager
@@ -87,6 +89,11 @@ class AEROTrainer(RayPPOTrainer):
         self.platform_logger = PlatformLogger(sink, extra=self._pop_extra, pending_eval=self._pop_eval,
                                               should_stop=should_stop, on_stop=self._checkpoint_on_stop)
 
+    @property
+    def _stock(self) -> bool:
+        """The method runs verl's own fit (GRPO, Dr.GRPO: every rollout trained)."""
+        return get_method(self.run_cfg.method).verl.stock_fit
+
     # ------------------------------------------------------------------ hooks into the stock loop
 
     def _pop_extra(self) -> dict[str, float]:
@@ -118,12 +125,12 @@ class AEROTrainer(RayPPOTrainer):
         Stock GRPO batches (no pad rows) get exactly the stock values; the step's platform
         accounting of a stock batch is recorded here (everything generated is trained)."""
         real = real_rows(batch)
-        if self.run_cfg.method == "grpo":
+        if self._stock:
             self._extra.update(self._grpo_accounting(batch))
         cfg = self.config.actor_rollout_ref
         batch.meta_info["multi_turn"] = cfg.rollout.multi_turn.enable
         batch.meta_info["temperature"] = cfg.rollout.temperature
-        if real.all() and self.run_cfg.method == "grpo":
+        if real.all() and self._stock:
             mini = cfg.actor.ppo_mini_batch_size * cfg.rollout.n
             global_batch = mini
         else:
@@ -148,7 +155,7 @@ class AEROTrainer(RayPPOTrainer):
         uids = batch.non_tensor_batch["uid"]
         correct = np.array([ok[uids == u].sum() for u in dict.fromkeys(uids.tolist())], dtype=np.int64)
         m.update(strata_stats(correct, cfg.n_total, cfg))
-        m["zero_acc/after_rescue"] = m["zero_acc/after_explore"]
+        m[mk.ZERO_ACC_AFTER_RESCUE] = m[mk.ZERO_ACC_AFTER_EXPLORE]
         m["prompts/used"] = float(len(correct))
         return m
 
@@ -156,7 +163,7 @@ class AEROTrainer(RayPPOTrainer):
 
     def fit(self):
         with attach_logger(self.platform_logger):
-            if self.run_cfg.method == "grpo":
+            if self._stock:
                 return super().fit()
             return self.fit_curated()
 
@@ -214,12 +221,8 @@ class AEROTrainer(RayPPOTrainer):
         t0 = time.perf_counter()
         generate = self._generate(timing)
         with marked_timer("gen", timing):
-            if cfg.method == "dapo":
-                col = collect_dapo(cfg, lambda: next(batches), generate, self._divisor())
-            else:
-                batch, gen_batch = next(batches)
-                rng = np.random.default_rng([cfg.seed, self.global_steps])  # resume-exact curation draws
-                col = collect_aero(cfg, batch, gen_batch, generate, self._divisor(), rng)
+            rng = np.random.default_rng([cfg.seed, self.global_steps])  # resume-exact curation draws
+            col = collect(cfg, lambda: next(batches), generate, self._divisor(), rng)
             self.checkpoint_manager.sleep_replicas()  # every round has run: the replicas may sleep now
         t1 = time.perf_counter()
         train = None
@@ -231,15 +234,15 @@ class AEROTrainer(RayPPOTrainer):
         extra = step_accounting(col.generated, unpad_masked(train) if train is not None else None, self.model_shape,
                                 extra_forwards=self._extra_forwards(), max_new_tokens=cfg.max_new_tokens)
         extra.update(col.stats)
-        extra.update({"time/step_s": t2 - t0, "time/rollout_s": t1 - t0, "time/train_s": t2 - t1,
-                      "time/reward_s": 0.0,  # the reward loop scores inside generation (streamed)
+        extra.update({mk.STEP_S: t2 - t0, mk.ROLLOUT_S: t1 - t0, mk.TRAIN_S: t2 - t1,
+                      mk.REWARD_S: 0.0,  # the reward loop scores inside generation (streamed)
                       "rollout/gen_calls": float(col.gen.calls), "rollout/pad_rows": float(col.gen.pad_rows),
                       "prompts/used": float(col.prompts_used)})
         if train is not None:
             extra["train/pad_rows"] = float((~real_rows(train)).sum())
-        if col.ledger is not None and extra["tokens/trained"] > 0:
-            extra.update(savings_metrics(cfg, col.ledger, flops_per_token=extra["flops/train"] / extra["tokens/trained"],
-                                         seconds_per_token=(t2 - t1) / extra["tokens/trained"]))
+        if col.ledger is not None and extra[mk.TOKENS_TRAINED] > 0:
+            extra.update(savings_metrics(cfg, col.ledger, flops_per_token=extra[mk.FLOPS_TRAIN] / extra[mk.TOKENS_TRAINED],
+                                         seconds_per_token=(t2 - t1) / extra[mk.TOKENS_TRAINED]))
         self._extra.update(extra)
         metrics.update({f"timing_s/{k}": v for k, v in timing.items()})
         return metrics

@@ -1,0 +1,21 @@
+"""Dr.GRPO (Liu et al. 2025, "Understanding R1-Zero-Like Training"): GRPO without its two
+length and difficulty biases. The worked example of docs/architecture.md "Adding a method":
+this file and its tests are the whole change.
+
+Collection is GRPO's (n_total rollouts per prompt, all trained). Advantages are
+A_i = r_i - mean_g(r), never divided by the group std, whatever ``adv_estimator`` says; the
+loss sums tokens per sequence and divides by a constant (``seq-mean-token-sum-norm``) instead
+of by each response's length. The older route, ``method="grpo"`` with
+``adv_estimator="drgrpo"``, still works and keeps GRPO's loss aggregation.
+"""
+
+from __future__ import annotations
+
+from trainer.methods.grpo import grpo_step
+from trainer.methods.spec import MethodSpec, register
+
+DRGRPO = register(MethodSpec(
+    name="drgrpo", label="Dr.GRPO", colour="#54A24B", family="grpo", order=30,
+    description="Dr.GRPO (GRPO without std normalisation or length normalisation)",
+    loss_agg="seq-mean-token-sum-norm", normalize_std=False,
+), grpo_step)
