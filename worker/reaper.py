@@ -9,9 +9,10 @@ Every ``AERO_REAPER_INTERVAL_S`` seconds it looks at running runs and treats as 
 
 An orphan is re-queued and its task re-sent (it resumes from its last checkpoint) while it
 has attempts left (< ``AERO_MAX_ATTEMPTS``), failed with a clear error when it has none, and
-cancelled if a cancel was requested. Each change is a compare-and-set on the status (and on
-the owner, for case 1), so a worker that beats in the meantime, or a task that Redis
-redelivered and that took the run over first, keeps it.
+cancelled if a cancel was requested (``backend.db.runs.orphan_fate``, the rule the worker's
+takeover follows too). Each change is a compare-and-set on the status, the owner and what the
+fate was decided from (``backend.db.runs.release_orphan``), so a worker that beats in the
+meantime, or a task that Redis redelivered and that took the run over first, keeps it.
 
 Run it with ``python -m worker.reaper`` (``aero up`` and docker-compose do).
 """
@@ -24,10 +25,10 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from sqlalchemy import select, update
+from sqlalchemy import select
 
-from backend.db.models import Run, utcnow
-from backend.db.runs import recover_stale_runs
+from backend.db.models import Run
+from backend.db.runs import recover_stale_runs, release_orphan
 from backend.db.session import session_scope
 from backend.settings import Settings, get_settings
 from worker.runner import owner_state
@@ -37,29 +38,18 @@ log = logging.getLogger("worker.reaper")
 
 
 def recover_dead_owners(url: str, max_attempts: int, host: str | None = None) -> list[tuple[int, str]]:
-    """Running runs whose owner is a dead process on this host: re-queue, fail or cancel each.
-    Returns [(run_id, new status)]. Reads first, then one short write transaction per run (a
-    SQLite read transaction that turns into a write fails if another process wrote meanwhile)."""
+    """Running runs whose owner is a dead process on this host: ``release_orphan`` each (re-queue,
+    fail or cancel). Returns [(run_id, new status)]. Reads first, then one short write transaction
+    per run (a SQLite read transaction that turns into a write fails if another process wrote meanwhile)."""
     with session_scope(url) as s:
         running = list(s.scalars(select(Run).where(Run.status == "running").order_by(Run.id)))
     out: list[tuple[int, str]] = []
     for run in running:
         if owner_state(run.worker, host) != "dead":
             continue
-        if run.cancel_requested:
-            dst, fields = "cancelled", {"finished_at": utcnow()}
-        elif run.attempts >= max_attempts:
-            dst = "failed"
-            fields = {"finished_at": utcnow(), "error": f"worker lost: process {run.worker} died mid-run and the run "
-                                                         f"used all {run.attempts} attempt(s) (AERO_MAX_ATTEMPTS)"}
-        else:
-            dst = "queued"
-            fields = {"worker": None, "heartbeat_at": None, "error": f"re-queued: worker process {run.worker} died"}
-        owner_is = Run.worker.is_(None) if run.worker is None else Run.worker == run.worker
         with session_scope(url) as s:
-            res = s.execute(update(Run).where(Run.id == run.id, Run.status == "running", owner_is)
-                            .values(status=dst, **fields))
-        if res.rowcount == 1:
+            dst = release_orphan(s, run, f"worker process {run.worker} died", max_attempts)
+        if dst is not None:
             out.append((run.id, dst))
     return out
 

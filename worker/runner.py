@@ -32,12 +32,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Literal
 
-from sqlalchemy import select, update
+from sqlalchemy import select
 from sqlalchemy.exc import InterfaceError, OperationalError
 
-from backend.db.metrics import record_checkpoint
+from backend.db import runs as repo
 from backend.db.models import FINISHED_STATUSES, Run, utcnow
-from backend.db.runs import InvalidTransition, transition
 from backend.db.session import session_scope
 from backend.settings import Settings, get_settings
 from trainer.config import parse_run_config
@@ -108,7 +107,7 @@ def decide(status: str, *, worker: str | None, me: str, owner: OwnerState, heart
     if status in FINISHED_STATUSES:
         return Decision("skip", f"run already {status}")
     if status == "queued":
-        return Decision("claim")
+        return Decision("cancel", "cancel requested before it started") if cancel_requested else Decision("claim")
     if worker == me:  # a pool process runs one task at a time: an earlier task here left it unfinished
         return Decision("takeover", "resuming a run this process left unfinished")
     stale = heartbeat_age_s is None or heartbeat_age_s > stale_after_s
@@ -116,9 +115,10 @@ def decide(status: str, *, worker: str | None, me: str, owner: OwnerState, heart
         return Decision("skip", f"running on live worker {worker} (duplicate delivery)")
     if owner == "unknown" and not stale:
         return Decision("wait", f"owner {worker} on another host, heartbeat {heartbeat_age_s:.0f}s old")
-    if cancel_requested:
+    fate = repo.orphan_fate(cancel_requested, attempts, max_attempts)
+    if fate == "cancelled":
         return Decision("cancel", "cancel requested while its worker was lost")
-    if attempts >= max_attempts:
+    if fate == "failed":
         return Decision("fail", f"worker lost: {worker} vanished mid-run and the run used all {attempts} "
                                 f"attempt(s) (AERO_MAX_ATTEMPTS={max_attempts})")
     return Decision("takeover", f"previous worker {worker} is gone ({owner}, heartbeat "
@@ -129,37 +129,18 @@ def _age_s(ts: datetime | None, now: datetime) -> float | None:
     return None if ts is None else (now - ts).total_seconds()
 
 
-def _take_over(session, run_id: int, old_worker: str | None, me: str) -> Run | None:
-    """running -> running under a new owner, only if ``old_worker`` still owns it (compare-and-set)."""
-    owner_is = Run.worker.is_(None) if old_worker is None else Run.worker == old_worker
-    res = session.execute(
-        update(Run).where(Run.id == run_id, Run.status == "running", owner_is)
-        .values(worker=me, heartbeat_at=utcnow(), attempts=Run.attempts + 1, error=None)
-    )
-    return session.get(Run, run_id, populate_existing=True) if res.rowcount == 1 else None
-
-
-def _claim_queued(session, run_id: int, me: str) -> Run | None:
-    """queued -> running for ``me`` (attempts += 1); a queued run with a cancel request is
-    cancelled instead. Unlike ``backend.db.runs.claim_run`` this never takes a *running* run:
-    two deliveries racing for one queued run must not both win."""
-    cancelled = session.execute(
-        update(Run).where(Run.id == run_id, Run.status == "queued", Run.cancel_requested.is_(True))
-        .values(status="cancelled", finished_at=utcnow())
-    )
-    if cancelled.rowcount == 1:
-        return None
-    try:
-        return transition(session, run_id, "running", only_from=["queued"], worker=me, error=None)
-    except InvalidTransition:
-        return None
-
-
-def _finish_if_owner(session, run_id: int, old_worker: str | None, status: str, **fields: Any) -> bool:
-    owner_is = Run.worker.is_(None) if old_worker is None else Run.worker == old_worker
-    res = session.execute(update(Run).where(Run.id == run_id, Run.status == "running", owner_is)
-                          .values(status=status, finished_at=utcnow(), **fields))
-    return res.rowcount == 1
+def _act(url: str, run: Run, d: Decision, me: str, max_attempts: int) -> Run | None:
+    """Carry out ``d`` with one compare-and-set transition of backend/db/runs.py; the run, or None."""
+    with session_scope(url) as s:
+        if d.action == "claim":
+            return repo.claim_run(s, run.id, me)
+        if d.action == "takeover":
+            return repo.take_over(s, run.id, run.worker, me)
+        if run.status == "queued":  # cancel before it started
+            repo.cancel_queued(s, run.id)
+        else:  # cancel | fail: end a run whose worker vanished
+            repo.release_orphan(s, run, f"{run.worker} vanished mid-run", max_attempts)
+    return None
 
 
 def acquire(url: str, run_id: int, me: str, ws: WorkerSettings,
@@ -189,15 +170,7 @@ def acquire(url: str, run_id: int, me: str, ws: WorkerSettings,
             log.info("run %s: %s; re-checking in %.1fs", run_id, d.reason, wait)
             sleep(wait)
             continue
-        with session_scope(url) as s:
-            if d.action == "claim":
-                got = _claim_queued(s, run_id, me)
-            elif d.action == "takeover":
-                got = _take_over(s, run_id, run.worker, me)
-            else:  # cancel | fail: end a run whose worker vanished
-                fields = {"error": d.reason} if d.action == "fail" else {}
-                _finish_if_owner(s, run_id, run.worker, "cancelled" if d.action == "cancel" else "failed", **fields)
-                got = None
+        got = _act(url, run, d, me, ws.max_attempts)
         if d.action in ("cancel", "fail"):
             return None, d.reason
         if got is not None:
@@ -219,19 +192,19 @@ class RunControl:
     owner, cancel flag: cancel is honoured at the next step boundary). ``progress`` only records
     the step and kicks the heartbeat thread, which writes it in the background with
     ``UPDATE runs ... WHERE id = :id AND status = 'running' AND worker = :me`` (a beat that
-    proves ownership) and notes new checkpoints.
+    proves ownership; ``backend.db.runs.record_progress``). Checkpoints reach the store through
+    the sink (``DbSink.on_checkpoint``), announced by the loop.
 
     A run that is no longer ours (re-queued by the reaper, taken over by another worker) makes
     both callbacks raise :class:`RunLost`: the trainer ends at once, without the checkpoint a
     normal stop writes (the new owner is writing that directory now).
     """
 
-    def __init__(self, url: str, run_id: int, me: str, out_dir: Path):
-        self.url, self.run_id, self.me, self.out_dir = url, run_id, me, out_dir
+    def __init__(self, url: str, run_id: int, me: str):
+        self.url, self.run_id, self.me = url, run_id, me
         self.cancel = self.lost = False
         self.pending: dict[str, Any] = {}
         self._lock = threading.Lock()
-        self.recorded_ckpt: str | None = None
         self.kick: Callable[[], None] = self.beat  # replaced by Heartbeat.kick while training
         self.blocked_s = 0.0  # time the training thread spent in progress/should_stop
 
@@ -240,32 +213,17 @@ class RunControl:
         with self._lock:
             values, self.pending = self.pending, {}
         with session_scope(self.url) as s:
-            row = s.execute(
-                update(Run).where(Run.id == self.run_id, Run.status == "running", Run.worker == self.me)
-                .values(heartbeat_at=utcnow(), **values).returning(Run.cancel_requested)
-            ).first()
-            if row is None:
-                self.lost = True
-                return
-            self.cancel = self.cancel or bool(row[0])
-            self._record_checkpoint(s)
-
-    def _record_checkpoint(self, session) -> None:
-        """Note the trainer's newest checkpoint (OUT/checkpoints/latest) in the store, once."""
-        latest = self.out_dir / "checkpoints" / "latest"
-        try:
-            name = latest.read_text().strip()
-        except OSError:
-            return
-        if name != self.recorded_ckpt and name.startswith("step_"):
-            record_checkpoint(session, self.run_id, int(name[5:]), str(self.out_dir / "checkpoints" / name))
-            self.recorded_ckpt = name
+            cancel = repo.record_progress(s, self.run_id, worker=self.me, **values)
+        if cancel is None:
+            self.lost = True
+        else:
+            self.cancel = self.cancel or cancel
 
     def progress(self, step: int, total: int, metrics: dict) -> None:
         if self.lost:
             raise RunLost(self.run_id)
         with self._lock:
-            self.pending = {"current_step": step, "total_steps": total, "progress": min(1.0, step / total) if total else 0.0}
+            self.pending = {"step": step, "total_steps": total}
         self.kick()
 
     def should_stop(self) -> bool:
@@ -304,7 +262,7 @@ def run_dir(settings: Settings, run_id: int) -> Path:
 def execute_run(run_id: int, settings: Settings | None = None, ws: WorkerSettings | None = None) -> str:
     """Run (or resume) training for ``run_id`` and record its outcome. Returns the outcome:
     succeeded | cancelled | failed | lost | skipped: <why>."""
-    from trainer.loop import run_training  # heavy (torch): import in the worker process only
+    from trainer.embedded.loop import run_training  # heavy (torch): import in the worker process only
 
     settings, ws = settings or get_settings(), ws or WorkerSettings()
     url, me = settings.database_url, worker_identity()
@@ -314,14 +272,14 @@ def execute_run(run_id: int, settings: Settings | None = None, ws: WorkerSetting
         return f"skipped: {why}"
     log.info("run %s: %s (attempt %d) as %s", run_id, why, run.attempts, me)
     out_dir = run_dir(settings, run_id)
-    control = RunControl(url, run_id, me, out_dir)
+    control = RunControl(url, run_id, me)
     sink: DbSink | None = None
     try:
         # Defense in depth: the API checked the operator's policy at submit; a config that reached
         # the store some other way (or a policy tightened since) is refused here, before compute.
         policy = settings.run_policy
         cfg = parse_run_config(run.config, policy)
-        sink = DbSink(url, run_id, checkpoint_every=cfg.checkpoint_every, flush_s=ws.sink_flush_s)
+        sink = DbSink(url, run_id, owner=me, flush_s=ws.sink_flush_s)
         t_train = time.perf_counter()
         with Heartbeat(control.beat, ws.heartbeat_s) as hb:
             control.kick = hb.kick
@@ -341,15 +299,14 @@ def execute_run(run_id: int, settings: Settings | None = None, ws: WorkerSetting
         if sink is not None:
             _flush_quietly(sink)  # the steps done before the error are real data
         with session_scope(url) as s:
-            ok = _finish_if_owner(s, run_id, me, "failed", error=error_text(exc)[-20_000:])
+            ok = repo.mark_failed(s, run_id, error_text(exc), worker=me)
         return "failed" if ok else "lost"
-    control.beat()  # the final progress and checkpoint, fresh flags (the heartbeat thread has stopped)
+    control.beat()  # the final progress, fresh flags (the heartbeat thread has stopped)
     if control.lost:
         return "lost"
     status = "cancelled" if summary["status"] == "stopped" else "succeeded"
-    fields = {"cancel_requested": True} if status == "cancelled" else {"progress": 1.0}
     with session_scope(url) as s:
-        ok = _finish_if_owner(s, run_id, me, status, **fields)
+        ok = (repo.mark_cancelled if status == "cancelled" else repo.mark_succeeded)(s, run_id, worker=me)
     overhead = (sink.blocked_s + control.blocked_s) / max(t_train, 1e-9)
     log.info("run %s %s at step %s in %.1fs; store writes blocked training %.2f%% of it (sink %s, progress %.4fs)",
              run_id, status, summary.get("last_step"), t_train, 100 * overhead, sink.stats(), control.blocked_s)

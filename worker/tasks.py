@@ -6,7 +6,7 @@ from __future__ import annotations
 # Preload the trainer (torch, transformers) in the worker's main process: prefork pool processes
 # fork from it with everything imported, so a task, and a takeover after a crash, starts in
 # milliseconds instead of re-importing torch in each pool process (5-15 s on a busy 2-core box).
-import trainer.loop  # noqa: F401
+import trainer.embedded.loop  # noqa: F401
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from worker.celery_app import app

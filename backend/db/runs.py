@@ -1,37 +1,31 @@
-"""Runs: creation, queries, and the guarded state machine that the API and workers share.
+"""Runs: creation, queries, and the state machine: this module is the only writer of ``status``.
 
-State machine (every status change goes through :func:`transition`)::
+State machine, one function per transition::
 
-    queued  --claim-->    running   --finish-->  succeeded | failed | cancelled
-    queued  --cancel-->   cancelled              (never started)
-    queued  --fail-->     failed                 (e.g. could not be enqueued)
-    running --claim-->    running                (redelivered task takes the run over; attempts += 1)
-    running --requeue-->  queued                 (stale heartbeat: worker vanished)
+    queued  --claim_run-->        running    (a worker starts it; attempts += 1)
+    queued  --cancel_queued-->    cancelled  (a cancel was requested before it started)
+    queued  --mark_failed-->      failed     (e.g. it could not be enqueued)
+    running --take_over-->        running    (a redelivered task replaces a lost owner; attempts += 1)
+    running --mark_succeeded | mark_failed | mark_cancelled-->  succeeded | failed | cancelled
+    running --release_orphan-->   queued | failed | cancelled   (its worker vanished: orphan_fate)
+    queued | running --request_cancel-->  cancelled, or running with cancel_requested (the API)
 
 Finished runs (succeeded, failed, cancelled) never change status again. Each transition is
-one conditional ``UPDATE ... WHERE status IN (allowed sources)``, so two workers racing for
-the same run cannot both win, and the write comes first in its transaction (see
-backend/db/session.py on SQLite). Callers commit.
+one conditional ``UPDATE ... WHERE status IN (allowed sources) [AND owner ...]`` that reports
+whether it applied, so two workers racing for the same run cannot both win, and the write
+comes first in its transaction (see backend/db/session.py on SQLite). ``worker`` arguments
+make a write conditional on that process still owning the run. Callers commit.
 
-Worker usage, one short transaction each::
-
-    with session_scope(url) as s:
-        run = claim_run(s, run_id, worker="host:pid")        # None -> nothing to do
-    ...
-    with session_scope(url) as s:
-        stop = record_progress(s, run_id, step, total)       # True -> cancel requested
-    ...
-    with session_scope(url) as s:
-        mark_succeeded(s, run_id)   # or mark_failed(s, run_id, error) / mark_cancelled(s, run_id)
+``tests/backend/db/test_status_writers.py`` checks that no other module writes the column.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Any, Literal
 
-from sqlalchemy import Select, delete, exists, func, literal, select, type_coerce, update
+from sqlalchemy import ColumnElement, Select, case, delete, exists, func, literal, select, type_coerce, update
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
@@ -44,6 +38,8 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     "failed": frozenset(),
     "cancelled": frozenset(),
 }
+ERROR_CHARS = 20_000
+OrphanFate = Literal["cancelled", "failed", "retry"]
 
 
 class RunNotFound(LookupError):
@@ -58,12 +54,6 @@ class RunConflict(RuntimeError):
     def __init__(self, run_id: int, status: str, action: str):
         self.run_id, self.status, self.action = run_id, status, action
         super().__init__(f"run {run_id} is {status}: cannot {action}")
-
-
-class InvalidTransition(RunConflict):
-    def __init__(self, run_id: int, src: str, dst: str):
-        super().__init__(run_id, src, f"go from {src} to {dst}")
-        self.src, self.dst = src, dst
 
 
 def can_transition(src: str, dst: str) -> bool:
@@ -85,127 +75,132 @@ def _side_effects(dst: str) -> dict[str, Any]:
     return {"finished_at": now}  # a finished status
 
 
-def transition(session: Session, run_id: int, dst: str, *, only_from: Sequence[str] | None = None, **fields: Any) -> Run:
-    """Move run ``run_id`` to status ``dst`` and set ``fields``, atomically.
-
-    ``only_from`` narrows the allowed sources further (e.g. ``["queued"]``). Raises
-    :class:`RunNotFound`, or :class:`InvalidTransition` when the current status may not go to
-    ``dst``. Returns the refreshed run.
-    """
-    if dst not in TRANSITIONS:
-        raise ValueError(f"unknown status {dst!r}")
-    allowed = [s for s in sources_of(dst) if only_from is None or s in only_from]
-    values = {"status": dst, **_side_effects(dst), **fields}
-    result = session.execute(update(Run).where(Run.id == run_id, Run.status.in_(allowed)).values(**values))
-    if result.rowcount != 1:
-        current = session.scalar(select(Run.status).where(Run.id == run_id))
-        if current is None:
-            raise RunNotFound(run_id)
-        raise InvalidTransition(run_id, current, dst)
-    return get_run(session, run_id, refresh=True)
+def _owned_by(worker: str | None) -> ColumnElement[bool]:
+    return Run.worker.is_(None) if worker is None else Run.worker == worker
 
 
-# ---------------------------------------------------------------- worker-side helpers
+def _move(session: Session, run_id: int, dst: str, sources: Sequence[str], *where: ColumnElement[bool],
+          **fields: Any) -> bool:
+    """The one status write: ``UPDATE runs SET status = dst ... WHERE id AND status IN sources AND where``.
+    Sources the table does not allow are a programming error. True when the row changed."""
+    bad = [s for s in sources if not can_transition(s, dst)]
+    if bad:
+        raise ValueError(f"transition {bad} -> {dst} is not in TRANSITIONS")
+    stmt = update(Run).where(Run.id == run_id, Run.status.in_(list(sources)), *where)
+    return session.execute(stmt.values(status=dst, **_side_effects(dst), **fields)).rowcount == 1
+
+
+# ---------------------------------------------------------------- worker-side transitions
 
 
 def claim_run(session: Session, run_id: int, worker: str) -> Run | None:
-    """A worker takes run ``run_id`` (queued, or running after a redelivery); attempts += 1.
-
-    Returns None when there is nothing to do: the run is finished, or it was queued with a
-    cancel request (then it is marked cancelled here). Raises :class:`RunNotFound`.
-    """
-    cancelled = session.execute(
-        update(Run)
-        .where(Run.id == run_id, Run.status == "queued", Run.cancel_requested.is_(True))
-        .values(status="cancelled", finished_at=utcnow())
-    )
-    if cancelled.rowcount == 1:
-        return None
-    try:
-        return transition(session, run_id, "running", worker=worker, error=None)
-    except InvalidTransition:
-        return None
+    """queued -> running for ``worker`` (attempts += 1). None when the run is not queued (another
+    delivery won, it finished, it does not exist) or carries a cancel request (see :func:`cancel_queued`).
+    Never takes a *running* run: two deliveries racing for one queued run must not both win."""
+    ok = _move(session, run_id, "running", ["queued"], Run.cancel_requested.is_(False), worker=worker, error=None)
+    return get_run(session, run_id, refresh=True) if ok else None
 
 
-def record_progress(session: Session, run_id: int, step: int, total_steps: int | None = None, worker: str | None = None) -> bool:
-    """After a training step: store ``current_step``, ``progress`` and a heartbeat.
-
-    Returns True when a cancel was requested (the worker should stop within this step).
-    Only touches running runs; a run that is no longer running also answers True.
-    """
-    values: dict[str, Any] = {"current_step": step, "heartbeat_at": utcnow()}
-    if total_steps:
-        values["progress"] = min(1.0, step / total_steps)
-        values["total_steps"] = total_steps
-    return _touch_running(session, run_id, values, worker)
+def cancel_queued(session: Session, run_id: int) -> bool:
+    """queued -> cancelled: a queued run whose cancel was requested ends without starting."""
+    return _move(session, run_id, "cancelled", ["queued"], cancel_requested=True)
 
 
-def _touch_running(session: Session, run_id: int, values: dict[str, Any], worker: str | None) -> bool:
-    """Update a running run; True when a cancel was requested or the run is no longer running."""
+def take_over(session: Session, run_id: int, old_worker: str | None, worker: str) -> Run | None:
+    """running -> running under ``worker`` (attempts += 1), only if ``old_worker`` still owns it
+    (compare-and-set): the redelivered task of a run whose owner is gone resumes it."""
+    ok = _move(session, run_id, "running", ["running"], _owned_by(old_worker), worker=worker, error=None)
+    return get_run(session, run_id, refresh=True) if ok else None
+
+
+def record_progress(session: Session, run_id: int, step: int | None = None, total_steps: int | None = None,
+                    worker: str | None = None) -> bool | None:
+    """Heartbeat of a running run, with its progress when ``step`` is given; only while ``worker``
+    (when given) owns it. Returns the cancel flag (True: stop within this step), or None when the
+    run is not running (under ``worker``): the caller lost it. Writes no status."""
+    values: dict[str, Any] = {"heartbeat_at": utcnow()}
+    if step is not None:
+        values["current_step"] = step
+        if total_steps:
+            values["progress"], values["total_steps"] = min(1.0, step / total_steps), total_steps
+    where = [Run.id == run_id, Run.status == "running"] + ([Run.worker == worker] if worker is not None else [])
+    row = session.execute(update(Run).where(*where).values(**values).returning(Run.cancel_requested)).first()
+    return None if row is None else bool(row[0])
+
+
+def mark_succeeded(session: Session, run_id: int, worker: str | None = None) -> bool:
+    """running -> succeeded (progress 1), only while ``worker`` (when given) owns it."""
+    own = [Run.worker == worker] if worker is not None else []
+    return _move(session, run_id, "succeeded", ["running"], *own, progress=1.0)
+
+
+def mark_cancelled(session: Session, run_id: int, worker: str | None = None) -> bool:
+    """running -> cancelled (the worker stopped on a cancel request), only while ``worker`` owns it."""
+    own = [Run.worker == worker] if worker is not None else []
+    return _move(session, run_id, "cancelled", ["running"], *own, cancel_requested=True)
+
+
+def mark_failed(session: Session, run_id: int, error: str, worker: str | None = None) -> bool:
+    """Fail a queued or running run with its error text (the last 20,000 characters); with
+    ``worker``, only a running run that process still owns."""
     if worker is not None:
-        values["worker"] = worker
-    row = session.execute(
-        update(Run).where(Run.id == run_id, Run.status == "running").values(**values).returning(Run.cancel_requested)
-    ).first()
-    return True if row is None else bool(row[0])
+        return _move(session, run_id, "failed", ["running"], Run.worker == worker, error=error[-ERROR_CHARS:])
+    return _move(session, run_id, "failed", ["queued", "running"], error=error[-ERROR_CHARS:])
 
 
-def heartbeat(session: Session, run_id: int, worker: str | None = None) -> bool:
-    """Refresh the heartbeat of a running run (e.g. during a long step or an eval).
-    Returns True when a cancel was requested or the run is no longer running."""
-    return _touch_running(session, run_id, {"heartbeat_at": utcnow()}, worker)
+# ---------------------------------------------------------------- orphans (worker vanished)
 
 
-def is_cancel_requested(session: Session, run_id: int) -> bool:
-    return bool(session.scalar(select(Run.cancel_requested).where(Run.id == run_id)))
+def orphan_fate(cancel_requested: bool, attempts: int, max_attempts: int) -> OrphanFate:
+    """The one rule for a running run whose worker vanished: cancelled if a cancel was requested,
+    failed once it used ``max_attempts`` attempts, else retried (the reaper re-queues it, a
+    redelivered task takes it over) from its last checkpoint."""
+    if cancel_requested:
+        return "cancelled"
+    if attempts >= max_attempts:
+        return "failed"
+    return "retry"
 
 
-def mark_succeeded(session: Session, run_id: int) -> Run:
-    return transition(session, run_id, "succeeded", progress=1.0)
+def release_orphan(session: Session, run: Run, why: str, max_attempts: int,
+                   stale_before: datetime | None = None) -> str | None:
+    """running -> queued | failed | cancelled (:func:`orphan_fate`) for ``run``, read earlier.
+
+    Compare-and-set on what the fate was decided from (owner, cancel flag, attempts and, with
+    ``stale_before``, a heartbeat still older than it): a worker that beat, a cancel that arrived
+    or a takeover in the meantime wins, and None is returned. ``why`` names the lost worker.
+    """
+    fate = orphan_fate(run.cancel_requested, run.attempts, max_attempts)
+    dst = "queued" if fate == "retry" else fate
+    fields = {"queued": {"error": f"re-queued: {why}"}, "cancelled": {},
+              "failed": {"error": f"worker lost: {why}; the run used all {run.attempts} attempt(s) "
+                                  f"(AERO_MAX_ATTEMPTS={max_attempts})"}}[dst]
+    where = [_owned_by(run.worker), Run.cancel_requested.is_(bool(run.cancel_requested)), Run.attempts == run.attempts]
+    if stale_before is not None:
+        where.append(_last_seen() < stale_before)
+    return dst if _move(session, run.id, dst, ["running"], *where, **fields) else None
 
 
-def mark_failed(session: Session, run_id: int, error: str) -> Run:
-    """Fail a queued or running run with its error text (truncated to 20,000 characters)."""
-    return transition(session, run_id, "failed", error=error[-20_000:])
-
-
-def mark_cancelled(session: Session, run_id: int) -> Run:
-    return transition(session, run_id, "cancelled", cancel_requested=True)
-
-
-def requeue(session: Session, run_id: int, reason: str = "") -> Run:
-    """running -> queued (the caller re-sends the task with backend.queue.enqueue_run)."""
-    return transition(session, run_id, "queued", error=reason or None)
+def _last_seen() -> ColumnElement:
+    return func.coalesce(Run.heartbeat_at, Run.started_at, Run.created_at)
 
 
 def stale_runs(session: Session, older_than_s: float) -> list[Run]:
     """Running runs whose heartbeat (or start) is older than ``older_than_s`` seconds."""
     cutoff = utcnow() - timedelta(seconds=older_than_s)
-    last_seen = func.coalesce(Run.heartbeat_at, Run.started_at, Run.created_at)
-    return list(session.scalars(select(Run).where(Run.status == "running", last_seen < cutoff).order_by(Run.id)))
+    return list(session.scalars(select(Run).where(Run.status == "running", _last_seen() < cutoff).order_by(Run.id)))
 
 
 def recover_stale_runs(session: Session, older_than_s: float, max_attempts: int = 3) -> list[tuple[int, str]]:
-    """Never leave a run 'running' forever: each stale run is re-queued, or failed once it has
-    used ``max_attempts`` attempts, or cancelled if a cancel was requested.
-
-    Returns [(run_id, new status)]; re-queued runs must be re-sent by the caller. The update is
-    conditional on the heartbeat still being stale, so a worker that just beat keeps its run.
-    """
-    out: list[tuple[int, str]] = []
+    """Never leave a run 'running' forever: :func:`release_orphan` each stale run, conditional on
+    its heartbeat still being stale (a worker that just beat keeps its run).
+    Returns [(run_id, new status)]; re-queued runs must be re-sent by the caller."""
     cutoff = utcnow() - timedelta(seconds=older_than_s)
-    still_stale = func.coalesce(Run.heartbeat_at, Run.started_at, Run.created_at) < cutoff
+    out = []
     for run in stale_runs(session, older_than_s):
-        if run.cancel_requested:
-            dst, fields = "cancelled", {}
-        elif run.attempts >= max_attempts:
-            dst = "failed"
-            fields = {"error": f"worker lost: no heartbeat for {older_than_s:g} s after {run.attempts} attempt(s)"}
-        else:
-            dst, fields = "queued", {"error": f"re-queued: worker {run.worker} lost (no heartbeat for {older_than_s:g} s)"}
-        values = {"status": dst, **_side_effects(dst), **fields}
-        res = session.execute(update(Run).where(Run.id == run.id, Run.status == "running", still_stale).values(**values))
-        if res.rowcount == 1:
+        why = f"worker {run.worker} sent no heartbeat for {older_than_s:g} s"
+        dst = release_orphan(session, run, why, max_attempts, stale_before=cutoff)
+        if dst is not None:
             out.append((run.id, dst))
     return out
 
@@ -297,15 +292,14 @@ def update_run(session: Session, run_id: int, *, tags: Sequence[str] | None = No
 
 
 def request_cancel(session: Session, run_id: int) -> Run:
-    """Cancel: a queued run is cancelled at once; a running one gets ``cancel_requested`` and its
-    worker stops within one step. Raises :class:`RunConflict` for finished runs."""
-    now = utcnow()
-    res = session.execute(
-        update(Run).where(Run.id == run_id, Run.status == "queued").values(status="cancelled", cancel_requested=True, finished_at=now)
-    )
-    if res.rowcount == 0:
-        res = session.execute(update(Run).where(Run.id == run_id, Run.status == "running").values(cancel_requested=True))
-    if res.rowcount == 0:
+    """Cancel, in one UPDATE: a queued run is cancelled at once; a running one gets
+    ``cancel_requested`` and its worker stops within one step. Raises :class:`RunConflict` for
+    finished runs, :class:`RunNotFound`."""
+    queued = Run.status == "queued"
+    stmt = update(Run).where(Run.id == run_id, Run.status.in_(sources_of("cancelled"))).values(
+        cancel_requested=True, status=case((queued, "cancelled"), else_=Run.status),
+        finished_at=case((queued, utcnow()), else_=Run.finished_at))
+    if session.execute(stmt).rowcount == 0:
         current = session.scalar(select(Run.status).where(Run.id == run_id))
         if current is None:
             raise RunNotFound(run_id)
@@ -335,8 +329,8 @@ def runs_by_status(session: Session) -> dict[str, int]:
 
 
 __all__ = [
-    "TRANSITIONS", "RunNotFound", "RunConflict", "InvalidTransition", "can_transition", "sources_of", "transition",
-    "claim_run", "record_progress", "heartbeat", "is_cancel_requested", "mark_succeeded", "mark_failed",
-    "mark_cancelled", "requeue", "stale_runs", "recover_stale_runs", "create_run", "get_run", "list_runs",
-    "update_run", "request_cancel", "delete_run", "runs_by_status",
+    "TRANSITIONS", "RunNotFound", "RunConflict", "can_transition", "sources_of", "claim_run", "cancel_queued",
+    "take_over", "record_progress", "mark_succeeded", "mark_cancelled", "mark_failed", "orphan_fate",
+    "release_orphan", "stale_runs", "recover_stale_runs", "create_run", "get_run", "list_runs", "update_run",
+    "request_cancel", "delete_run", "runs_by_status",
 ]

@@ -157,25 +157,19 @@ def test_remote_owner_that_stops_beating_is_taken_over_after_the_stale_timeout(d
 # ---------------------------------------------------------------- while running
 
 
-def test_run_control_progress_cancel_and_lost_ownership(db_url, make_run, tmp_path):
+def test_run_control_progress_cancel_and_lost_ownership(db_url, make_run):
     rid = make_run()
     run, _ = acquire(db_url, rid, "me:1:1", WS)
-    ctl = RunControl(db_url, rid, "me:1:1", tmp_path)
+    ctl = RunControl(db_url, rid, "me:1:1")
     kicks = []
     ctl.kick = lambda: kicks.append(1)  # the heartbeat thread's wake-up
     assert ctl.should_stop() is False
-    (tmp_path / "checkpoints").mkdir()
-    (tmp_path / "checkpoints" / "latest").write_text("step_000002")
     ctl.progress(2, 4, {})
     assert kicks == [1] and get_run(db_url, rid).current_step == 0  # progress itself does not write
     before = get_run(db_url, rid).heartbeat_at
     ctl.beat()  # what the heartbeat thread runs when kicked
     r = get_run(db_url, rid)
     assert (r.current_step, r.total_steps, r.progress) == (2, 4, 0.5) and r.heartbeat_at > before
-    from backend.db.metrics import list_checkpoints
-
-    with session_scope(db_url) as s:
-        assert [(c.step, c.path.endswith("step_000002")) for c in list_checkpoints(s, rid)] == [(2, True)]
     set_run(db_url, rid, cancel_requested=True)
     assert ctl.should_stop() is True and not ctl.lost  # read at the next step boundary
     set_run(db_url, rid, worker="thief:9:9")
@@ -187,6 +181,15 @@ def test_run_control_progress_cancel_and_lost_ownership(db_url, make_run, tmp_pa
     assert ctl.lost and get_run(db_url, rid).current_step == 2
     with pytest.raises(RunLost):
         ctl.progress(4, 4, {})
+
+
+def test_queued_run_with_a_cancel_request_is_cancelled_not_started(db_url, make_run):
+    assert _d(status="queued", cancel=True) == "cancel"
+    rid = make_run()
+    set_run(db_url, rid, cancel_requested=True)
+    run, why = acquire(db_url, rid, "me:1:1", WS)
+    r = get_run(db_url, rid)
+    assert run is None and "before it started" in why and (r.status, r.attempts, r.worker) == ("cancelled", 0, None)
 
 
 def test_error_text_keeps_the_message_and_the_traceback_tail():

@@ -30,21 +30,53 @@ def test_transition_table_is_exactly_the_documented_one():
     assert {(a, b) for a in RUN_STATUSES for b in RUN_STATUSES if repo.can_transition(a, b)} == ALLOWED
 
 
+def _status(session, run_id):
+    return repo.get_run(session, run_id, refresh=True).status
+
+
+# Each transition function, the statuses it may start from, and the status it leads to. Every
+# function is tried from every status: it must apply exactly from its sources, and nowhere else
+# change anything.
+MOVES = {
+    "claim_run": (lambda s, r: repo.claim_run(s, r.id, "w2") is not None, {"queued"}, "running"),
+    "cancel_queued": (lambda s, r: repo.cancel_queued(s, r.id), {"queued"}, "cancelled"),
+    "take_over": (lambda s, r: repo.take_over(s, r.id, "w1", "w2") is not None, {"running"}, "running"),
+    "mark_succeeded": (lambda s, r: repo.mark_succeeded(s, r.id, worker="w1"), {"running"}, "succeeded"),
+    "mark_cancelled": (lambda s, r: repo.mark_cancelled(s, r.id, worker="w1"), {"running"}, "cancelled"),
+    "mark_failed/owner": (lambda s, r: repo.mark_failed(s, r.id, "x", worker="w1"), {"running"}, "failed"),
+    "mark_failed": (lambda s, r: repo.mark_failed(s, r.id, "x"), {"queued", "running"}, "failed"),
+    "release_orphan": (lambda s, r: repo.release_orphan(s, r, "gone", max_attempts=3) is not None, {"running"}, "queued"),
+}
+
+
+@pytest.mark.parametrize("name", MOVES)
 @pytest.mark.parametrize("src", RUN_STATUSES)
-def test_transition_guard_in_the_database(session, src):
+def test_each_transition_applies_exactly_from_its_sources(session, src, name):
+    move, sources, dst = MOVES[name]
+    assert all((a, dst) in ALLOWED for a in sources)
     run = _run(session)
-    for dst in RUN_STATUSES:
-        _force(session, run.id, src)
-        if (src, dst) in ALLOWED:
-            assert repo.transition(session, run.id, dst).status == dst
-        else:
-            with pytest.raises(repo.InvalidTransition) as e:
-                repo.transition(session, run.id, dst)
-            assert (e.value.src, e.value.dst) == (src, dst)
-        session.commit()
+    session.execute(update(Run).where(Run.id == run.id).values(status=src, worker="w1", attempts=1))
+    session.commit()
+    run = repo.get_run(session, run.id, refresh=True)
+    applied = move(session, run)
+    session.commit()
+    assert applied is (src in sources)
+    assert _status(session, run.id) == (dst if applied else src)
 
 
-def test_claim_lifecycle_and_redelivery(session):
+def test_owner_guards(session):
+    run = _run(session)
+    assert repo.claim_run(session, run.id, "w1").worker == "w1"
+    assert not repo.mark_succeeded(session, run.id, worker="w2")  # not the owner: nothing happens
+    assert not repo.mark_failed(session, run.id, "x", worker="w2")
+    assert repo.take_over(session, run.id, "w2", "w3") is None  # the CAS names the wrong old owner
+    assert repo.record_progress(session, run.id, 1, 5, worker="w2") is None  # lost: writes nothing
+    session.commit()
+    r = repo.get_run(session, run.id, refresh=True)
+    assert (r.status, r.worker, r.current_step) == ("running", "w1", 0)
+
+
+def test_claim_lifecycle_and_takeover(session):
     run = _run(session, steps=10)
     assert (run.status, run.attempts, run.started_at) == ("queued", 0, None)
     claimed = repo.claim_run(session, run.id, "w1")
@@ -52,18 +84,20 @@ def test_claim_lifecycle_and_redelivery(session):
     started = claimed.started_at
     assert started is not None and claimed.heartbeat_at is not None
     session.commit()
-    again = repo.claim_run(session, run.id, "w2")  # a redelivered task takes it over
+    assert repo.claim_run(session, run.id, "w2") is None  # a second delivery never claims a running run
+    again = repo.take_over(session, run.id, "w1", "w2")  # a redelivered task replaces a lost owner
     assert (again.status, again.attempts, again.worker, again.started_at) == ("running", 2, "w2", started)
-    assert repo.record_progress(session, run.id, 4, 10) is False
+    assert repo.record_progress(session, run.id, 4, 10, worker="w2") is False
     session.commit()
     r = repo.get_run(session, run.id, refresh=True)
     assert (r.current_step, r.progress) == (4, pytest.approx(0.4))
-    done = repo.mark_succeeded(session, run.id)
+    assert repo.mark_succeeded(session, run.id, worker="w2")
+    done = repo.get_run(session, run.id, refresh=True)
     assert (done.status, done.progress) == ("succeeded", 1.0) and done.finished_at is not None
     session.commit()
     assert repo.claim_run(session, run.id, "w3") is None  # finished: nothing to do
-    with pytest.raises(repo.InvalidTransition):
-        repo.mark_failed(session, run.id, "late")
+    assert not repo.mark_failed(session, run.id, "late")
+    assert repo.claim_run(session, 999, "w") is None
 
 
 def test_claim_of_cancelled_queued_run_marks_it_cancelled(session):
@@ -72,8 +106,15 @@ def test_claim_of_cancelled_queued_run_marks_it_cancelled(session):
     session.commit()
     assert repo.get_run(session, run.id, refresh=True).status == "cancelled"
     assert repo.claim_run(session, run.id, "w") is None
+    # A queued run that carries a cancel request is never claimed; cancel_queued ends it.
+    other = _run(session)
+    session.execute(update(Run).where(Run.id == other.id).values(cancel_requested=True))
+    assert repo.claim_run(session, other.id, "w") is None and repo.cancel_queued(session, other.id)
+    session.commit()
+    r = repo.get_run(session, other.id, refresh=True)
+    assert (r.status, r.attempts, r.started_at) == ("cancelled", 0, None) and r.finished_at is not None
     with pytest.raises(repo.RunNotFound):
-        repo.claim_run(session, 999, "w")
+        repo.request_cancel(session, 999)
 
 
 def test_cancel_running_sets_flag_then_worker_marks_cancelled(session):
@@ -81,27 +122,52 @@ def test_cancel_running_sets_flag_then_worker_marks_cancelled(session):
     repo.claim_run(session, run.id, "w")
     session.commit()
     r = repo.request_cancel(session, run.id)
-    assert (r.status, r.cancel_requested) == ("running", True)
+    assert (r.status, r.cancel_requested, r.finished_at) == ("running", True, None)
     session.commit()
     assert repo.record_progress(session, run.id, 1, 5) is True
-    assert repo.heartbeat(session, run.id) is True and repo.is_cancel_requested(session, run.id)
-    assert repo.mark_cancelled(session, run.id).status == "cancelled"
+    assert repo.record_progress(session, run.id, worker="w") is True
+    assert repo.mark_cancelled(session, run.id, worker="w")
     session.commit()
+    assert _status(session, run.id) == "cancelled"
     with pytest.raises(repo.RunConflict):
         repo.request_cancel(session, run.id)
 
 
-def test_record_progress_on_a_run_not_running_says_stop(session):
+def test_record_progress_on_a_run_not_running_says_lost(session):
     run = _run(session)
-    assert repo.record_progress(session, run.id, 1, 5) is True  # queued: not ours
+    assert repo.record_progress(session, run.id, 1, 5) is None  # queued: not ours
     assert repo.get_run(session, run.id, refresh=True).current_step == 0
 
 
 def test_mark_failed_keeps_error_text(session):
     run = _run(session)
     repo.claim_run(session, run.id, "w")
-    r = repo.mark_failed(session, run.id, "Traceback ...\nValueError: boom")
+    assert repo.mark_failed(session, run.id, "Traceback ...\nValueError: boom")
+    r = repo.get_run(session, run.id, refresh=True)
     assert (r.status, r.error) == ("failed", "Traceback ...\nValueError: boom")
+
+
+@pytest.mark.parametrize("cancel, attempts, fate", [
+    (False, 1, "retry"), (False, 2, "retry"), (False, 3, "failed"), (False, 9, "failed"),
+    (True, 1, "cancelled"), (True, 3, "cancelled"),
+])
+def test_orphan_fate_is_cancel_then_fail_then_retry(cancel, attempts, fate):
+    assert repo.orphan_fate(cancel, attempts, max_attempts=3) == fate
+
+
+def test_release_orphan_loses_to_a_change_since_it_read_the_run(session):
+    run = _run(session)
+    repo.claim_run(session, run.id, "w1")
+    session.commit()
+    seen = repo.get_run(session, run.id, refresh=True)
+    session.expunge(seen)  # the reaper's snapshot, as read in its own transaction
+    repo.request_cancel(session, run.id)  # a cancel arrives after the reaper read the run
+    session.commit()
+    assert repo.release_orphan(session, seen, "gone", max_attempts=3) is None
+    session.commit()
+    assert _status(session, run.id) == "running"
+    fresh = repo.get_run(session, run.id, refresh=True)
+    assert repo.release_orphan(session, fresh, "gone", max_attempts=3) == "cancelled"
 
 
 def _age(session, run_id, seconds):
@@ -128,7 +194,8 @@ def test_stale_runs_are_requeued_then_failed_never_left_running(session):
     _age(session, stale.id, 120)
     assert repo.recover_stale_runs(session, 60, max_attempts=2) == [(stale.id, "failed")]
     assert repo.get_run(session, fresh.id, refresh=True).status == "running"
-    assert "after 2 attempt(s)" in repo.get_run(session, stale.id, refresh=True).error
+    error = repo.get_run(session, stale.id, refresh=True).error
+    assert "no heartbeat for 60 s" in error and "used all 2 attempt(s)" in error
 
 
 def test_list_runs_filters_and_pages(session):
