@@ -10,9 +10,11 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from cli.common import console, deep_merge, fail_config, parse_sets, safe
+from cli.common import console, fail_config, parse_sets, safe
 from cli.main import app
+import trainer.metric_keys as mk
 from trainer.config import METHODS, ConfigError, parse_run_config
+from trainer.dotted import merge
 from trainer.core.reach import single_seed_reach
 
 SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Config override key=value, dotted for nested (aero.k=2). Repeatable.")]
@@ -41,7 +43,7 @@ def pretrain(
                                                     "the base samples worse than it knows (RL headroom).")] = 0.3,
 ):
     """Warm-start the embedded tiny policy on arithmetic (the tiny preset's base checkpoint)."""
-    from trainer.pretrain import pretrain as run
+    from trainer.embedded.pretrain import pretrain as run
 
     with _progress() as bar:
         task = bar.add_task("pretrain", total=steps + noisy_steps, info="")
@@ -64,15 +66,15 @@ def train(
     sets: SetOpt = None,
 ):
     """Train one run (resumes from OUT/checkpoints if present) with a live progress bar."""
-    from trainer.loop import run_training
-    from trainer.metrics import JsonlSink
+    from trainer.embedded.loop import run_training
+    from trainer.sinks import JsonlSink
     from trainer.policy import RunPolicy
 
     data = json.loads(config.read_text()) if config else {}
     flags = {k: v for k, v in {"method": method, "steps": steps, "seed": seed, "preset": preset}.items() if v is not None}
     if model_path:
         flags.update(model_path=model_path, preset=None)
-    data = deep_merge(deep_merge(data, flags), parse_sets(sets))
+    data = merge(merge(data, flags), parse_sets(sets))
     try:
         policy = RunPolicy.from_env()  # the operator's caps and sandbox settings (AERO_SANDBOX_*, AERO_MAX_*)
         cfg = parse_run_config(data, policy)
@@ -82,7 +84,7 @@ def train(
                                    progress=lambda s, n, m: bar.update(task, completed=s, info=_step_info(m)))
     except ConfigError as e:
         fail_config(e)
-    final = (summary.get("final_eval") or {}).get("overall")
+    final = (summary.get("final_eval") or {}).get(mk.OVERALL)
     if final:
         console.print(f"final Avg@{final['k']} {final['avg_at_k']:.3f}  Pass@{final['k']} {final['pass_at_k']:.3f}")
     console.print(f"{summary['status']} at step {summary['last_step']}; metrics in {out / 'metrics.jsonl'}")
@@ -97,9 +99,9 @@ def eval_cmd(
     seed: int = 0,
 ):
     """Avg@k and Pass@k (with 95% bootstrap CIs) per held-out benchmark."""
-    from trainer.checkpoint import load_latest_checkpoint
+    from trainer.embedded.checkpoint import load_latest_checkpoint
     from trainer.evaluate import evaluate
-    from trainer.presets import load_setup
+    from trainer.embedded.presets import load_setup
     from trainer.rollout.base import SamplingParams
 
     data = json.loads((run_dir / "config.json").read_text()) if run_dir else {"preset": preset}

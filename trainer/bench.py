@@ -19,23 +19,24 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+import trainer.metric_keys as mk
 from trainer.config import RunConfig, parse_run_config
 from trainer.policy import RunPolicy
 from trainer.core.reach import COSTS, ReachCurve, cumulative, final_accuracy, reach
-from trainer.loop import iter_training
-from trainer.metrics import JsonlSink, MemorySink, MultiSink
-from trainer.presets import PRESETS
+from trainer.embedded.loop import iter_training
+from trainer.sinks import JsonlSink, MemorySink, MultiSink
+from trainer.embedded.presets import PRESETS
 
 MAIN_METHODS = ("grpo", "dapo", "aero")
 ABLATIONS = ("aero-s1", "aero-s1s2")
 # Per-step means reported for every method (metric key -> summary field).
 COST_FIELDS = {
-    "time/step_s": "step_s", "time/rollout_s": "rollout_s", "time/reward_s": "reward_s", "time/train_s": "train_s",
-    "rollout/generated": "rollouts_generated", "rollout/trained": "rollouts_trained",
-    "tokens/generated": "tokens_generated", "tokens/trained": "tokens_trained",
-    "flops/rollout": "flops_rollout", "flops/train": "flops_train", "flops/total": "flops_total",
-    "zero_acc/after_explore": "zero_acc_after_explore", "zero_acc/after_rescue": "zero_acc_after_rescue",
-    "reward/mean": "reward_mean",
+    mk.STEP_S: "step_s", mk.ROLLOUT_S: "rollout_s", mk.REWARD_S: "reward_s", mk.TRAIN_S: "train_s",
+    mk.ROLLOUTS_GENERATED: "rollouts_generated", mk.ROLLOUTS_TRAINED: "rollouts_trained",
+    mk.TOKENS_GENERATED: "tokens_generated", mk.TOKENS_TRAINED: "tokens_trained",
+    mk.FLOPS_ROLLOUT: "flops_rollout", mk.FLOPS_TRAIN: "flops_train", mk.FLOPS_TOTAL: "flops_total",
+    mk.ZERO_ACC_AFTER_EXPLORE: "zero_acc_after_explore", mk.ZERO_ACC_AFTER_RESCUE: "zero_acc_after_rescue",
+    mk.REWARD_MEAN: "reward_mean",
 }
 
 
@@ -43,9 +44,9 @@ def eval_curve(sink: MemorySink, key: str = "avg_at_k") -> dict[str, list]:
     """The run's overall held-out accuracy at each eval step, with cumulative training FLOPs
     and seconds (evaluation excluded) after that step: the x axes of the paper's headline."""
     steps = sorted(sink.evals)
-    flops = cumulative(sorted(sink.steps), sink.series("flops/total"))
-    secs = {0: 0.0, **{s: m.get("time/elapsed_s", float("nan")) for s, m in sink.steps.items()}}
-    return {"steps": steps, key: [sink.evals[s]["overall"][key] for s in steps],
+    flops = cumulative(sorted(sink.steps), sink.series(mk.FLOPS_TOTAL))
+    secs = {0: 0.0, **{s: m.get(mk.ELAPSED_S, float("nan")) for s, m in sink.steps.items()}}
+    return {"steps": steps, key: [sink.evals[s][mk.OVERALL][key] for s in steps],
             "flops": [flops.get(s) for s in steps], "seconds": [secs.get(s) for s in steps]}
 
 
@@ -70,8 +71,8 @@ def summarize_run(sink: MemorySink, wall_s: float) -> dict[str, Any]:
 def ratios(num: dict[str, Any], den: dict[str, Any]) -> dict[str, float]:
     """num/den for every shared numeric summary field, plus final overall Avg@k and Pass@k."""
     out = {f: num[f] / den[f] if den[f] else float("nan") for f in COST_FIELDS.values() if f in num and f in den}
-    for key in ("avg_at_k", "pass_at_k"):
-        a, b = num["eval"].get("overall", {}).get(key), den["eval"].get("overall", {}).get(key)
+    for key in mk.EVAL_METRICS:
+        a, b = num["eval"].get(mk.OVERALL, {}).get(key), den["eval"].get(mk.OVERALL, {}).get(key)
         if a is not None and b:
             out[f"final_{key}"] = a / b
     return out

@@ -9,10 +9,14 @@ When a batch is written, and by whom:
 - every ``flush_s`` seconds (1 s by default: steps slower than that are written one by one, so
   curves are live; faster steps are batched), or when ``max_rows`` steps wait: *in the
   background*, on one writer thread, so the training thread only appends to a dict;
-- at a checkpoint step (``step % checkpoint_every == 0``), at an eval, on ``truncate_after`` and
-  at ``close()``: *synchronously*, after the background writes drained. The trainer logs step s
-  before it writes the checkpoint of step s, so every step a checkpoint covers is durable before
-  the checkpoint exists; a crash can only lose steps that the resume redoes.
+- when the loop announces a checkpoint (``before_checkpoint``), at an eval, on ``truncate_after``
+  and at ``close()``: *synchronously*, after the background writes drained. So every step a
+  checkpoint covers is durable before the checkpoint exists; a crash can only lose steps that
+  the resume redoes.
+
+Once the checkpoint is written the loop says so (``on_checkpoint``) and the sink notes it in the
+store's ``checkpoints`` table, while ``owner`` still owns the run (a worker that lost its run
+records nothing for the new owner's directory).
 
 A failed background write (store briefly unreachable) puts its rows back in the buffer for the
 next flush; a failed synchronous write raises (the run cannot promise durability, so it fails).
@@ -26,24 +30,29 @@ import logging
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 from typing import Any, Callable
 
-from backend.db.metrics import clean_metrics, delete_steps_after, upsert_eval_results, upsert_step_metrics
+from backend.db.metrics import (clean_metrics, delete_steps_after, record_checkpoint, upsert_eval_results,
+                                upsert_step_metrics)
+from backend.db.runs import record_progress
 from backend.db.session import session_scope
+from trainer.sinks import MetricSink
 
 log = logging.getLogger(__name__)
 
 
-class DbSink:
+class DbSink(MetricSink):
     """Buffered, idempotent step-metric and eval writer for one run.
 
+    ``owner``: the worker (``host:pid:start``) whose checkpoints are recorded; None records any.
     ``background=False`` writes inline (tests, tools). ``clock`` drives the time-based flush.
     """
 
-    def __init__(self, database_url: str, run_id: int, *, checkpoint_every: int = 0, flush_s: float = 1.0,
+    def __init__(self, database_url: str, run_id: int, *, owner: str | None = None, flush_s: float = 1.0,
                  max_rows: int = 256, background: bool = True, clock: Callable[[], float] = time.monotonic):
-        self.url, self.run_id = database_url, run_id
-        self.checkpoint_every, self.flush_s, self.max_rows, self.clock = checkpoint_every, flush_s, max_rows, clock
+        self.url, self.run_id, self.owner = database_url, run_id, owner
+        self.flush_s, self.max_rows, self.clock = flush_s, max_rows, clock
         self.buffer: dict[int, dict[str, Any]] = {}
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(1, thread_name_prefix=f"aero-sink-{run_id}") if background else None
@@ -60,9 +69,7 @@ class DbSink:
         with self._lock:
             self.buffer[int(step)] = row
             n = len(self.buffer)
-        if self.checkpoint_every > 0 and step % self.checkpoint_every == 0:
-            self.flush()
-        elif n >= self.max_rows or self.clock() - self.last_flush >= self.flush_s:
+        if n >= self.max_rows or self.clock() - self.last_flush >= self.flush_s:
             self._flush_soon()
         self.blocked_s += time.perf_counter() - t0
 
@@ -76,6 +83,21 @@ class DbSink:
             upsert_eval_results(s, self.run_id, step, results)
         self.write_s += time.perf_counter() - t0
         self.flushes += 1
+        self.blocked_s += time.perf_counter() - t0
+
+    def before_checkpoint(self, step: int) -> None:
+        """Write every logged step now: the checkpoint about to exist covers them."""
+        t0 = time.perf_counter()
+        self.flush()
+        self.blocked_s += time.perf_counter() - t0
+
+    def on_checkpoint(self, step: int, path: Path) -> None:
+        """Note the checkpoint in the store, with a heartbeat that proves ``owner`` still owns the run
+        (the write comes first in its transaction; a lost run records nothing)."""
+        t0 = time.perf_counter()
+        with session_scope(self.url) as s:
+            if self.owner is None or record_progress(s, self.run_id, worker=self.owner) is not None:
+                record_checkpoint(s, self.run_id, step, str(path))
         self.blocked_s += time.perf_counter() - t0
 
     def close(self) -> None:

@@ -1,6 +1,6 @@
 """FLOPs formulas against a hand count (docs/metrics.md)."""
 
-from trainer.metrics import rollout_flops, sequence_forward_flops, train_flops
+from trainer.flops import rollout_flops, sequence_forward_flops, train_flops
 
 
 def test_sequence_forward_flops_hand_count():

@@ -27,16 +27,18 @@ EVAL = {"arith": {"n": 4, "k": 1, "avg_at_k": 0.5, "pass_at_k": 0.5, "avg_ci": [
                   "per_problem": [[1, 1], [1, 0], [1, 1], [1, 0]]}}
 
 
-def test_buffers_until_checkpoint_step_or_interval(db_url, make_run):
+def test_buffers_until_a_checkpoint_or_the_interval(db_url, make_run):
     rid, clock = make_run(), Clock()
-    sink = DbSink(db_url, rid, checkpoint_every=4, flush_s=10.0, clock=clock, background=False)
+    sink = DbSink(db_url, rid, flush_s=10.0, clock=clock, background=False)
     sink.log(1, {"loss/policy": 1.0})
     sink.log(2, {"loss/policy": 2.0})
     assert stored(db_url, rid) == ([], []) and sink.flushes == 0
     clock.t = 10.0  # interval elapsed: steps 1..3 go out in one statement
     sink.log(3, {"loss/policy": 3.0})
     assert stored(db_url, rid) == ([1, 2, 3], [1.0, 2.0, 3.0]) and sink.flushes == 1
-    sink.log(4, {"loss/policy": 4.0})  # a checkpoint step: durable before the trainer checkpoints
+    sink.log(4, {"loss/policy": 4.0})
+    assert stored(db_url, rid)[0] == [1, 2, 3] and sink.flushes == 1
+    sink.before_checkpoint(4)  # the loop announces a checkpoint: durable before it is written
     assert stored(db_url, rid)[0] == [1, 2, 3, 4] and sink.flushes == 2
     sink.log(5, {"loss/policy": 5.0})
     sink.close()
@@ -86,7 +88,7 @@ def test_eval_flushes_pending_steps_first(db_url, make_run):
 
 def test_background_writes_keep_the_training_thread_unblocked_and_close_drains(db_url, make_run):
     rid, clock = make_run(), Clock()
-    sink = DbSink(db_url, rid, checkpoint_every=0, flush_s=0.0, clock=clock)
+    sink = DbSink(db_url, rid, flush_s=0.0, clock=clock)
     for step in range(1, 51):
         sink.log(step, {"loss/policy": float(step)})
     blocked_while_training = sink.blocked_s
@@ -111,3 +113,26 @@ def test_failed_background_write_is_retried_and_a_synchronous_one_raises(db_url,
     with pytest.raises(Exception):
         sink.flush()
     assert sorted(sink.buffer) == [1, 2]
+
+
+def test_announced_checkpoints_are_recorded_while_the_owner_owns_the_run(db_url, make_run, tmp_path):
+    from sqlalchemy import update
+
+    from backend.db.metrics import list_checkpoints
+    from backend.db.models import Run
+    from backend.db.runs import claim_run
+
+    rid = make_run()
+    with session_scope(db_url) as s:
+        claim_run(s, rid, "me:1:1")
+    sink = DbSink(db_url, rid, owner="me:1:1", flush_s=1e9, background=False)
+    sink.log(2, {"loss/policy": 2.0})
+    sink.before_checkpoint(2)
+    sink.on_checkpoint(2, tmp_path / "checkpoints" / "step_000002")
+    sink.on_checkpoint(2, tmp_path / "checkpoints" / "step_000002")  # idempotent on (run, step)
+    with session_scope(db_url) as s:
+        s.execute(update(Run).where(Run.id == rid).values(worker="thief:9:9"))  # the run was taken over
+    sink.on_checkpoint(4, tmp_path / "checkpoints" / "step_000004")  # lost: records nothing
+    with session_scope(db_url) as s:
+        assert [(c.step, c.path.endswith("step_000002")) for c in list_checkpoints(s, rid)] == [(2, True)]
+    assert stored(db_url, rid)[0] == [2]

@@ -10,20 +10,20 @@ import argparse
 import json
 from pathlib import Path
 
+from trainer.dotted import set_path
+
 
 def _set(data: dict, dotted: str) -> None:
     key, _, raw = dotted.partition("=")
-    *parents, leaf = key.split(".")
-    for p in parents:
-        data = data.setdefault(p, {})
     try:
-        data[leaf] = json.loads(raw)
+        value = json.loads(raw)
     except json.JSONDecodeError:
-        data[leaf] = raw
+        value = raw
+    set_path(data, key, value)
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from trainer.metrics import JsonlSink
+    from trainer.sinks import JsonlSink
     from trainer.verl.runner import run_verl
 
     ap = argparse.ArgumentParser(prog="python -m trainer.verl", description=__doc__.split("\n\n")[0])

@@ -1,6 +1,6 @@
 """Launch a platform run on verl (Ray): ``run_verl(cfg, out_dir, sink, should_stop)``.
 
-Same contract as ``trainer.loop.run_training``: validates the config, writes OUT/config.json,
+Same contract as ``trainer.embedded.loop.run_training``: validates the config, writes OUT/config.json,
 logs every step to ``sink`` (``log``/``log_eval``), resumes from OUT's latest checkpoint
 (verl's own, OUT/verl_checkpoints), polls ``should_stop`` and returns
 ``{"status": "completed" | "stopped", "last_step", "final_eval", "n_params", "data_pos"}``.
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from trainer.config import ConfigError, RunConfig, parse_run_config
-from trainer.metrics import JsonlSink, MetricSink
+from trainer.sinks import JsonlSink, MetricSink
 
 POLL_S = 2.0
 
@@ -42,18 +42,14 @@ def model_shape(model_path: str | Path) -> tuple[int, int, int]:
 
 
 def check_verl_config(cfg: RunConfig) -> None:
-    """Platform-side checks before anything starts (ConfigError naming the field)."""
-    issues = []
-    if cfg.engine != "verl":
-        issues.append(("engine", "run_verl runs engine='verl' configs"))
-    if cfg.task != "math":
-        issues.append(("task", "the verl engine trains the math task (a local HF model + math data)"))
-    if cfg.model_path and not (Path(cfg.model_path).expanduser() / "config.json").is_file():
-        issues.append(("model_path", f"{cfg.model_path} is not a local model directory (no config.json); nothing is downloaded"))
-    if cfg.batch_prompts % cfg.mini_batches:
-        issues.append(("mini_batches", f"batch_prompts ({cfg.batch_prompts}) must be a multiple of mini_batches on verl"))
-    if issues:
-        raise ConfigError(issues)
+    """The worker-side check before anything starts: ``model_path`` is a local model directory
+    (ConfigError naming it). The config's rules, verl's included, are
+    ``trainer.config.cross_field_issues``'s, so the API refuses them at submit; this one needs
+    the worker's filesystem, and the API never says whether a path exists."""
+    assert cfg.engine == "verl" and cfg.model_path is not None, "parse_run_config admits verl configs only so"
+    if not (Path(cfg.model_path).expanduser() / "config.json").is_file():
+        raise ConfigError([("model_path", f"{cfg.model_path} is not a local model directory (no config.json); "
+                            "nothing is downloaded")])
 
 
 def build_verl_config(cfg: RunConfig, out_dir: Path, n_gpus_per_node: int | None = None, nnodes: int = 1):
@@ -89,7 +85,7 @@ class AeroTaskRunner:
         from verl.workers.config import HFModelConfig
 
         from trainer.verl import estimator
-        from trainer.verl.metrics import StopRequested, stop_file_flag
+        from trainer.verl.step_metrics import StopRequested, stop_file_flag
         from trainer.verl.trainer import AEROTrainer
 
         estimator.register()  # in THIS process: compute_advantage runs here
@@ -121,17 +117,17 @@ class AeroTaskRunner:
                 "last_step": trainer.platform_logger.last_step}
 
 
-def run_verl(cfg: RunConfig | dict, out_dir: str | Path, sink: MetricSink,
+def run_verl(cfg: RunConfig, out_dir: str | Path, sink: MetricSink,
              should_stop: Callable[[], bool] | None = None,
              progress: Callable[[int, int, dict], None] | None = None) -> dict[str, Any]:
-    """Train ``cfg`` (engine 'verl') on a Ray cluster; the contract of trainer.loop.run_training."""
-    cfg = parse_run_config(cfg)
+    """Train ``cfg`` (engine 'verl', parsed by the caller) on a Ray cluster; the contract of
+    trainer.embedded.loop.run_training."""
     check_verl_config(cfg)
     try:
         import ray
     except ImportError as e:
         raise ImportError("the verl engine needs verl: pip install 'aero-lab[verl]' (verl==0.9.1)") from e
-    from trainer.verl.metrics import JsonlRelay
+    from trainer.verl.step_metrics import JsonlRelay
 
     out_dir = Path(out_dir)
     (out_dir / "verl").mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,10 @@
 """Metric sinks. Every key is slash-namespaced and documented in docs/metrics.md.
 
-The trainer writes through the ``MetricSink`` protocol only; the platform adds a DB sink.
+The trainer writes through the ``MetricSink`` protocol only; the platform adds a DB sink
+(worker/sink.py). Besides the numbers, the loop announces the events a sink may need to keep
+its store consistent with the checkpoints: a resume (``truncate_after``) and each checkpoint
+(``before_checkpoint``, ``on_checkpoint``). The loop calls every method; a sink that subclasses
+the protocol inherits no-op events and implements only what it needs.
 """
 
 from __future__ import annotations
@@ -21,6 +25,17 @@ class MetricSink(Protocol):
         "per_problem": [[n, c], ...]}}."""
         ...
 
+    def truncate_after(self, step: int) -> None:
+        """The run resumed from the checkpoint of ``step``: drop what was logged after it (the loop
+        logs those steps again), so a run that stops before it gets there keeps no lost future."""
+
+    def before_checkpoint(self, step: int) -> None:
+        """The loop is about to write the checkpoint of ``step``: make every step logged so far
+        durable first, or a crash right after the checkpoint would lose steps the resume skips."""
+
+    def on_checkpoint(self, step: int, path: Path) -> None:
+        """The checkpoint of ``step`` is complete in directory ``path`` (and is the one a resume loads)."""
+
     def close(self) -> None: ...
 
 
@@ -30,7 +45,7 @@ def _clean(v: Any) -> Any:
     return v
 
 
-class JsonlSink:
+class JsonlSink(MetricSink):
     """Appends one JSON object per line to DIR/metrics.jsonl (steps) and DIR/evals.jsonl.
     On resume, lines past the resumed step are dropped by ``truncate_after``."""
 
@@ -43,8 +58,8 @@ class JsonlSink:
     def truncate_after(self, step: int) -> None:
         for path in (self.metrics_path, self.evals_path):
             if path.exists():
-                keep = [l for l in path.read_text().splitlines() if l and json.loads(l)["step"] <= step]
-                path.write_text("".join(l + "\n" for l in keep))
+                keep = [ln for ln in path.read_text().splitlines() if ln and json.loads(ln)["step"] <= step]
+                path.write_text("".join(ln + "\n" for ln in keep))
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         with self.metrics_path.open("a") as f:
@@ -58,7 +73,10 @@ class JsonlSink:
         pass
 
 
-class MultiSink:
+class MultiSink(MetricSink):
+    """Several sinks as one (``aero bench`` keeps numbers in memory and writes JSONL); every
+    call and event goes to each, in order."""
+
     def __init__(self, *sinks: MetricSink):
         self.sinks = [s for s in sinks if s is not None]
 
@@ -70,48 +88,44 @@ class MultiSink:
         for s in self.sinks:
             s.log_eval(step, results)
 
+    def truncate_after(self, step: int) -> None:
+        for s in self.sinks:
+            s.truncate_after(step)
+
+    def before_checkpoint(self, step: int) -> None:
+        for s in self.sinks:
+            s.before_checkpoint(step)
+
+    def on_checkpoint(self, step: int, path: Path) -> None:
+        for s in self.sinks:
+            s.on_checkpoint(step, path)
+
     def close(self) -> None:
         for s in self.sinks:
             s.close()
 
 
-# --- FLOPs accounting (docs/metrics.md "FLOPs") ----------------------------------------------
-# Forward cost of one token at context position p (1-based), after Kaplan et al. 2020 (Table 1):
-#   C_fwd(p) = 2 N + 2 n_layer p d_model
-# 2N covers every weight matmul (N = all parameters, tied embeddings once, i.e. the LM head; the
-# embedding lookup is free); the second term is attention's QK^T and AV against p cached keys.
-# Training a token costs 3 forwards (forward + backward = 2x forward); each extra no-grad forward
-# (reference-policy log-probs for KL) adds one C_fwd. Rollout tokens are counted per sampled row:
-# the row's prompt is prefilled once, then each generated token is one forward.
-
-
-def sequence_forward_flops(n_params: int, n_layers: int, d_model: int, length: int) -> float:
-    """Sum of C_fwd(p) for p = 1..length: 2 N L + 2 n_layer d_model L (L + 1) / 2."""
-    return 2.0 * n_params * length + n_layers * d_model * length * (length + 1)
-
-
-def rollout_flops(n_params: int, n_layers: int, d_model: int, seq_lengths: list[int]) -> float:
-    """Generation FLOPs: one forward over prompt + response positions of each sampled row."""
-    return sum(sequence_forward_flops(n_params, n_layers, d_model, L) for L in seq_lengths)
-
-
-def train_flops(n_params: int, n_layers: int, d_model: int, seq_lengths: list[int], extra_forwards: int = 0) -> float:
-    """Update FLOPs: (3 + extra_forwards) forwards over every trained sequence (prompt + response)."""
-    return (3 + extra_forwards) * rollout_flops(n_params, n_layers, d_model, seq_lengths)
-
-
-class MemorySink:
-    """Keeps everything in memory (benchmarks, tests). Idempotent on step: a re-logged step replaces."""
+class MemorySink(MetricSink):
+    """Keeps everything in memory (benchmarks, tests). Idempotent on step: a re-logged step replaces.
+    ``checkpoints`` lists the announced (step, path) pairs."""
 
     def __init__(self) -> None:
         self.steps: dict[int, dict[str, float]] = {}
         self.evals: dict[int, dict[str, dict[str, Any]]] = {}
+        self.checkpoints: list[tuple[int, Path]] = []
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         self.steps[step] = dict(metrics)
 
     def log_eval(self, step: int, results: dict[str, dict[str, Any]]) -> None:
         self.evals[step] = results
+
+    def truncate_after(self, step: int) -> None:
+        self.steps = {s: m for s, m in self.steps.items() if s <= step}
+        self.evals = {s: r for s, r in self.evals.items() if s <= step}
+
+    def on_checkpoint(self, step: int, path: Path) -> None:
+        self.checkpoints.append((step, Path(path)))
 
     def close(self) -> None:
         pass
