@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from trainer.config import ConfigError
+from trainer.dotted import set_path
 from trainer.safetext import FORBIDDEN
 
 console = Console(stderr=True)
@@ -41,18 +42,7 @@ def parse_sets(sets: list[str] | None) -> dict[str, Any]:
         if "=" not in item:
             raise typer.BadParameter(f"--set expects key=value (e.g. aero.k=2); got {item!r}")
         key, _, value = item.partition("=")
-        node = out
-        *parents, leaf = key.strip().split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = parse_value(value.strip())
-    return out
-
-
-def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for k, v in extra.items():
-        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+        set_path(out, key.strip(), parse_value(value.strip()))
     return out
 
 

@@ -15,13 +15,14 @@ from rich.table import Table
 from cli.main import app
 from cli.common import safe
 from cli.platform_cmds import ApiOpt, TokenOpt, _csv, call, client, out
+import trainer.metric_keys as mk
 
 # (metric part, key, column title, format)
 COST_COLUMNS = (
-    ("mean", "time/step_s", "s / step", "{:.3g}"),
-    ("mean", "flops/total", "FLOPs / step", "{:.3g}"),
-    ("mean", "rollout/trained", "trained rollouts / step", "{:.4g}"),
-    ("mean", "zero_acc/after_rescue", "zero-acc after rescue", "{:.3f}"),
+    ("mean", mk.STEP_S, "s / step", "{:.3g}"),
+    ("mean", mk.FLOPS_TOTAL, "FLOPs / step", "{:.3g}"),
+    ("mean", mk.ROLLOUTS_TRAINED, "trained rollouts / step", "{:.4g}"),
+    ("mean", mk.ZERO_ACC_AFTER_RESCUE, "zero-acc after rescue", "{:.3f}"),
 )
 
 
@@ -71,18 +72,18 @@ def cost_table(cmp: Mapping[str, Any]) -> Table:
 def bench_table(cmp: Mapping[str, Any], metric: str) -> Table:
     k = cmp.get("k") or "k"
     name = {"avg_at_k": f"Avg@{k}", "pass_at_k": f"Pass@{k}"}[metric]
-    benches = sorted({b for g in cmp["groups"] for b in g["evals"]}, key=lambda b: (b == "overall", b))
+    benches = sorted({b for g in cmp["groups"] for b in g["evals"]}, key=lambda b: (b == mk.OVERALL, b))
     t = Table(title=f"{name} per benchmark (mean ± CI across seeds; 'overall (p)' = paired permutation test vs baseline)")
     t.add_column("group")
     for b in benches:
-        t.add_column("overall (p)" if b == "overall" else safe(b), justify="right")
+        t.add_column("overall (p)" if b == mk.OVERALL else safe(b), justify="right")
     sig = {(row["group"], bench): row for bench, rows in cmp["significance"].items() for row in rows if row["metric"] == metric}
     for g in cmp["groups"]:
         cells = []
         for b in benches:
             text = stat_text(g["evals"].get(b, {}).get(metric))
             row = sig.get((g["key"], b))
-            if row is not None and b == "overall":
+            if row is not None and b == mk.OVERALL:
                 text += f" ({p_text(row['p_value'])})"
             cells.append(text)
         t.add_row(safe(g["label"]), *cells)
@@ -94,7 +95,7 @@ def sig_table(cmp: Mapping[str, Any]) -> Table:
     t = Table(title="Paired tests against the baseline, per benchmark")
     for col in ("benchmark", "group", "metric", "diff", "CI (problems + seeds)", "p", "problems", "seeds"):
         t.add_column(col, justify="left" if col in ("benchmark", "group", "metric") else "right")
-    for bench, rows in sorted(cmp["significance"].items(), key=lambda kv: (kv[0] == "overall", kv[0])):
+    for bench, rows in sorted(cmp["significance"].items(), key=lambda kv: (kv[0] == mk.OVERALL, kv[0])):
         for r in rows:
             t.add_row(safe(bench), labels[r["group"]], f"{r['metric']}@{r['k']}", f"{r['diff']:+.4f}",
                       f"[{r['ci'][0]:+.4f}, {r['ci'][1]:+.4f}]", p_text(r["p_value"]), str(r["problems"]), "/".join(map(str, r["seeds"])))
@@ -103,8 +104,11 @@ def sig_table(cmp: Mapping[str, Any]) -> Table:
 
 def group_name(label: str, method: str) -> str:
     """'GRPO' for a plain GRPO group, else the group's label (the baseline in the reach title)."""
-    names = {"grpo": "GRPO", "dapo": "DAPO", "aero": "AERO", "aero-s1": "AERO S1", "aero-s1s2": "AERO S1+S2"}
-    return names.get(method, method) if label == method else label
+    from trainer.methods.spec import get_method, method_names
+
+    if label != method:
+        return label
+    return get_method(method).label if method in method_names() else method
 
 
 SI_PREFIXES = {0: "", 3: "k", 6: "M", 9: "G", 12: "T", 15: "P", 18: "E"}
@@ -199,7 +203,7 @@ def compare_cmd(
         out.print_json(json.dumps(cmp))
         return
     out.print(cost_table(cmp))
-    for metric in ("avg_at_k", "pass_at_k"):
+    for metric in mk.EVAL_METRICS:
         if any(g["evals"] for g in cmp["groups"]):
             out.print(bench_table(cmp, metric))
     if cmp["significance"]:

@@ -27,6 +27,7 @@ from rich.console import Console
 from rich.table import Table
 
 from cli.common import parse_sets, safe
+from trainer.methods.spec import method_names
 from cli.main import app
 
 out = Console()
@@ -127,7 +128,7 @@ def _csv(text: str | None) -> list[str]:
 
 @app.command()
 def submit(
-    method: Annotated[list[str], typer.Option("--method", "-m", help="grpo|dapo|aero|aero-s1|aero-s1s2; repeat or comma-separate for a sweep.")] = ["aero"],  # noqa: B006
+    method: Annotated[list[str], typer.Option("--method", "-m", help=f"{'|'.join(method_names())}; repeat or comma-separate for a sweep.")] = ["aero"],  # noqa: B006
     seeds: Annotated[Optional[str], typer.Option("--seeds", help="Comma-separated seeds, e.g. 0,1,2.")] = None,
     sets: Annotated[Optional[list[str]], typer.Option("--set", help="Config override key=value (aero.k=2, steps=100). Repeatable.")] = None,
     name: Annotated[Optional[str], typer.Option(help="Run name (one run) or sweep name (several).")] = None,
@@ -219,7 +220,8 @@ def worker_argv(queues: list[str], concurrency: int, embedded: bool, hostname: s
 
 @app.command()
 def worker(
-    queues: Annotated[Optional[str], typer.Option("--queues", "-Q", help="Comma-separated queues (env AERO_WORKER_QUEUES; default cpu, plus gpu with CUDA).")] = None,
+    queues: Annotated[Optional[str], typer.Option("--queues", "-Q", help="Comma-separated queues (env AERO_WORKER_QUEUES; "
+                                                  "default cpu, plus gpu with CUDA).")] = None,
     concurrency: Annotated[Optional[int], typer.Option("--concurrency", "-c", help="Runs at once (env AERO_WORKER_CONCURRENCY; default 1).")] = None,
 ):
     """Start a Celery worker in the foreground ('aero up' starts one for you)."""

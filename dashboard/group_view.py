@@ -16,14 +16,15 @@ import streamlit as st
 
 from dashboard import charts, tables, ui
 from dashboard.client import ApiError
+import trainer.metric_keys as mk
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "comparisons.md"
 GRID_POINTS = 200  # per group curve, on the API's common grid
-ZERO_KEYS = ("zero_acc/after_rescue", "zero_acc/after_explore")
-EVAL_KEY = "eval/overall/avg_at_k"  # held-out Avg@k pooled over every benchmark (GET /compare/curves)
-FRACTIONS = frozenset({EVAL_KEY, "reward/mean", "reward/trained_mean", "zero_acc/after_rescue", "all_correct/ratio",
-                       "adv/zero_frac"})  # 0..1
-COUNTS = frozenset({"rollout/trained", "tokens/trained"})  # y counts things: from 0, whole-number ticks
+ZERO_KEYS = (mk.ZERO_ACC_AFTER_RESCUE, mk.ZERO_ACC_AFTER_EXPLORE)
+EVAL_KEY = mk.EVAL_HEADLINE  # held-out Avg@k pooled over every benchmark (GET /compare/curves)
+FRACTIONS = frozenset({EVAL_KEY, mk.REWARD_MEAN, mk.REWARD_TRAINED_MEAN, mk.ZERO_ACC_AFTER_RESCUE, mk.ALL_CORRECT_RATIO,
+                       mk.ADV_ZERO_FRAC})  # 0..1
+COUNTS = frozenset({mk.ROLLOUTS_TRAINED, mk.TOKENS_TRAINED})  # y counts things: from 0, whole-number ticks
 HEADLINE_AXES = {"flops": ("training FLOPs", "cumulative training FLOPs (rollout + train)", "~s"),
                  "time": ("training time", "training wall time (s, evaluation excluded)", None)}  # axis -> (title, x title, ticks)
 
@@ -117,8 +118,8 @@ def zero_acc_section(body: Mapping[str, Any], axis: str) -> None:
     """Paper Fig. 9 per group: after-rescue mean and band, after-explore mean dotted."""
     st.subheader("Prompts with no correct answer (paper Fig. 9)")
     dashes = charts.dash_by_method([g["method"] for g in body["groups"]])
-    rows = [(b, band_of(g, "zero_acc/after_explore")) for g, d in zip(body["groups"], dashes)
-            if (b := band_of(g, "zero_acc/after_rescue", d)) is not None and any(v is not None for v in b.mean)]
+    rows = [(b, band_of(g, mk.ZERO_ACC_AFTER_EXPLORE)) for g, d in zip(body["groups"], dashes)
+            if (b := band_of(g, mk.ZERO_ACC_AFTER_RESCUE, d)) is not None and any(v is not None for v in b.mean)]
     if not rows:
         st.caption("No zero-accuracy ratios logged yet.")
         return
@@ -144,7 +145,7 @@ def tables_section(body: Mapping[str, Any]) -> None:
         st.info("No evaluations yet: each run evaluates its held-out benchmarks every `eval_every` steps and at the end. "
                 "The table fills in as results land.", icon=":material/table:")
         return
-    parts = [tables.group_benchmark_table(groups, body.get("significance") or {}, base, m) for m in ("avg_at_k", "pass_at_k")]
+    parts = [tables.group_benchmark_table(groups, body.get("significance") or {}, base, m) for m in mk.EVAL_METRICS]
     for i, part in enumerate(parts):
         widths = [2.0] + [1.0] * (len(part.columns) - 2) + [1.6]
         ui.plot(charts.table_figure(part.columns, part.rows, part.bold, col_widths=widths), key=f"group_bench_{i}")

@@ -12,8 +12,9 @@ from typing import Any
 import pandas as pd
 
 from dashboard.charts import method_color, method_label, pct, si, si_exponent
+import trainer.metric_keys as mk
 
-LATEST_KEYS: tuple[str, ...] = ("time/step_s", "reward/mean", "zero_acc/after_rescue")
+LATEST_KEYS: tuple[str, ...] = (mk.STEP_S, mk.REWARD_MEAN, mk.ZERO_ACC_AFTER_RESCUE)
 
 
 # ---------------------------------------------------------------- runs
@@ -48,12 +49,12 @@ def runs_frame(runs: Sequence[Mapping[str, Any]], latest: Mapping[int, Mapping[s
     rows = []
     for r in runs:
         last = latest.get(r["id"], {})
-        zero = last.get("zero_acc/after_rescue")
+        zero = last.get(mk.ZERO_ACC_AFTER_RESCUE)
         rows.append({
             "id": r["id"], "name": r["name"], "status": r["status"] + (" (cancelling)" if r.get("cancel_requested") and r["status"] == "running" else ""),
             "method": method_label(r["method"]), "progress": progress_svg(r.get("progress") or 0.0, method_color(r["method"])),
             "step": f"{r['current_step']}/{r['total_steps']}", "mean step time (s)": last.get(STEP_TIME_MEAN),
-            "reward": last.get("reward/mean"), "zero-acc ratio": None if zero is None else 100 * zero,
+            "reward": last.get(mk.REWARD_MEAN), "zero-acc ratio": None if zero is None else 100 * zero,
             "tags": ", ".join(r.get("tags") or []), "sweep": r.get("sweep_id"), "created": str(r.get("created_at", ""))[5:16].replace("T", " "),
             "message": last_line(r.get("error"))[:160],
             "open": f"./run?run={r['id']}",
@@ -104,7 +105,7 @@ def run_summary(payload: Mapping[str, Any]) -> dict[str, float | None]:
     :data:`STEP_TIME_MEAN` the mean seconds per step over its steps: methods are compared by
     what a step costs on average, and the last step alone (or the first, which warms caches)
     says little. On a long run the API's evenly spaced points stand in for every step."""
-    return {**last_values(payload), STEP_TIME_MEAN: mean_of((payload.get("series") or {}).get("time/step_s"))}
+    return {**last_values(payload), STEP_TIME_MEAN: mean_of((payload.get("series") or {}).get(mk.STEP_S))}
 
 
 def status_counts(runs: Sequence[Mapping[str, Any]]) -> dict[str, int]:
@@ -146,12 +147,12 @@ def x_values(payload: Mapping[str, Any], axis: str) -> list[float | None]:
     if axis == "step":
         return steps
     if axis == "time":
-        elapsed = series.get("time/elapsed_s")
+        elapsed = series.get(mk.ELAPSED_S)
         if elapsed and any(v is not None for v in elapsed):
             return list(elapsed)
-        return cumulative(steps, series.get("time/step_s") or [None] * len(steps))
+        return cumulative(steps, series.get(mk.STEP_S) or [None] * len(steps))
     if axis == "flops":
-        return cumulative(steps, series.get("flops/total") or [None] * len(steps))
+        return cumulative(steps, series.get(mk.FLOPS_TOTAL) or [None] * len(steps))
     raise ValueError(f"unknown x axis {axis!r}")
 
 
@@ -182,7 +183,7 @@ def latest_evals(evals: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, A
 
 def bench_order(names: Sequence[str]) -> list[str]:
     """Benchmarks sorted by name, with the pooled 'overall' last."""
-    return sorted((n for n in set(names) if n != "overall")) + (["overall"] if "overall" in names else [])
+    return sorted((n for n in set(names) if n != mk.OVERALL)) + ([mk.OVERALL] if mk.OVERALL in names else [])
 
 
 def eval_frame(evals: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
@@ -283,7 +284,7 @@ def benchmark_table(entries: Sequence[Mapping[str, Any]], baseline_id: int) -> B
             text = "–" if v is None else shown.get(metric, _acc_text)(v)
             ci_key = "avg_ci" if metric == "avg_at_k" else "pass_ci"
             ci = (e["evals"].get(bench) or {}).get(ci_key) if bench else None
-            if v is not None and (not bench or bench == "overall") and r is not None:
+            if v is not None and (not bench or bench == mk.OVERALL) and r is not None:
                 text += f" ({r:.2f}×)"
             if ci and ci_text(ci):
                 text += f"<br>{ci_text(ci, 2)}"  # 2 decimals: many benchmarks share the width
@@ -375,10 +376,10 @@ _pct = pct  # the one percentage format (charts.pct)
 
 # (column, section, key, higher is better, Stat -> text); section "mean" = per-step means, "evals" = overall evals
 SUMMARY_COLUMNS: tuple[tuple[str, str, str, bool, Any], ...] = (
-    ("time / step", "mean", "time/step_s", False, lambda st: si_stat_text(st, "s")),
-    ("FLOPs / step", "mean", "flops/total", False, lambda st: si_stat_text(st, "FLOP")),
-    ("trained rollouts / step", "mean", "rollout/trained", False, si_stat_text),
-    ("zero-acc after rescue", "mean", "zero_acc/after_rescue", False, lambda st: stat_text(st, _pct)),
+    ("time / step", "mean", mk.STEP_S, False, lambda st: si_stat_text(st, "s")),
+    ("FLOPs / step", "mean", mk.FLOPS_TOTAL, False, lambda st: si_stat_text(st, "FLOP")),
+    ("trained rollouts / step", "mean", mk.ROLLOUTS_TRAINED, False, si_stat_text),
+    ("zero-acc after rescue", "mean", mk.ZERO_ACC_AFTER_RESCUE, False, lambda st: stat_text(st, _pct)),
     ("Avg@k total", "evals", "avg_at_k", True, stat_text),
     ("Pass@k total", "evals", "pass_at_k", True, stat_text),
 )
@@ -394,7 +395,7 @@ def _group_stat(g: Mapping[str, Any], section: str, key: str) -> tuple[Mapping |
     """(Stat, RatioStat) of one summary cell."""
     ratios = g.get("ratios") or {}
     if section == "evals":
-        return (g.get("evals") or {}).get("overall", {}).get(key), ((ratios.get("evals") or {}).get("overall") or {}).get(key)
+        return (g.get("evals") or {}).get(mk.OVERALL, {}).get(key), ((ratios.get("evals") or {}).get(mk.OVERALL) or {}).get(key)
     return (g.get("mean") or {}).get(key), (ratios.get("mean") or {}).get(key)
 
 
@@ -414,7 +415,7 @@ def group_summary_table(groups: Sequence[Mapping[str, Any]], baseline_key: str) 
     0.56]': geometric mean and CI of the per-seed-pair ratios), and how many seed pairs those ratios
     use. Best mean of each column in bold (lowest cost and zero-accuracy, highest accuracy)."""
     k = group_k(groups)
-    has_evals = any((g.get("evals") or {}).get("overall") for g in groups)
+    has_evals = any((g.get("evals") or {}).get(mk.OVERALL) for g in groups)
     cols = [c for c in SUMMARY_COLUMNS if c[1] == "mean" or has_evals]
     columns = ["group", "seeds"] + [c[0].replace("@k", f"@{k}") if k else c[0] for c in cols] + ["seed pairs"]
     cells = [[_group_stat(g, sec, key) for _, sec, key, _, _ in cols] for g in groups]
@@ -456,9 +457,9 @@ def group_benchmark_table(groups: Sequence[Mapping[str, Any]], significance: Map
     problem), e.g. '0.480 (p=0.012)'; the baseline shows '—' there. Best of each column bold."""
     k = group_k(groups)
     name = ("Avg" if metric == "avg_at_k" else "Pass") + f"@{k or 'k'}"
-    benches = [b for b in bench_order([b for g in groups for b in g.get("evals") or {}]) if b != "overall"]
-    has_total = any("overall" in (g.get("evals") or {}) for g in groups)
-    keys = benches + (["overall"] if has_total else [])
+    benches = [b for b in bench_order([b for g in groups for b in g.get("evals") or {}]) if b != mk.OVERALL]
+    has_total = any(mk.OVERALL in (g.get("evals") or {}) for g in groups)
+    keys = benches + ([mk.OVERALL] if has_total else [])
     columns = ["group"] + [f"{name} {b}" for b in benches] + ([f"{name} Total (P-value)"] if has_total else [])
     stats = [[((g.get("evals") or {}).get(b) or {}).get(metric) or {} for b in keys] for g in groups]
     best = [_best([row[j].get("mean") for row in stats], True, _acc_text) for j in range(len(keys))]
@@ -472,8 +473,8 @@ def group_benchmark_table(groups: Sequence[Mapping[str, Any]], significance: Map
             mean = stat.get("mean")
             text = "–" if mean is None else _acc_text(mean)
             rec[f"{metric}:{b}"], rec[f"{metric}:{b}:lo"], rec[f"{metric}:{b}:hi"] = mean, stat.get("lo"), stat.get("hi")
-            if b == "overall":
-                test = None if is_base else _significance(significance, "overall", g["key"], metric)
+            if b == mk.OVERALL:
+                test = None if is_base else _significance(significance, mk.OVERALL, g["key"], metric)
                 if is_base:
                     text += " (—)"
                 elif test is not None:

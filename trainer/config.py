@@ -16,13 +16,16 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 from pydantic.json_schema import SkipJsonSchema
 
+from trainer.methods.spec import get_method, method_names, specs
 from trainer.safetext import no_control_chars  # noqa: F401  (also backend.schemas's, via this module)
 
 if TYPE_CHECKING:
     from trainer.policy import RunPolicy
 
-Method = Literal["grpo", "dapo", "aero", "aero-s1", "aero-s1s2"]
-METHODS: tuple[str, ...] = ("grpo", "dapo", "aero", "aero-s1", "aero-s1s2")
+# The registered methods (trainer/methods/): the schema's enum and pydantic's literal_error
+# message name exactly these.
+METHODS: tuple[str, ...] = method_names()
+Method = Literal[METHODS]  # type: ignore[valid-type]
 LossAgg = Literal["seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm"]
 
 
@@ -65,7 +68,8 @@ class AEROConfig(_Strict):
     k_max: int = Field(10, ge=0, description="Maximum rescue rounds K_max (paper: 10 math, 3 code).")
     tau: float = Field(0.5, gt=0.0, le=1.0, description="Success-rate threshold between low- and high-success strata (paper: 0.5).")
     S: int = Field(0, ge=0, description="Rescue threshold on correct count: prompts with c <= S are rescued (paper: 0).")
-    k: float = Field(1.0, allow_inf_nan=False, le=1e6, description="Negatives kept per positive in low-success groups, m = min(k*c, #incorrect) (paper: 1; Thm 4.1 optimum).")
+    k: float = Field(1.0, allow_inf_nan=False, le=1e6, description="Negatives kept per positive in low-success groups, "
+                     "m = min(k*c, #incorrect) (paper: 1; Thm 4.1 optimum).")
     alpha0: float = Field(1.0, description="Beta prior alpha for the Bayesian baseline (paper: 1).")
     beta0: float = Field(1.0, description="Beta prior beta for the Bayesian baseline (paper: 1).")
     zero_variance_keep: int = Field(4, ge=1, description="Rollouts kept from a zero-variance group under S2 (paper §4.4: 4).")
@@ -92,6 +96,47 @@ class AEROConfig(_Strict):
         "speculatively in one batched call and replays them in generation order, so the curated groups equal "
         "sequential rounds on the same samples; rollouts after a prompt's rescue are generated but not trained.",
     )
+
+
+class AEROMemConfig(_Strict):
+    """aero-mem: AERO with a per-prompt Beta posterior carried across epochs (beyond the paper;
+    docs/algorithms.md §7). Needs stable prompt ids: the math and code tasks, or the arithmetic
+    task with ``train_size``. Exploration savings are not spent: a step never generates more
+    than AERO's n_total * P."""
+
+    gamma: float = Field(0.98, ge=0.0, le=1.0, description="Forgetting per training step since a prompt was last "
+                         "seen, applied to its evidence (alpha - alpha0, beta - beta0): 1 = never forget, 0 = AERO's "
+                         "from-scratch view. The prior is aero.alpha0 / aero.beta0.")
+    adapt_explore: bool = Field(True, description="(a) Explore confidently solved prompts with n_explore_min rollouts "
+                                "instead of aero.n_explore.")
+    n_explore_min: int = Field(4, ge=1, description="(a) The floor: rollouts for a confidently solved prompt, so a "
+                               "regression is still seen (capped at aero.n_explore).")
+    solved_tau: float = Field(0.75, gt=0.0, lt=1.0, description="(a) A prompt is confidently solved when "
+                              "P(p > solved_tau) > solved_conf under its posterior.")
+    solved_conf: float = Field(0.8, gt=0.0, lt=1.0, description="(a) Confidence for 'solved' (see solved_tau).")
+    preallocate: bool = Field(True, description="(b) Reserve rescue rollouts for known-hard prompts and generate them "
+                              "with the exploration, so their rescue does not start from zero.")
+    hard_mean: float = Field(0.15, gt=0.0, lt=1.0, description="(b) Known hard: a seen prompt whose posterior mean is "
+                             "below this (Beta(1, 1) after 0/8: 0.1).")
+    reserve: int = Field(4, ge=1, description="(b) Rescue rollouts reserved per known-hard prompt, charged to AERO's "
+                         "rescue budget (n_total - n_explore) * P; capped at aero.n_max.")
+    skip: bool = Field(False, description="(c) Skip prompts confidently all-correct (no rollouts this step), each "
+                       "revisited with probability 'revisit'.")
+    skip_tau: float = Field(0.9, gt=0.0, lt=1.0, description="(c) Skip when P(p > skip_tau) > skip_conf.")
+    skip_conf: float = Field(0.9, gt=0.0, lt=1.0, description="(c) Confidence for skipping (see skip_tau).")
+    revisit: float = Field(0.2, ge=0.0, le=1.0, description="(c) Probability that a skippable prompt is sampled "
+                           "anyway (seeded by run seed, step and prompt id).")
+    give_up: bool = Field(False, description="(d) No rescue rounds for prompts confidently hopeless (still explored), "
+                          "each rescued anyway with probability hope_revisit; their rescue share is not spent.")
+    hope_tau: float = Field(0.05, gt=0.0, lt=1.0, description="(d) Hopeless when P(p > hope_tau) < 1 - hope_conf "
+                            "under the prompt's posterior (Beta(1, 1) after 0/32: 0.18 at 0.05).")
+    hope_conf: float = Field(0.8, gt=0.0, lt=1.0, description="(d) Confidence for 'hopeless' (see hope_tau).")
+    hope_visits: int = Field(2, ge=1, description="(d) Give up only after the prompt was sampled in at least this "
+                             "many steps (observed epochs), so one failed rescue is not enough.")
+    hope_revisit: float = Field(0.1, ge=0.0, le=1.0, description="(d) Probability that a hopeless prompt is rescued "
+                                "anyway (seeded by run seed, step and prompt id, independent of (c)'s draws).")
+    give_up_floor: bool = Field(False, description="(d) Explore given-up prompts with n_explore_min rollouts instead "
+                                "of their usual exploration size.")
 
 
 class DAPOConfig(_Strict):
@@ -174,7 +219,7 @@ class RunConfig(_Strict):
     """One training run. Stored with the run as JSON (``model_dump(mode='json')``)."""
 
     name: Annotated[str, AfterValidator(no_control_chars)] | None = Field(None, max_length=200)
-    method: Method = Field("aero", description="grpo | dapo | aero | aero-s1 (S1 only) | aero-s1s2 (S1+S2).")
+    method: Method = Field("aero", description=" | ".join(f"{s.name} ({s.description})" for s in specs()) + ".")
     engine: Literal["embedded", "verl"] = "embedded"
     preset: Literal["tiny"] | None = Field("tiny", description="Embedded preset: the shipped ~1M-parameter policy on the synthetic arithmetic task.")
     model_path: str | None = Field(None, description="Local Hugging Face model directory (used instead of a preset).")
@@ -204,10 +249,14 @@ class RunConfig(_Strict):
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     max_new_tokens: int = Field(12, ge=1, description="Response length cap (paper: 1536; tiny preset: 12).")
     max_prompt_tokens: int = Field(32, ge=1, description="Prompt length cap (paper: 1024; tiny preset: 32).")
+    train_size: int | None = Field(None, ge=1, le=10_000_000, description="Arithmetic task: train on a finite set of "
+                                   "N problems drawn in epochs (seeded permutations), with stable prompt ids; null = "
+                                   "the infinite seeded stream. Math and code use their file.")
     clip_eps: float = Field(0.2, gt=0.0, lt=1.0, description="PPO clip range for GRPO/AERO (paper: 0.2).")
     entropy_coef: float = Field(1e-3, ge=0.0, description="Entropy bonus coefficient (paper: 1e-3).")
     kl_coef: float = Field(0.0, ge=0.0, description="k3 KL penalty to the initial policy (0 = off, no reference forward).")
-    loss_agg: LossAgg | None = Field(None, description="Loss aggregation; default: seq-mean-token-mean (GRPO/AERO), token-mean (DAPO).")
+    loss_agg: LossAgg | None = Field(None, description="Loss aggregation; default: the method's (seq-mean-token-mean "
+                                       "for GRPO/AERO, token-mean for DAPO, seq-mean-token-sum-norm for Dr.GRPO).")
     adv_estimator: Literal["grpo", "drgrpo"] = Field("grpo", description="grpo: (r-mean)/(std+eps); drgrpo: r-mean (Dr.GRPO).")
     std_unbiased: bool = Field(True, description="Group std with Bessel's correction (as verl/torch.std).")
     ppo_epochs: int = Field(1, ge=1, le=16, description="Passes over each step's batch (paper: 1).")
@@ -227,24 +276,22 @@ class RunConfig(_Strict):
                                                              "updates (lr 5e-6) are not rounded away; on CPU it stores the weights in bf16.")
     verifier_timeout_s: float = Field(5.0, gt=0.0, le=600.0)
     aero: AEROConfig = Field(default_factory=AEROConfig)
+    aero_mem: AEROMemConfig = Field(default_factory=AEROMemConfig)
     dapo: DAPOConfig = Field(default_factory=DAPOConfig)
     optim: OptimConfig = Field(default_factory=OptimConfig)
     code: CodeConfig = Field(default_factory=CodeConfig)
 
     @property
     def effective_loss_agg(self) -> str:
+        """``loss_agg`` when set, else the method's default (trainer/methods/)."""
         if self.loss_agg is not None:
             return self.loss_agg
-        return "token-mean" if self.method == "dapo" else "seq-mean-token-mean"
+        return get_method(self.method).loss_agg
 
     @property
     def strategies(self) -> tuple[bool, bool, bool]:
-        """Which AERO strategies (S1 rescue, S2 Bayesian, S3 rejection sampling) are on."""
-        return {
-            "aero": (True, True, True),
-            "aero-s1s2": (True, True, False),
-            "aero-s1": (True, False, False),
-        }.get(self.method, (False, False, False))
+        """Which AERO strategies (S1 rescue, S2 Bayesian, S3 rejection sampling) are on (the method's spec)."""
+        return get_method(self.method).strategies
 
 
 class ConfigError(ValueError):
@@ -290,8 +337,40 @@ def cross_field_issues(cfg: RunConfig) -> list[tuple[str, str]]:
     for name, path in cfg.benchmarks.items():
         if not name.strip() or not str(path).strip():
             issues.append(("benchmarks", f"each benchmark needs a name and a local file path; got {name!r}: {path!r}"))
-    if cfg.engine == "verl" and cfg.preset is not None:
+    if cfg.engine == "verl":
+        issues += verl_issues(cfg)
+    issues += method_issues(cfg)
+    if cfg.train_size is not None and cfg.task != "arithmetic":
+        issues.append(("train_size", f"a finite training set is an arithmetic-task option; the {cfg.task} task "
+                       "trains on its file"))
+    return issues
+
+
+def method_issues(cfg: RunConfig) -> list[tuple[str, str]]:
+    """What the method's spec asks of the run (trainer/methods/spec.py): an engine that can run
+    it, and stable prompt ids (on the arithmetic task, a finite ``train_size``), so a run that
+    would fail at its first step is refused before any compute."""
+    spec, issues = get_method(cfg.method), []
+    if cfg.engine not in spec.engines:
+        issues.append(("engine", f"method {cfg.method} runs on the {' or '.join(spec.engines)} engine; got {cfg.engine}"))
+    if spec.needs_prompt_ids and cfg.task == "arithmetic" and cfg.train_size is None:
+        issues.append(("train_size", f"method {cfg.method} keys its memory by prompt id: set train_size (a finite "
+                       "arithmetic training set drawn in epochs)"))
+    return issues
+
+
+def verl_issues(cfg: RunConfig) -> list[tuple[str, str]]:
+    """The verl engine's own rules, checked here so the API refuses them at submit instead of
+    the GPU worker failing later. Whether ``model_path`` holds a model is the worker's check
+    (trainer/verl/runner.py): the API never says whether a path exists."""
+    issues = []
+    if cfg.preset is not None:
         issues.append(("engine", "the verl engine needs model_path (a real model), not a preset"))
+    if cfg.task != "math":
+        issues.append(("task", "the verl engine trains the math task (a local HF model + math data)"))
+    if cfg.mini_batches <= cfg.batch_prompts and cfg.batch_prompts % cfg.mini_batches:
+        issues.append(("mini_batches", f"batch_prompts ({cfg.batch_prompts}) must be a multiple of mini_batches "
+                       f"on verl; got {cfg.mini_batches}"))
     return issues
 
 

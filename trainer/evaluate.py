@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from trainer.core.aero import is_correct
 from trainer.core.passk import avg_at_k, bootstrap_ci, pass_at_k
 from trainer.rollout.base import RolloutEngine, SamplingParams
 from trainer.tasks.base import Task
@@ -46,7 +47,7 @@ def evaluate(engine: RolloutEngine, task: Task, sampling: SamplingParams, n: int
              seed: int, timeout_s: float) -> dict[str, dict[str, Any]]:
     """Sample n responses per benchmark problem and score them. Uses its own generator so an
     eval never moves the training RNG (exact resume). Adds an 'overall' row (all problems pooled)."""
-    gen = torch.Generator(device=getattr(engine, "device", "cpu")).manual_seed(seed)
+    gen = torch.Generator(device=engine.device).manual_seed(seed)
     results, pooled = {}, []
     for name, problems in task.benchmarks().items():
         problems = problems[:max_problems]
@@ -54,8 +55,8 @@ def evaluate(engine: RolloutEngine, task: Task, sampling: SamplingParams, n: int
         rewards, _ = score_batch(task, [task.tokenizer.decode(r.response_ids) for r in rollouts],
                                  [problems[r.prompt_index] for r in rollouts], timeout_s)
         correct = np.zeros(len(problems), dtype=int)
-        for r, rew in zip(rollouts, rewards):
-            correct[r.prompt_index] += int(rew > 0.5)
+        for r, ok in zip(rollouts, is_correct(rewards)):
+            correct[r.prompt_index] += int(ok)
         per_problem = [(n, int(c)) for c in correct]
         results[name] = summarize(per_problem, n, seed)
         pooled += per_problem

@@ -17,37 +17,29 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from backend.db.metrics import latest_evals
-from backend.db.models import Run, StepMetric
+from backend.db.metrics import latest_evals, series_aggregates
+from backend.db.models import Run
 from backend.services.reach import compare_reach
 from backend.services.waterfall import LADDER, waterfalls
+import trainer.metric_keys as mk
 
 ADDITIVE_KEYS: tuple[str, ...] = (
-    "time/step_s", "time/rollout_s", "time/reward_s", "time/train_s",
-    "flops/rollout", "flops/train", "flops/total",
-    "rollout/generated", "rollout/trained", "tokens/generated", "tokens/trained",
+    mk.STEP_S, mk.ROLLOUT_S, mk.REWARD_S, mk.TRAIN_S,
+    mk.FLOPS_ROLLOUT, mk.FLOPS_TRAIN, mk.FLOPS_TOTAL,
+    mk.ROLLOUTS_GENERATED, mk.ROLLOUTS_TRAINED, mk.TOKENS_GENERATED, mk.TOKENS_TRAINED,
 )
-RATIO_KEYS: tuple[str, ...] = ("zero_acc/after_explore", "zero_acc/after_rescue", "all_correct/ratio", "reward/mean")
-SAVINGS_KEYS: tuple[str, ...] = tuple(
-    f"savings/{s}_{u}" for s in ("s1", "s2", "s3") for u in ("rollouts", "tokens", "flops", "s")
-) + ("savings/grpo_rollouts", "savings/grpo_tokens")
+RATIO_KEYS: tuple[str, ...] = (mk.ZERO_ACC_AFTER_EXPLORE, mk.ZERO_ACC_AFTER_RESCUE, mk.ALL_CORRECT_RATIO, mk.REWARD_MEAN)
+SAVINGS_KEYS: tuple[str, ...] = mk.SAVINGS_KEYS + (mk.SAVINGS_GRPO_ROLLOUTS, mk.SAVINGS_GRPO_TOKENS)
 COMPARE_KEYS: tuple[str, ...] = ADDITIVE_KEYS + RATIO_KEYS
 
 
 def metric_aggregates(session: Session, run_id: int, keys: Sequence[str] = COMPARE_KEYS + SAVINGS_KEYS) -> dict[str, Any]:
-    """{"steps": n, "mean": {key: mean}, "total": {key: sum}} over one run's steps, computed in
-    SQL (JSON field extraction works on SQLite and PostgreSQL). Missing keys give None."""
-    cols = []
-    for k in keys:
-        v = StepMetric.metrics[k].as_float()
-        cols += [func.avg(v), func.sum(v)]
-    row = session.execute(select(func.count(), *cols).where(StepMetric.run_id == run_id)).one()
-    mean = {k: None if row[1 + 2 * i] is None else float(row[1 + 2 * i]) for i, k in enumerate(keys)}
-    total = {k: None if row[2 + 2 * i] is None else float(row[2 + 2 * i]) for i, k in enumerate(keys)}
-    return {"steps": int(row[0]), "mean": mean, "total": total}
+    """{"steps": n, "mean": {key: mean}, "total": {key: sum}} over one run's steps (from the
+    columnar copy of the step metrics). Missing keys give None."""
+    return series_aggregates(session, run_id, keys)
 
 
 def run_stats(session: Session, run: Run) -> dict[str, Any]:
@@ -79,7 +71,7 @@ def ratios_against(stats: Mapping[str, Any], base: Mapping[str, Any]) -> dict[st
     evals = {}
     for bench, ev in stats["evals"].items():
         b = base["evals"].get(bench, {})
-        evals[bench] = {m: ratio(ev.get(m), b.get(m)) for m in ("avg_at_k", "pass_at_k")}
+        evals[bench] = {m: ratio(ev.get(m), b.get(m)) for m in mk.EVAL_METRICS}
     return {
         "steps": ratio(stats["steps"], base["steps"]),
         "mean": {k: ratio(v, base["mean"].get(k)) for k, v in stats["mean"].items()},

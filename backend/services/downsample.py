@@ -36,7 +36,3 @@ def downsample_indices(n: int, every: int = 1, max_points: int | None = None) ->
     kept = idx[0 : m - 1 : stride]
     return kept + [idx[-1]]
 
-
-def take(values: list, indices: list[int]) -> list:
-    """``[values[i] for i in indices]`` (kept separate so callers read as one line)."""
-    return [values[i] for i in indices]

@@ -22,9 +22,10 @@ from backend.db.models import Run
 from backend.services.compare import ADDITIVE_KEYS, COMPARE_KEYS, metric_aggregates
 from backend.services.groups import Group, seed_pairs
 from backend.services.reach import compare_groups_reach
+import trainer.metric_keys as mk
 from trainer.core.stats import mean_ci, paired_diff_ci, paired_permutation_test, paired_ratios, problem_scores
 
-EVAL_METRICS = ("avg_at_k", "pass_at_k")
+EVAL_METRICS = mk.EVAL_METRICS
 TEST_NAME = "paired sign-flip permutation over problems"
 
 
@@ -137,9 +138,9 @@ def paired_scores(a_ids: Sequence[int], b_ids: Sequence[int], evals: Mapping[int
     if not a_ids or not b_ids:
         return [], []
     parts = [bench]
-    if bench == "overall":
-        shared = set.intersection(*({b for b, e in evals[i].items() if b != "overall" and e.per_problem} for i in ids))
-        parts = sorted(shared) or ["overall"]
+    if bench == mk.OVERALL:
+        shared = set.intersection(*({b for b, e in evals[i].items() if b != mk.OVERALL and e.per_problem} for i in ids))
+        parts = sorted(shared) or [mk.OVERALL]
     vecs: dict[int, list[np.ndarray]] = {i: [] for i in ids}
     for part in parts:
         p = min(len(evals[i][part].per_problem) for i in ids)

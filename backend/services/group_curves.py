@@ -22,13 +22,14 @@ from sqlalchemy.orm import Session
 
 from backend.db.metrics import MetricColumns, eval_values, read_step_metrics
 from backend.services.groups import Group
+import trainer.metric_keys as mk
 from trainer.core.reach import smoothed
 from trainer.core.stats import grid_for, interpolated_band
 
 XAxis = Literal["step", "flops", "time"]
-X_KEYS = ("flops/total", "time/elapsed_s", "time/step_s")
-EVAL_PREFIX = "eval/"
-EVAL_METRICS = ("avg_at_k", "pass_at_k")
+X_KEYS = (mk.FLOPS_TOTAL, mk.ELAPSED_S, mk.STEP_S)
+EVAL_PREFIX = mk.EVAL_PREFIX
+EVAL_METRICS = mk.EVAL_METRICS
 
 
 def running_sum(values: Sequence[float | None]) -> list[float | None]:
@@ -44,11 +45,11 @@ def x_of(cols: MetricColumns, x: XAxis) -> list[float | None]:
     if x == "step":
         return [float(s) for s in cols.steps]
     if x == "flops":
-        return running_sum(cols.series["flops/total"])
-    elapsed = cols.series["time/elapsed_s"]
+        return running_sum(cols.series[mk.FLOPS_TOTAL])
+    elapsed = cols.series[mk.ELAPSED_S]
     if any(v is not None for v in elapsed):
         return [None if v is None else float(v) for v in elapsed]
-    return running_sum(cols.series["time/step_s"])
+    return running_sum(cols.series[mk.STEP_S])
 
 
 def axis_at_steps(cols: MetricColumns, x: XAxis) -> dict[int, float]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from backend.db.models import Run
+from trainer.dotted import flatten
 
 NOT_GROUPED = ("seed", "name")  # config fields a seed group may differ in
 MAX_LABEL_FIELDS = 3
@@ -45,18 +46,6 @@ class Group:
     @property
     def seeds(self) -> list[int | None]:
         return [r.config.get("seed") for r in self.runs]
-
-
-def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{"aero": {"n_explore": 8}} -> {"aero.n_explore": 8} (lists and scalars are leaves)."""
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        path = f"{prefix}{k}"
-        if isinstance(v, Mapping) and v:
-            out.update(flatten(v, path + "."))
-        else:
-            out[path] = v
-    return out
 
 
 def seedless(config: Mapping[str, Any]) -> dict[str, Any]:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from trainer.dotted import flatten, merge, nest
 
 MAX_RUNS_PER_SWEEP = 512
 
@@ -18,32 +19,10 @@ class GridPoint:
     config: dict[str, Any]
 
 
-def set_path(d: dict[str, Any], dotted: str, value: Any) -> None:
-    """d["a"]["b"] = value for dotted "a.b" (creating dicts on the way)."""
-    *parents, leaf = dotted.split(".")
-    for p in parents:
-        nxt = d.get(p)
-        if not isinstance(nxt, dict):
-            nxt = d[p] = {}
-        d = nxt
-    d[leaf] = value
-
-
 def apply_override(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of ``base`` with ``override`` applied. Keys may be dotted (``"aero.n_explore": 4``)
     or nested dicts (``{"aero": {"n_explore": 4}}``, merged into the base's section)."""
-    out = copy.deepcopy(dict(base))
-
-    def merge(prefix: str, ov: Mapping[str, Any]) -> None:
-        for k, v in ov.items():
-            path = f"{prefix}.{k}" if prefix else str(k)
-            if isinstance(v, Mapping):
-                merge(path, v)  # an empty mapping changes nothing
-            else:
-                set_path(out, path, copy.deepcopy(v))
-
-    merge("", override)
-    return out
+    return merge(base, nest(flatten(override)))
 
 
 def expand_grid(base: Mapping[str, Any], methods: Sequence[str], seeds: Sequence[int], overrides: Sequence[Mapping[str, Any]]) -> list[GridPoint]:

@@ -10,6 +10,7 @@ counterfactual, and labelled which), zero-accuracy curves (Fig. 9) and a benchma
 import streamlit as st
 
 from dashboard import charts, group_view, tables, ui
+import trainer.metric_keys as mk
 
 st.title("Compare")
 
@@ -17,21 +18,21 @@ MAX_RUNS = 50  # the API's limit per /compare call
 MAX_POINTS = 400  # per curve, decimated by the API
 CURVES: dict[str, tuple[str, str | None]] = {  # key -> (y axis title with unit, tick format); the first is the default
     group_view.EVAL_KEY: ("held-out Avg@k, all benchmarks pooled (0–1)", None),
-    "reward/mean": ("mean reward of generated rollouts (0–1)", None),
-    "reward/trained_mean": ("mean reward of trained rollouts (0–1)", None),
-    "zero_acc/after_rescue": ("zero-accuracy ratio after rescue", ".0%"),
-    "all_correct/ratio": ("all-correct ratio", ".0%"),
-    "rollout/trained": ("trained rollouts per step", None),
-    "tokens/trained": ("trained tokens per step", "~s"),
-    "time/step_s": ("seconds per step", None),
-    "time/train_s": ("training seconds per step", None),
-    "flops/total": ("FLOPs per step", "~s"),
-    "adv/abs_mean": ("mean |advantage|", None),
-    "adv/zero_frac": ("zero-advantage fraction of trained rollouts", ".0%"),
-    "train/entropy": ("entropy (nats/token)", None),
-    "train/grad_norm": ("gradient norm (before clipping)", None),
+    mk.REWARD_MEAN: ("mean reward of generated rollouts (0–1)", None),
+    mk.REWARD_TRAINED_MEAN: ("mean reward of trained rollouts (0–1)", None),
+    mk.ZERO_ACC_AFTER_RESCUE: ("zero-accuracy ratio after rescue", ".0%"),
+    mk.ALL_CORRECT_RATIO: ("all-correct ratio", ".0%"),
+    mk.ROLLOUTS_TRAINED: ("trained rollouts per step", None),
+    mk.TOKENS_TRAINED: ("trained tokens per step", "~s"),
+    mk.STEP_S: ("seconds per step", None),
+    mk.TRAIN_S: ("training seconds per step", None),
+    mk.FLOPS_TOTAL: ("FLOPs per step", "~s"),
+    mk.ADV_ABS_MEAN: ("mean |advantage|", None),
+    mk.ADV_ZERO_FRAC: ("zero-advantage fraction of trained rollouts", ".0%"),
+    mk.TRAIN_ENTROPY: ("entropy (nats/token)", None),
+    mk.TRAIN_GRAD_NORM: ("gradient norm (before clipping)", None),
 }
-BASE_KEYS = ("flops/total", "time/step_s", "time/elapsed_s", "zero_acc/after_explore", "zero_acc/after_rescue")
+BASE_KEYS = (mk.FLOPS_TOTAL, mk.STEP_S, mk.ELAPSED_S, mk.ZERO_ACC_AFTER_EXPLORE, mk.ZERO_ACC_AFTER_RESCUE)
 
 
 def choose_runs() -> list[dict]:
@@ -99,7 +100,7 @@ def eval_bands(runs: list[dict], axis: str, smooth: int, versions: tuple) -> lis
 
 def eval_k(cmp: dict) -> int | None:
     """The k of the compared runs' pooled evaluations when they share one."""
-    ks = {(s.get("evals") or {}).get("overall", {}).get("k") for s in cmp["runs"]} - {None}
+    ks = {(s.get("evals") or {}).get(mk.OVERALL, {}).get("k") for s in cmp["runs"]} - {None}
     return ks.pop() if len(ks) == 1 else None
 
 
@@ -145,7 +146,7 @@ def measured_grpo(cmp: dict, unit: str) -> tuple[float, str] | None:
     """(mean per step, label) of the first compared GRPO run in a counterfactual waterfall's unit
     (training seconds or training FLOPs), to draw beside the counterfactual GRPO bar; None when
     no GRPO run is compared or the unit has no measured counterpart."""
-    key = {"seconds": "time/train_s", "flops": "flops/train"}.get(unit)
+    key = {"seconds": mk.TRAIN_S, "flops": mk.FLOPS_TRAIN}.get(unit)
     grpo = next((r for r in cmp["runs"] if r.get("method") == "grpo" and (r.get("mean") or {}).get(key) is not None), None)
     if key is None or grpo is None:
         return None
@@ -206,9 +207,9 @@ def zero_acc_section(runs: list[dict], data: dict[int, dict], axis: str) -> None
     rows = []
     for r in runs:
         s = data[r["id"]]["series"]
-        if s.get("zero_acc/after_rescue"):
+        if s.get(mk.ZERO_ACC_AFTER_RESCUE):
             rows.append((run_name(r), r["method"], tables.x_values(data[r["id"]], axis),
-                         s.get("zero_acc/after_explore") or [], s["zero_acc/after_rescue"]))
+                         s.get(mk.ZERO_ACC_AFTER_EXPLORE) or [], s[mk.ZERO_ACC_AFTER_RESCUE]))
     if not rows:
         st.caption("No zero-accuracy ratios logged yet.")
         return
@@ -223,7 +224,7 @@ def table_section(runs: list[dict], cmp: dict) -> None:
     for r in runs:
         st_ = stats.get(r["id"], {"mean": {}})
         entries.append({"run_id": r["id"], "label": run_name(r), "method": r["method"],
-                        "time_s": st_["mean"].get("time/step_s"), "flops": st_["mean"].get("flops/total"),
+                        "time_s": st_["mean"].get(mk.STEP_S), "flops": st_["mean"].get(mk.FLOPS_TOTAL),
                         "evals": tables.latest_evals(ui.evals(url, token, r["id"], ui.version(r)))})
     if not any(e["evals"] for e in entries):
         st.info("No evaluations yet: each run evaluates its held-out benchmarks every `eval_every` steps and at the end. "

@@ -6,14 +6,15 @@ import streamlit as st
 
 from dashboard import charts, tables, ui
 from dashboard.client import ApiError
+import trainer.metric_keys as mk
 
 st.title("Run detail")
 
 KEYS = (
-    "reward/mean", "reward/trained_mean", "zero_acc/after_explore", "zero_acc/after_rescue",
-    "strata/rescue", "strata/low", "strata/high", "rollout/generated", "rollout/trained",
-    "time/step_s", "time/rollout_s", "time/reward_s", "time/train_s", "time/elapsed_s",
-    "flops/rollout", "flops/train", "flops/total", "train/grad_norm", "train/entropy", "train/kl",
+    mk.REWARD_MEAN, mk.REWARD_TRAINED_MEAN, mk.ZERO_ACC_AFTER_EXPLORE, mk.ZERO_ACC_AFTER_RESCUE,
+    mk.STRATA_RESCUE, mk.STRATA_LOW, mk.STRATA_HIGH, mk.ROLLOUTS_GENERATED, mk.ROLLOUTS_TRAINED,
+    mk.STEP_S, mk.ROLLOUT_S, mk.REWARD_S, mk.TRAIN_S, mk.ELAPSED_S,
+    mk.FLOPS_ROLLOUT, mk.FLOPS_TRAIN, mk.FLOPS_TOTAL, mk.TRAIN_GRAD_NORM, mk.TRAIN_ENTROPY, mk.TRAIN_KL,
 )
 MAX_POINTS = 600  # per curve; the API decimates (the last step is always kept)
 REFRESH_S = 2
@@ -71,11 +72,11 @@ def progress(run: dict, summary: dict) -> None:
     c1, c2, c3, c4 = st.columns(4)
     c1.metric("Step", f"{run['current_step']} / {run['total_steps']}")
     c2.metric("Status", run["status"])
-    reward = summary.get("reward/mean")
+    reward = summary.get(mk.REWARD_MEAN)
     c3.metric("Reward (last step)", "–" if reward is None else f"{reward:.3f}",
               help="Mean reward of this step's generated rollouts (`reward/mean`): a training signal, not held-out accuracy. "
                    "For AERO they include rescue rounds on prompts with no correct answer, so it runs lower by construction.")
-    mean_s, last_s = summary.get(tables.STEP_TIME_MEAN), summary.get("time/step_s")
+    mean_s, last_s = summary.get(tables.STEP_TIME_MEAN), summary.get(mk.STEP_S)
     c4.metric("Mean step time", "–" if mean_s is None else f"{mean_s:.2f} s",
               help="Seconds per step (`time/step_s`) averaged over the run's steps, as on the Runs page: what methods are "
                    "compared by." + ("" if last_s is None else f" Last step: {last_s:.2f} s."))
@@ -86,7 +87,7 @@ def progress(run: dict, summary: dict) -> None:
 def heldout(run: dict, rows: list[dict]) -> list:
     """The held-out Avg@k chart (every benchmark pooled) when the run has evaluated: the first
     chart, since held-out accuracy, not the training reward, is what a run is judged by."""
-    overall = sorted((e for e in rows if e["benchmark"] == "overall"), key=lambda e: e["step"])
+    overall = sorted((e for e in rows if e["benchmark"] == mk.OVERALL), key=lambda e: e["step"])
     if not overall:
         return []
     k = overall[-1].get("k")
@@ -105,7 +106,7 @@ def curves(run: dict, m: dict, rows: list[dict]) -> None:
     if m["stored_steps"] > len(steps):
         st.caption(f"{m['stored_steps']} steps stored; curves show {len(steps)} evenly spaced ones (the last step always).")
     figs = [*heldout(run, rows), charts.reward_figure(steps, s, method), charts.zero_acc_figure(steps, s, method)]
-    if charts.has_any(s, "strata/rescue", "strata/low", "strata/high"):
+    if charts.has_any(s, mk.STRATA_RESCUE, mk.STRATA_LOW, mk.STRATA_HIGH):
         figs.append(charts.strata_figure(steps, s))
     figs += [charts.rollouts_figure(steps, s, method), charts.time_split_figure(steps, s), charts.flops_figure(steps, s)]
     for i in range(0, len(figs), 2):

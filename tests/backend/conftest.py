@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 
 from backend.db.migrate import migrate
 from backend.db.session import get_engine, make_sessionmaker
-from backend.db.testing import postgres_available, temp_database, truncate_all
+from tests.stores import postgres_available, temp_database, truncate_all
 from backend.db.tokens import create_token
 from backend.main import create_app
 from backend.settings import Settings

@@ -1,6 +1,7 @@
-"""Dependency directions for backend/ (docs/architecture.md §1): it imports trainer.config and
-the numpy-only statistics modules trainer.core.{passk,reach,stats} (no torch), never the worker
-or the dashboard, and enqueues by task name."""
+"""Dependency directions for backend/ (docs/architecture.md §1): it imports trainer.config, the
+method registry trainer.methods.spec (stdlib) and the numpy-only statistics modules
+trainer.core.{passk,reach,stats} (no torch), never the worker or the dashboard, and enqueues by
+task name."""
 
 import ast
 import subprocess
@@ -8,7 +9,8 @@ import sys
 from pathlib import Path
 
 BACKEND = Path(__file__).resolve().parents[2] / "backend"
-ALLOWED_TRAINER = ("trainer.config", "trainer.policy", "trainer.core.passk", "trainer.core.reach", "trainer.core.stats")
+ALLOWED_TRAINER = ("trainer.config", "trainer.policy", "trainer.metric_keys", "trainer.dotted", "trainer.methods.spec",
+                   "trainer.core.passk", "trainer.core.reach", "trainer.core.stats")
 FORBIDDEN = ("worker", "dashboard", "torch", "transformers", "streamlit", "cli")
 
 
@@ -35,7 +37,7 @@ def test_backend_sources_import_only_allowed_packages():
 
 def test_importing_the_app_loads_no_torch_and_no_worker():
     code = ("import sys, backend.main, backend.db, backend.queue, backend.cli_token; "
-            "bad = [m for m in ('torch', 'worker', 'dashboard', 'trainer.loop') if m in sys.modules]; print(bad)")
+            "bad = [m for m in ('torch', 'worker', 'dashboard', 'trainer.embedded.loop') if m in sys.modules]; print(bad)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=BACKEND.parent, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"

@@ -5,13 +5,29 @@ from __future__ import annotations
 import pytest
 
 from dashboard import charts, tables
+from trainer.methods.spec import method_names, specs
+
+
+@pytest.fixture(autouse=True, scope="module")
+def method_specs():
+    """The specs GET /api/methods serves (the app loads them over HTTP; these builders are pure)."""
+    charts.use_methods([s.to_json() for s in specs()])
 
 # ---------------------------------------------------------------- charts
 
 
 def test_each_method_has_its_own_fixed_colour():
-    assert len(set(charts.METHOD_COLORS.values())) == len(charts.METHOD_COLORS) == 5
+    assert len(set(charts.METHOD_COLORS.values())) == len(charts.METHOD_COLORS) == len(method_names())
     assert charts.method_color("aero") == "#E45756" and charts.method_color("unknown") == charts.OTHER_COLOR
+    assert charts.method_label("aero-s1") == "AERO S1 only" and charts.method_label("unknown") == "unknown"
+
+
+def test_a_spec_colour_that_is_not_hex_is_never_drawn():
+    charts.use_methods([{**specs()[0].to_json(), "colour": "red;background:url(x)"}])
+    try:
+        assert charts.method_color(specs()[0].name) == charts.OTHER_COLOR
+    finally:
+        charts.use_methods([s.to_json() for s in specs()])
 
 
 @pytest.mark.parametrize("value,unit,text", [(1.23e12, "FLOP", "1.23 TFLOP"), (0.5, "s", "0.5 s"), (0, "s", "0 s"),
@@ -433,8 +449,9 @@ def test_zero_acc_band_figure():
 def test_dash_by_method():
     # runs of one method differ by dash, and so do the first runs of different methods
     assert charts.dash_by_method(["grpo", "aero", "aero", "grpo", "aero"]) == ["solid", "longdash", "longdashdot", "dash", "solid"]
-    firsts = charts.dash_by_method(list(charts.METHOD_COLORS))
+    firsts = charts.dash_by_method(["grpo", "dapo", "aero", "aero-s1", "aero-s1s2"])
     assert len(set(firsts)) == len(firsts) == 5 and "dot" not in firsts  # dotted = after exploration in Fig. 9
+    assert "dot" not in charts.dash_by_method(list(charts.METHOD_COLORS))
     seeds = charts.dash_by_method(["grpo", "dapo", "grpo", "dapo"])  # seed 0, seed 0, seed 1, seed 1
     assert seeds[0] != seeds[1] and seeds[2] != seeds[3] and seeds[0] != seeds[2]
 

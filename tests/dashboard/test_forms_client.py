@@ -6,6 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
+import trainer.dotted as dotted
 from dashboard import forms
 from dashboard.client import AeroClient, ApiError, api_url_from_env, field_errors_of, token_from_env
 
@@ -35,7 +36,9 @@ def test_every_form_field_exists_in_the_schema(doc):
             assert forms.field_schema(doc, path) is not None, path
 
 
-def test_sections_follow_the_method(doc):
+def test_sections_follow_the_method(doc, seeded):
+    forms.use_methods(AeroClient(seeded.url).methods())  # the specs over HTTP, as the app loads them
+    assert list(forms.METHOD_CHOICES)[:5] == ["grpo", "dapo", "aero", "aero-s1", "aero-s1s2"]
     assert list(forms.form_specs(doc, ["grpo"])) == ["Training", "Policy update", "Advanced"]
     assert list(forms.form_specs(doc, ["dapo"])) == ["Training", "DAPO", "Advanced"]
     assert list(forms.form_specs(doc, ["aero-s1", "dapo"])) == ["Training", "AERO sampling (paper defaults)", "DAPO",
@@ -43,7 +46,7 @@ def test_sections_follow_the_method(doc):
 
 
 def test_nest_and_submission_bodies():
-    cfg = forms.nest({"steps": 3, "aero.k": 2.0, "aero.tau": 0.4, "optim.lr": 1e-4})
+    cfg = dotted.nest({"steps": 3, "aero.k": 2.0, "aero.tau": 0.4, "optim.lr": 1e-4})
     assert cfg == {"steps": 3, "aero": {"k": 2.0, "tau": 0.4}, "optim": {"lr": 1e-4}}
     assert forms.submission(["aero"], [7], cfg, name=" x ", tags=["t"]) == (
         "run", {"config": {**cfg, "method": "aero", "seed": 7}, "tags": ["t"], "name": "x"})
@@ -83,6 +86,8 @@ def test_client_reads(seeded):
     assert {e["benchmark"] for e in c.evals(seeded.ids["aero"])} == {"L1", "L2", "overall"}
     assert c.compare([seeded.ids["grpo"], seeded.ids["aero"]])["baseline"] == seeded.ids["grpo"]
     assert c.export_csv(seeded.ids["aero"]).startswith(b"step,")
+    methods = {m["name"]: m for m in c.methods()}
+    assert methods["aero"]["config_section"] == "aero" and methods["dapo"]["clip"] == "clip-higher"
 
 
 def test_client_error_kinds(seeded, fresh_api, helpers):

@@ -4,6 +4,8 @@ import pytest
 
 from trainer.config import ConfigError, RunConfig, parse_run_config
 
+VERL = {"engine": "verl", "preset": None, "model_path": "/m", "task": "math", "train_data": "/d.jsonl"}
+
 BAD = [
     ({"aero": {"n_explore": 20}}, "aero.n_explore"),
     ({"aero": {"k": 0.5}}, "aero.k"),
@@ -35,6 +37,10 @@ BAD = [
     ({"code": {"network": "none"}}, "code.network"),
     ({"code": {"test_timeout_s": 0}}, "code.test_timeout_s"),
     ({"code": {"bogus": 1}}, "code.bogus"),
+    # the verl engine's rules (trainer.config.verl_issues)
+    ({"engine": "verl"}, "engine"),
+    ({**VERL, "task": "code"}, "task"),
+    ({**VERL, "batch_prompts": 10, "mini_batches": 3}, "mini_batches"),
 ]
 
 
@@ -79,3 +85,12 @@ def test_code_task_config():
     assert not {"network", "python", "run_as_uid"} & set(cfg.model_dump()["code"])
     assert RunConfig.model_validate_json(cfg.model_dump_json()) == cfg
     assert all(f.description for f in type(c).model_fields.values())  # every limit has help text
+
+
+def test_verl_rules_accept_a_runnable_verl_config():
+    cfg = parse_run_config({**VERL, "batch_prompts": 12, "mini_batches": 3})
+    assert (cfg.engine, cfg.batch_prompts % cfg.mini_batches) == ("verl", 0)
+    with pytest.raises(ConfigError) as err:   # the same numbers are fine on the embedded engine
+        parse_run_config({**VERL, "batch_prompts": 10, "mini_batches": 3})
+    assert [loc for loc, _ in err.value.issues] == ["mini_batches"]
+    assert parse_run_config({**VERL, "engine": "embedded", "batch_prompts": 10, "mini_batches": 3}).mini_batches == 3

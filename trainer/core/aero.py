@@ -246,7 +246,7 @@ def replay(state: RescueState, plan, new_rewards_per_prompt: Sequence) -> tuple[
     offset, rounds = np.zeros(P, dtype=np.int64), state.rounds_used
     for counts in plan:
         live = active & (counts > 0)
-        for p in np.flatnonzero(live):
+        for p in np.flatnonzero(live).tolist():
             lo, hi = offset[p], offset[p] + counts[p]
             used[p][lo:hi] = True
             hits = np.flatnonzero(rewards[p][lo:hi])

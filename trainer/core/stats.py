@@ -116,10 +116,10 @@ def paired_permutation_test(a: Sequence[float], b: Sequence[float], iters: int =
     d_i = 0 cannot change the sum and are left out. Identical sides give p = 1. Assumes
     problems are independent; treats the averaged seeds as fixed (see :func:`paired_diff_ci`).
     """
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    if a.shape != b.shape or a.ndim != 1 or a.size == 0:
-        raise ValueError(f"need two equal-length, non-empty score vectors; got {a.shape} and {b.shape}")
-    d = a - b
+    xa, xb = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if xa.shape != xb.shape or xa.ndim != 1 or xa.size == 0:
+        raise ValueError(f"need two equal-length, non-empty score vectors; got {xa.shape} and {xb.shape}")
+    d = xa - xb
     d = d[np.abs(d) > 1e-12]
     m = d.size
     if m == 0:
@@ -176,9 +176,9 @@ def interpolated_band(series: Sequence[tuple[Sequence[float], Sequence[float | N
     """
     g = np.asarray(grid, dtype=np.float64)
     ys = np.full((len(series), g.size), np.nan)
-    for i, (x, y) in enumerate(series):
-        x = np.array([np.nan if v is None else v for v in x], dtype=np.float64)
-        y = np.array([np.nan if v is None else v for v in y], dtype=np.float64)
+    for i, (x_raw, y_raw) in enumerate(series):
+        x = np.array([np.nan if v is None else v for v in x_raw], dtype=np.float64)
+        y = np.array([np.nan if v is None else v for v in y_raw], dtype=np.float64)
         ok = np.isfinite(x) & np.isfinite(y)
         x, y = x[ok], y[ok]
         if x.size == 0:

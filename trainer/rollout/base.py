@@ -8,6 +8,7 @@ Engines: ``embedded`` (transformers + KV-cache sampling, CPU/CUDA) and ``vllm`` 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol, Sequence
 
 import torch
@@ -39,7 +40,28 @@ class Rollout:
         return len(self.response_ids)
 
 
+@dataclass(frozen=True)
+class EngineArgs:
+    """What every engine is built from: ``make_engine(name, **fields)`` takes these keywords for
+    every engine, and each uses what it needs. The embedded engine samples from ``model``
+    itself (``dtype`` bf16/fp16 autocasts on CUDA); vLLM loads ``model_path`` (``dtype``
+    picks its weights' dtype) and is given ``model``'s weights after every update."""
+
+    stop_ids: Sequence[int]  # every token id that ends a response (kept as its last token)
+    pad_id: int
+    model: torch.nn.Module | None = None
+    model_path: str | Path | None = None
+    device: torch.device | None = None  # default: the model's parameter device (vLLM: CUDA)
+    dtype: torch.dtype | None = None
+    seed: int = 0
+    max_model_len: int | None = None  # prompt + response cap (vLLM's KV-cache sizing)
+
+
 class RolloutEngine(Protocol):
+    """What the loop and the evaluation call on an engine (``trainer.rollout.ENGINES``)."""
+
+    device: torch.device  # where generation runs: the evaluation seeds its own generator there
+
     def generate(
         self,
         prompts: Sequence[list[int]],

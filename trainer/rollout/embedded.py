@@ -231,7 +231,7 @@ class EmbeddedEngine:
         for t in range(S):
             if t > 0:
                 full_mask[:, L + t - 1] = (~done).long()  # the token fed now; finished rows are masked out
-                out = self.model(input_ids=tok[:, None], attention_mask=full_mask[:, :L + t],
+                out = self.model(input_ids=tok[:, None], attention_mask=full_mask[:, :L + t],  # noqa: F821 (tok: step t-1's)
                                  position_ids=pos, use_cache=True, **{self._cache_kw: cache})
                 cache, logits = _output_cache(out), out.logits[:, -1]
                 pos = pos + 1

@@ -1,4 +1,5 @@
-"""Tasks: datasets + verifiers, selected by name (``make_task("arithmetic")``).
+"""Tasks: datasets + verifiers, selected by name (``make_task("arithmetic")``): every run's task
+is built through here (trainer/embedded/presets.py::build_task), so ``TASKS`` is the one list of tasks.
 
 ``arithmetic``: the embedded synthetic task (levels L1-L6 + OOD), char tokenizer, exact match.
 ``math``: verl parquet / JSONL problems, the paper's prompt, math-verify reward.
@@ -17,7 +18,7 @@ from trainer.tasks.math import MathTask
 from trainer.tasks.tokenizer import CharTokenizer
 from trainer.tasks.verify import safe_score, score_batch
 
-TASKS: dict[str, type] = {"arithmetic": ArithmeticTask, "math": MathTask, "code": CodeTask}
+TASKS: dict[str, type[Task]] = {"arithmetic": ArithmeticTask, "math": MathTask, "code": CodeTask}
 
 
 def make_task(name: str, **kw: Any) -> Task:

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Mapping
 
+import numpy as np
+
 from trainer.tasks.base import Problem
 from trainer.tasks.tokenizer import CharTokenizer
 
@@ -156,10 +158,20 @@ class ArithmeticTask:
     L1, whose 100 problems cannot be split usefully). It is independent of
     ``benchmark_size`` so that changing the eval size never changes the training data;
     benchmark problems past ``holdout_size`` may also occur in training. 0 disables it.
+    ``train_size``: None (default) trains on the infinite seeded stream. N > 0 trains on a
+    finite set drawn in epochs, as the file-based tasks: the set is the first N problems of seed
+    0's training stream (the same set for every seed, as a dataset file is; duplicates possible,
+    as in a real dataset), problem j has the stable id ``meta["where"] = "item j"``
+    (``meta["index"] = j``), and each epoch is a permutation seeded by ``(seed, epoch)``, so
+    problem ``i`` of the stream depends only on ``(seed, i)`` and resume from a data position
+    is exact.
     """
 
     name = "arithmetic"
     score_is_safe = True  # pure-Python exact match: verify.safe_score skips the watchdog thread
+    isolated_scorer = None
+    isolated_preload: tuple[str, ...] = ()
+    score_many = None
 
     def __init__(
         self,
@@ -169,6 +181,7 @@ class ArithmeticTask:
         ood_levels: tuple[str, ...] = ("OOD-add4",),
         holdout_size: int = 64,
         tokenizer: CharTokenizer | None = None,
+        train_size: int | None = None,
     ):
         self.level_weights = normalize_weights(level_weights)
         bad = [n for n in ood_levels if n not in OOD_LEVELS]
@@ -179,6 +192,10 @@ class ArithmeticTask:
         self.benchmark_size, self.benchmark_seed = benchmark_size, benchmark_seed
         self.ood_levels, self.holdout_size = tuple(ood_levels), holdout_size
         self.tokenizer = tokenizer or CharTokenizer()
+        if train_size is not None and train_size < 1:
+            raise ValueError(f"train_size must be >= 1 or None; got {train_size}")
+        self.train_size = train_size
+        self._perm: tuple[int, int, np.ndarray] | None = None
 
     # -- streams ---------------------------------------------------------------------------
 
@@ -200,8 +217,24 @@ class ArithmeticTask:
         return p  # unreachable in practice: held-out sets are <= 10% of a level
 
     def train_problems(self, start: int, count: int, seed: int) -> list[Problem]:
-        """Problems ``start .. start+count-1`` of the RL training stream for ``seed``."""
-        return self._stream("train", start, count, seed, self.level_weights)
+        """Problems ``start .. start+count-1`` of the RL training stream for ``seed`` (with
+        ``train_size``: of the epochs over the finite training set)."""
+        if self.train_size is None:
+            return self._stream("train", start, count, seed, self.level_weights)
+        n = self.train_size
+        return [self._train_set[int(self._permutation(seed, i // n)[i % n])] for i in range(start, start + count)]
+
+    @cached_property
+    def _train_set(self) -> list[Problem]:
+        """The finite training set: problem j is draw j of seed 0's training stream."""
+        drawn = self._stream("train", 0, self.train_size or 0, 0, self.level_weights)
+        return [Problem(p.prompt, p.answer, p.source, {"level": p.source, "index": j, "where": f"item {j}"})
+                for j, p in enumerate(drawn)]
+
+    def _permutation(self, seed: int, epoch: int) -> np.ndarray:
+        if self._perm is None or self._perm[:2] != (seed, epoch):
+            self._perm = (seed, epoch, np.random.default_rng([seed, epoch]).permutation(self.train_size))
+        return self._perm[2]
 
     def sft_examples(
         self, count: int, seed: int, level_weights: Mapping[str, float] | None = None, start: int = 0

@@ -7,7 +7,7 @@ scores decoded responses with a verifiable reward in {0, 1}.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Callable, Protocol, Sequence
 
 
 @dataclass(frozen=True)
@@ -27,9 +27,29 @@ class Tokenizer(Protocol):
     def decode(self, ids: list[int]) -> str: ...
 
 
+BatchScorer = Callable[[Sequence[str], Sequence[Problem]], tuple[list[float], dict[str, float]]]
+
+
 class Task(Protocol):
+    """What the loop, the evaluation and ``trainer.tasks.verify`` call. The last four members
+    say how ``score`` may be called; every task sets all four, so the verifier reads them
+    instead of guessing (``trainer/tasks/verify.py`` has the isolation levels):
+
+    ``score_is_safe``     True when ``score`` cannot hang the caller (an exact match, a sandbox
+                          bounded by its own clock): it is called directly, without a watchdog.
+    ``isolated_scorer``   a picklable ``(response, problem) -> float`` run in a killable
+                          subprocess (math-verify can hold the GIL for minutes), or None.
+    ``isolated_preload``  ``"module:function"`` names each such subprocess calls once at start.
+    ``score_many``        scores a whole batch under the task's own limits and returns
+                          ``(rewards, stats)`` (code: the sandbox and its outcome counts), or None.
+    """
+
     name: str
     tokenizer: Tokenizer
+    score_is_safe: bool
+    isolated_scorer: Callable[[str, Problem], float] | None
+    isolated_preload: tuple[str, ...]
+    score_many: BatchScorer | None
 
     def train_problems(self, start: int, count: int, seed: int) -> list[Problem]:
         """Problems ``start .. start+count-1`` of the seeded training stream (deterministic,

@@ -248,6 +248,8 @@ class CodeTask(FileTask):
 
     name = "code"
     score_is_safe = True  # every call is bounded by the sandbox's own wall clock and never raises for bad code
+    isolated_scorer = None  # the sandbox is already a killable process
+    isolated_preload: tuple[str, ...] = ()
 
     def __init__(
         self,

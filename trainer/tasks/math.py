@@ -308,8 +308,9 @@ class MathTask(FileTask):
     :class:`FileTask`). Answers are scored with math-verify (:func:`score_math`)."""
 
     name = "math"
-    score_is_safe = False
+    score_is_safe = False  # math-verify can hang inside sympy: scored in a killable subprocess
     isolated_preload = ("trainer.tasks.math:warmup",)
+    score_many = None
 
     def __init__(
         self,
@@ -324,10 +325,6 @@ class MathTask(FileTask):
         self.max_answer_chars = max_answer_chars
         self.isolated_scorer = partial(score_math, max_answer_chars=max_answer_chars)
         super().__init__(train_path, benchmark_paths, tokenizer, system_prompt, use_chat_template, max_prompt_tokens)
-
-    @classmethod
-    def from_model_dir(cls, train_path: str | Path, model_dir: str | Path, **kw: Any) -> "MathTask":
-        return cls(train_path, tokenizer=load_hf_tokenizer(model_dir), **kw)
 
     def load(self, path: str | Path, source: str | None = None) -> list[Problem]:
         """Problems from one file; ``source`` overrides each row's ``data_source``."""

@@ -34,7 +34,7 @@ import queue
 import threading
 from typing import Any, Callable, Literal, Sequence
 
-from trainer.tasks.base import Problem
+from trainer.tasks.base import Problem, Task
 
 Isolation = Literal["auto", "none", "thread", "process"]
 _MAX_IDLE_THREADS = 4
@@ -125,14 +125,14 @@ def stuck_threads() -> int:
 # -- public API ----------------------------------------------------------------------------------
 
 
-def resolve_isolation(task: Any, isolation: Isolation = "auto") -> str:
+def resolve_isolation(task: Task, isolation: Isolation = "auto") -> str:
     if isolation != "auto":
-        if isolation == "process" and getattr(task, "isolated_scorer", None) is None:
+        if isolation == "process" and task.isolated_scorer is None:
             raise ValueError(f"isolation='process' needs task.isolated_scorer; {type(task).__name__} has none")
         return isolation
-    if getattr(task, "score_is_safe", False):
+    if task.score_is_safe:
         return "none"
-    return "process" if getattr(task, "isolated_scorer", None) is not None else "thread"
+    return "process" if task.isolated_scorer is not None else "thread"
 
 
 def _as_reward(value: Any, failure: str | None = None) -> tuple[float, str | None]:
@@ -145,7 +145,7 @@ def _as_reward(value: Any, failure: str | None = None) -> tuple[float, str | Non
     return (r, None) if math.isfinite(r) else (0.0, "error")
 
 
-def _direct(task: Any, response: str, problem: Problem) -> tuple[float, str | None]:
+def _direct(task: Task, response: str, problem: Problem) -> tuple[float, str | None]:
     try:
         return _as_reward(task.score(response, problem))
     except Exception:  # noqa: BLE001 - any verifier bug is reward 0, counted
@@ -153,7 +153,7 @@ def _direct(task: Any, response: str, problem: Problem) -> tuple[float, str | No
 
 
 def safe_score(
-    task: Any, response: str, problem: Problem, timeout_s: float, isolation: Isolation = "auto"
+    task: Task, response: str, problem: Problem, timeout_s: float, isolation: Isolation = "auto"
 ) -> tuple[float, str | None]:
     """``task.score(response, problem)`` as ``(reward, None)``; ``(0.0, "error")`` if it raised
     or returned a non-number; ``(0.0, "timeout")`` past ``timeout_s`` seconds (isolation
@@ -169,7 +169,7 @@ def safe_score(
 
 
 def score_batch(
-    task: Any,
+    task: Task,
     responses: Sequence[str],
     problems: Sequence[Problem],
     timeout_s: float,
@@ -179,12 +179,12 @@ def score_batch(
     """Rewards for ``responses[i]`` against ``problems[i]`` plus failure counts
     ``{"errors": int, "timeouts": int}`` (each failure scores 0). ``timeout_s`` applies per
     response. Process isolation scores on ``workers`` subprocesses at once (default:
-    ``min(4, cpu_count)``). A task with ``score_many(responses, problems) -> (rewards, stats)``
-    (the code task) scores the batch itself under its own limits; its stats are added to the
+    ``min(4, cpu_count)``). A task whose ``score_many(responses, problems) -> (rewards, stats)``
+    is set (the code task) scores the batch itself under its own limits; its stats are added to the
     counts (``sandbox/*`` outcome counts and ``test_pass_sum``)."""
     if len(responses) != len(problems):
         raise ValueError(f"score_batch: {len(responses)} responses but {len(problems)} problems")
-    if hasattr(task, "score_many"):  # the task bounds and parallelises its own scoring (code: the sandbox)
+    if task.score_many is not None:  # the task bounds and parallelises its own scoring (code: the sandbox)
         rewards, stats = task.score_many(responses, problems)
         return [float(r) for r in rewards], {"errors": 0, "timeouts": 0, **stats}
     mode = resolve_isolation(task, isolation)
@@ -205,5 +205,5 @@ def score_batch(
     return [r for r, _ in scored], counts
 
 
-def _preload(task: Any) -> tuple[str, ...]:
-    return tuple(getattr(task, "isolated_preload", ()))
+def _preload(task: Task) -> tuple[str, ...]:
+    return tuple(task.isolated_preload)

@@ -23,6 +23,8 @@ from typing import Callable
 import numpy as np
 import torch
 
+from trainer.core.aero import is_correct
+
 PAD_UID = "__aero_pad__"
 
 
@@ -37,11 +39,11 @@ class GenCount:
 
 def row_correct(out) -> np.ndarray:
     """bool[B]: the verifier's accuracy (``acc`` from our compute_score) when the reward loop
-    reported it, else the outcome reward rm_scores.sum(-1) > 0.5. DAPO's overlong shaping changes
-    rm_scores, never acc."""
+    reported it, else whether the outcome reward rm_scores.sum(-1) is correct (``is_correct``).
+    DAPO's overlong shaping changes rm_scores, never acc."""
     if "acc" in out.non_tensor_batch:
-        return np.asarray(out.non_tensor_batch["acc"], dtype=np.float64) > 0.5
-    return (out.batch["rm_scores"].sum(-1) > 0.5).cpu().numpy()
+        return is_correct(out.non_tensor_batch["acc"])
+    return is_correct(out.batch["rm_scores"].sum(-1).float().cpu().numpy())
 
 
 def row_reward(out) -> np.ndarray:

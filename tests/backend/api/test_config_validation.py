@@ -92,3 +92,22 @@ def test_non_finite_numbers_are_rejected(client, auth):
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "config", "aero", "alpha0"]
     r = client.post("/api/runs", content='{"config": {"optim": {"lr": Infinity}}}', headers=hj)
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "config", "optim", "lr"]
+
+
+
+def test_verl_rules_are_a_422_at_submit(client, auth, enqueued, tmp_path):
+    """A config only the verl engine refuses is answered before anything is stored or sent."""
+    data = tmp_path / "data"  # the test app's data directory: the default data root
+    verl = {"engine": "verl", "preset": None, "model_path": str(data / "models" / "qwen"), "task": "math",
+            "train_data": str(data / "train.jsonl")}
+    r = client.post("/api/runs", json={"config": {**verl, "batch_prompts": 10, "mini_batches": 3}}, headers=auth)
+    assert r.status_code == 422, r.text
+    detail = r.json()["detail"]
+    assert [d["loc"] for d in detail] == [["body", "config", "mini_batches"]]
+    assert "multiple of mini_batches on verl" in detail[0]["msg"]
+    r = client.post("/api/runs", json={"config": {**verl, "task": "code"}}, headers=auth)
+    assert r.status_code == 422 and ["body", "config", "task"] in [d["loc"] for d in r.json()["detail"]]
+    assert client.get("/api/runs").json()["count"] == 0 and enqueued.sent == []
+    r = client.post("/api/runs", json={"config": {**verl, "batch_prompts": 12, "mini_batches": 3}}, headers=auth)
+    assert r.status_code == 201, r.text
+    assert len(enqueued.sent) == 1

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from trainer.model import build_model, tiny_qwen2_config
+from trainer.embedded.model import build_model, tiny_qwen2_config
 from trainer.rollout import batching
 from trainer.rollout.base import Rollout, SamplingParams
 from trainer.rollout.batching import collate, sequence_logprobs, token_logprobs_and_entropy

@@ -6,7 +6,7 @@ import time
 import pytest
 import torch
 
-from trainer.model import build_model, tiny_qwen2_config
+from trainer.embedded.model import build_model, tiny_qwen2_config
 from trainer.rollout import ENGINES, make_engine
 from trainer.rollout.base import SamplingParams
 from trainer.rollout.embedded import EmbeddedEngine, expand_counts, left_pad, top_p_filter
@@ -84,7 +84,9 @@ def test_same_generator_state_gives_identical_rollouts():
     a = eng.generate(PROMPTS, [3, 1, 2, 2], sp, gen(7))
     b = eng.generate(PROMPTS, [3, 1, 2, 2], sp, gen(7))
     c = eng.generate(PROMPTS, [3, 1, 2, 2], sp, gen(8))
-    key = lambda rs: [(r.response_ids, r.logprobs, r.finished) for r in rs]
+    def key(rs):
+        return [(r.response_ids, r.logprobs, r.finished) for r in rs]
+
     assert key(a) == key(b)
     assert [r.response_ids for r in a] != [r.response_ids for r in c]
 
@@ -172,7 +174,9 @@ def test_tiny_top_p_is_greedy_and_chunking_preserves_it():
         assert r.response_ids == greedy_no_cache(model, r.prompt_ids, 6)
     chunked = engine(model, max_batch_rows=4).generate(PROMPTS, [2, 1, 1, 2], sp, gen(5))
     assert [(r.prompt_index, r.response_ids) for r in chunked] == [(r.prompt_index, r.response_ids) for r in out]
-    flat = lambda rs: [lp for r in rs for lp in r.logprobs]
+    def flat(rs):
+        return [lp for r in rs for lp in r.logprobs]
+
     assert flat(chunked) == pytest.approx(flat(out), abs=1e-5)
 
 
@@ -204,14 +208,18 @@ def test_empty_prompt_rejected():
 
 def test_registry():
     assert set(ENGINES) >= {"embedded", "vllm"}
-    assert isinstance(make_engine("embedded", model=small_model(), eos_id=EOS, pad_id=PAD), EmbeddedEngine)
+    same = dict(stop_ids=[EOS], pad_id=PAD, model=small_model(), model_path="/m", seed=0, max_model_len=64)
+    built = make_engine("embedded", **same)
+    assert isinstance(built, EmbeddedEngine) and built.eos_id == EOS and built.pad_id == PAD
     with pytest.raises(ValueError, match="unknown rollout engine"):
-        make_engine("nope")
+        make_engine("nope", **same)
+    with pytest.raises(ValueError, match="pass model="):
+        make_engine("embedded", **{**same, "model": None})
     try:
         import vllm  # noqa: F401
     except ImportError:
         with pytest.raises(ImportError, match=r"pip install 'aero-lab\[vllm\]'"):
-            make_engine("vllm")
+            make_engine("vllm", **same)  # the same keywords as the embedded engine
 
 
 def test_throughput_print():

@@ -66,12 +66,12 @@ def test_missing_vllm_is_a_clear_error():
     with pytest.raises(ImportError, match=r"pip install 'aero-lab\[vllm\]'"):
         import_vllm()
     with pytest.raises(ImportError, match="vLLM is not installed"):
-        make_engine("vllm", model_path="/m", eos_ids=[2], pad_id=0)
+        make_engine("vllm", model_path="/m", stop_ids=[2], pad_id=0)
 
 
 def test_a_vllm_run_falls_back_to_the_embedded_engine_with_a_message():
-    from trainer.model import build_model, tiny_qwen2_config
-    from trainer.presets import build_engine, rollout_engine_name, stop_token_ids
+    from trainer.embedded.model import build_model, tiny_qwen2_config
+    from trainer.embedded.presets import build_engine, rollout_engine_name, stop_token_ids
     from trainer.rollout.embedded import EmbeddedEngine
 
     cfg = parse_run_config({"rollout_engine": "vllm"})

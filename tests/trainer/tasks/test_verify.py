@@ -14,20 +14,29 @@ from trainer.tasks.verify import resolve_isolation, safe_score, score_batch, stu
 P = Problem("1+1=", "2")
 
 
-class Raises:
+class Fake:
+    """The Task protocol's scoring members at their "nothing special" values."""
+
+    score_is_safe = False
+    isolated_scorer = None
+    isolated_preload: tuple[str, ...] = ()
+    score_many = None
+
+
+class Raises(Fake):
     def score(self, response, problem):
         if response == "boom":
             raise KeyError("verifier bug")
         return 1.0 if response == problem.answer else 0.0
 
 
-class Sleeps:
+class Sleeps(Fake):
     def score(self, response, problem):
         time.sleep(float(response))
         return 1.0
 
 
-class Spins:
+class Spins(Fake):
     def score(self, response, problem):
         while True:  # pure Python: the watchdog can interrupt it
             pass
@@ -37,7 +46,7 @@ class SafeRaises(Raises):
     score_is_safe = True
 
 
-class MathLike:
+class MathLike(Fake):
     """A task with a hard-stop scorer (runs in a verifier subprocess)."""
 
     isolated_preload = ("trainer.tasks.math:warmup",)
@@ -65,7 +74,7 @@ def test_exception_is_zero_and_counted(task):
 
 
 def test_non_numeric_reward_is_an_error():
-    class Bad:
+    class Bad(Fake):
         score_is_safe = True
 
         def score(self, response, problem):
@@ -130,3 +139,14 @@ def test_subprocess_errors_and_unpicklable_scorers():
     assert scorer_process.run_isolated(json.loads, [("1",), ("{bad",)], 5.0, 1) == [(1, None), (None, "error")]
     assert scorer_process.run_isolated(lambda x: x, [(1,)], 5.0, 1) == [(None, "error")]
     assert scorer_process.run_isolated(time.sleep, [(5,), (0,)], 0.3, 1) == [(None, "timeout"), (None, None)]
+
+
+def test_every_registered_task_declares_how_it_is_scored():
+    """verify.py reads these members directly: a task without one would fail at its first score."""
+    from trainer.tasks import TASKS
+
+    for cls in TASKS.values():
+        for member in ("name", "score_is_safe", "isolated_preload", "score_many", "score", "encode_prompt"):
+            assert hasattr(cls, member), (cls.__name__, member)
+    assert "isolated_scorer" in vars(TASKS["arithmetic"]) and "isolated_scorer" in vars(TASKS["code"])
+    assert TASKS["code"].score_many is not None and TASKS["math"].score_many is None

@@ -3,7 +3,7 @@ silently ignores, and (with verl installed) hydra compose + verl's own validate_
 
 import pytest
 
-from trainer.config import parse_run_config
+from trainer.config import ConfigError, parse_run_config
 from trainer.verl.overrides import REWARD_FN, check_no_legacy_reward, to_overrides
 
 BASE = {"preset": None, "model_path": "/models/qwen2.5-math-1.5b", "task": "math", "train_data": "/data/train.jsonl",
@@ -70,9 +70,9 @@ def test_reward_goes_through_the_reward_keys_only():
 
 
 def test_batch_must_split_into_mini_batches():
-    cfg = parse_run_config({**BASE, "batch_prompts": 6, "mini_batches": 4})
-    with pytest.raises(ValueError, match="mini_batches"):
-        to_overrides(cfg, out_dir="/o", train_file="/t", val_files=[])
+    """A rule of the config (trainer.config.verl_issues): refused at parse, before any override."""
+    with pytest.raises(ConfigError, match="mini_batches"):
+        parse_run_config({**BASE, "batch_prompts": 6, "mini_batches": 4})
 
 
 @pytest.mark.parametrize("method", ["grpo", "dapo", "aero", "aero-s1s2"])

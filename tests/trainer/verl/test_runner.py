@@ -36,14 +36,18 @@ def test_model_shape_counts_parameters_without_loading_weights(model_dir):
     assert model_shape(model_dir) == (sum(p.numel() for p in real.parameters()), 2, 32)
 
 
-def test_platform_checks_name_the_field(model_dir, tmp_path):
+def test_worker_check_names_model_path(model_dir, tmp_path):
     with pytest.raises(ConfigError) as err:
         check_verl_config(cfg_for(tmp_path / "missing", tmp_path))
     assert "model_path" in dict(err.value.issues)
-    with pytest.raises(ConfigError) as err:
-        check_verl_config(cfg_for(model_dir, tmp_path, mini_batches=3))
-    assert "mini_batches" in dict(err.value.issues)
     check_verl_config(cfg_for(model_dir, tmp_path))
+
+
+def test_verl_rules_are_refused_at_parse(model_dir, tmp_path):
+    """The verl-only rules live in parse_run_config, so they never reach the worker."""
+    with pytest.raises(ConfigError) as err:
+        cfg_for(model_dir, tmp_path, mini_batches=3)
+    assert "mini_batches" in dict(err.value.issues)
 
 
 def test_build_verl_config_writes_data_and_validates(model_dir, tmp_path):

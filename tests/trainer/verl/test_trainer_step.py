@@ -14,7 +14,7 @@ import torch
 pytest.importorskip("verl")
 
 from trainer.config import parse_run_config  # noqa: E402
-from trainer.metrics import MemorySink  # noqa: E402
+from trainer.sinks import MemorySink  # noqa: E402
 
 CFG = {"preset": None, "model_path": "/m", "task": "math", "train_data": "/d.jsonl", "engine": "verl",
        "method": "aero", "batch_prompts": 4, "n_total": 6, "mini_batches": 2,
@@ -76,7 +76,7 @@ def make_trainer(vr, tmp_path, **overrides):
     tr.async_rollout_manager = SimpleNamespace(generate_sequences=rollout, agent_loop_workers=[0, 1, 2])
     tr.actor_rollout_wg = StandInActor()
     tr.checkpoint_manager = Replicas(rollout)
-    from trainer.verl.metrics import PlatformLogger
+    from trainer.verl.step_metrics import PlatformLogger
 
     tr.platform_logger = PlatformLogger(sink, extra=tr._pop_extra, pending_eval=tr._pop_eval, should_stop=lambda: False)
     return tr, rollout, sink

@@ -7,8 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from trainer.metrics import MemorySink, rollout_flops, train_flops
-from trainer.verl.metrics import JsonlRelay, PlatformLogger, StopRequested, eval_results, translate
+from trainer.sinks import MemorySink
+
+from trainer.flops import rollout_flops, train_flops
+from trainer.verl.step_metrics import JsonlRelay, PlatformLogger, StopRequested, eval_results, translate
 
 
 def test_translate_maps_verl_names_and_keeps_platform_keys():
@@ -41,7 +43,7 @@ def _batch(prompt_lens, resp_lens, rewards, adv=None, T_p=4, T_r=5):
 
 def test_accounting_counts_generated_and_trained_separately():
     pytest.importorskip("verl")
-    from trainer.verl.metrics import step_accounting
+    from trainer.verl.step_metrics import step_accounting
 
     gen = _batch([3, 3, 2, 2], [5, 2, 1, 4], [1, 0, 0, 1])
     train = _batch([3, 2], [5, 4], [1, 1], adv=[0.5, 0.0])
@@ -104,7 +106,7 @@ def test_attach_logger_reaches_the_tracking_the_stock_loop_builds():
 
 
 def test_relay_forwards_complete_lines_idempotently(tmp_path):
-    from trainer.metrics import JsonlSink
+    from trainer.sinks import JsonlSink
 
     src, dst = JsonlSink(tmp_path), MemorySink()
     relay = JsonlRelay(tmp_path, dst)

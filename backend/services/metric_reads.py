@@ -17,10 +17,10 @@ from backend.db.metrics import read_step_metrics
 from backend.db.models import Run, StepMetric
 from backend.db.runs import RunNotFound
 from backend.services.cache import ByteLRU
-from backend.services.downsample import downsample_indices, take
+from backend.services.downsample import downsample_indices
 
 
-MAX_METRIC_KEYS = 200  # one SQL column each: SQLite refuses ~2,000 result columns
+MAX_METRIC_KEYS = 200  # one bound parameter each in the read's key list; bounds the answer too
 
 
 class TooManyKeys(ValueError):
@@ -77,25 +77,28 @@ def metrics_payload(
     session: Session, run_id: int, keys: Sequence[str] | None, since_step: int | None, every: int, max_points: int | None,
     status: str | None = None,
 ) -> dict[str, Any]:
-    """The GET /runs/{id}/metrics body (schemas.MetricsPublic) as a plain dict."""
+    """The GET /runs/{id}/metrics body (schemas.MetricsPublic) as a plain dict, for
+    :func:`dumps` (a whole run's all-key series come as pre-serialised ``orjson.Fragment``)."""
     status = status or _run_status(session, run_id)
-    cols = read_step_metrics(session, run_id, keys, since_step)
-    idx = downsample_indices(len(cols.steps), every, max_points)
-    whole = len(idx) == len(cols.steps)
-    last_step = cols.steps[-1] if cols.steps else None
-    if last_step is None and since_step is not None:
+    cols = read_step_metrics(session, run_id, keys, since_step, pick=lambda n: downsample_indices(n, every, max_points),
+                             fragments=True)
+    last_step = None
+    if cols.stored:
+        last_step = cols.steps[-1]  # downsampling always keeps the last point
+    elif since_step is not None:
         last_step = session.scalar(select(StepMetric.step).where(StepMetric.run_id == run_id).order_by(StepMetric.step.desc()).limit(1))
     return {
         "run_id": run_id,
-        "steps": cols.steps if whole else take(cols.steps, idx),
-        "series": {k: (v if whole else take(v, idx)) for k, v in cols.series.items()},
-        "stored_steps": len(cols.steps),
+        "steps": cols.steps,
+        "series": cols.series,
+        "stored_steps": cols.stored,
         "last_step": last_step,
         "run_status": status,
     }
 
 
-def poll_new_steps(session: Session, run_id: int, after_step: int | None, keys: Sequence[str] | None) -> tuple[str, dict[str, Any], list[tuple[int, dict[str, Any]]]]:
+def poll_new_steps(session: Session, run_id: int, after_step: int | None,
+                   keys: Sequence[str] | None) -> tuple[str, dict[str, Any], list[tuple[int, dict[str, Any]]]]:
     """One SSE poll: (status, progress fields, [(step, metrics)] stored after ``after_step``).
 
     The run is read before its steps: a worker stores a step before it finishes the run, so a

@@ -4,7 +4,7 @@ calls (``log(data, step)``).
 
 verl's own throughput metrics count trained tokens only; AERO generates more rollouts than it
 trains, so generation is accounted separately here, with the platform's formulas
-(trainer/metrics.py, docs/metrics.md "FLOPs"): rollout FLOPs over every generated row
+(trainer/flops.py, docs/metrics.md "FLOPs"): rollout FLOPs over every generated row
 (prompt + response), training FLOPs over every trained real row with (3 + extra) forwards.
 verl recomputes old log-probs before the update, so ``extra`` is 1, plus 1 with a reference
 policy (KL). Masked pad rows are excluded; generation pad rows (the agent-loop divisor) are
@@ -20,20 +20,22 @@ from typing import Any, Callable
 
 import numpy as np
 
-from trainer.metrics import rollout_flops, train_flops
+import trainer.metric_keys as mk
+from trainer.core.aero import is_correct
+from trainer.flops import rollout_flops, train_flops
 
 # verl metric name -> platform key (docs/metrics.md). Anything else verl logs is dropped,
 # except the keys already in the platform's namespace (the AERO trainer writes those).
 VERL_TO_PLATFORM = {
     "actor/pg_loss": "loss/policy",
-    "actor/entropy": "train/entropy",
-    "actor/grad_norm": "train/grad_norm",
+    "actor/entropy": mk.TRAIN_ENTROPY,
+    "actor/grad_norm": mk.TRAIN_GRAD_NORM,
     "actor/pg_clipfrac": "train/clip_frac",
     "actor/ppo_kl": "train/approx_kl",
-    "actor/kl_loss": "train/kl",
+    "actor/kl_loss": mk.TRAIN_KL,
     "actor/lr": "optim/lr",
-    "timing_s/step": "time/step_s",
-    "timing_s/gen": "time/rollout_s",
+    "timing_s/step": mk.STEP_S,
+    "timing_s/gen": mk.ROLLOUT_S,
     "timing_s/update_actor": "time/update_s",
     "timing_s/old_log_prob": "time/old_logprob_s",
     "timing_s/update_weights": "time/weight_sync_s",
@@ -64,8 +66,8 @@ def translate(data: dict[str, Any]) -> dict[str, float]:
             continue
         if math.isfinite(f):
             out[key] = f
-    if "time/train_s" not in out and any(f"timing_s/{t}" in data for t in TRAIN_TIMERS):
-        out["time/train_s"] = float(sum(float(data.get(f"timing_s/{t}", 0.0)) for t in TRAIN_TIMERS))
+    if mk.TRAIN_S not in out and any(f"timing_s/{t}" in data for t in TRAIN_TIMERS):
+        out[mk.TRAIN_S] = float(sum(float(data.get(f"timing_s/{t}", 0.0)) for t in TRAIN_TIMERS))
     return out
 
 
@@ -87,28 +89,28 @@ def step_accounting(generated, train, shape: tuple[int, int, int], *, extra_forw
     gen_resp = generated.batch["response_mask"].sum(-1).long().cpu().numpy()
     rewards = generated.batch["rm_scores"].sum(-1).float().cpu().numpy()
     m = {
-        "rollout/generated": float(len(generated)), "tokens/generated": float(gen_resp.sum()),
-        "flops/rollout": rollout_flops(*shape, gen_len.tolist()),
-        "reward/mean": float(rewards.mean()) if len(rewards) else 0.0,
+        mk.ROLLOUTS_GENERATED: float(len(generated)), mk.TOKENS_GENERATED: float(gen_resp.sum()),
+        mk.FLOPS_ROLLOUT: rollout_flops(*shape, gen_len.tolist()),
+        mk.REWARD_MEAN: float(rewards.mean()) if len(rewards) else 0.0,
         "response/length_mean": float(gen_resp.mean()) if len(gen_resp) else 0.0,
         "response/truncated_frac": float((gen_resp >= max_new_tokens).mean()) if len(gen_resp) else 0.0,
-        "rollout/trained": 0.0, "tokens/trained": 0.0, "tokens/response_trained": 0.0, "flops/train": 0.0,
-        "reward/trained_mean": 0.0, "adv/abs_mean": 0.0, "adv/zero_frac": 1.0,
+        mk.ROLLOUTS_TRAINED: 0.0, mk.TOKENS_TRAINED: 0.0, "tokens/response_trained": 0.0, mk.FLOPS_TRAIN: 0.0,
+        mk.REWARD_TRAINED_MEAN: 0.0, mk.ADV_ABS_MEAN: 0.0, mk.ADV_ZERO_FRAC: 1.0,
     }
     if train is not None and len(train):
         tr_len = seq_lengths(train)
         mask = train.batch["response_mask"].float()
         m.update({
-            "rollout/trained": float(len(train)), "tokens/trained": float(tr_len.sum()),
+            mk.ROLLOUTS_TRAINED: float(len(train)), mk.TOKENS_TRAINED: float(tr_len.sum()),
             "tokens/response_trained": float(mask.sum()),
-            "flops/train": train_flops(*shape, tr_len.tolist(), extra_forwards),
-            "reward/trained_mean": float(train.batch["rm_scores"].sum(-1).float().mean()),
+            mk.FLOPS_TRAIN: train_flops(*shape, tr_len.tolist(), extra_forwards),
+            mk.REWARD_TRAINED_MEAN: float(train.batch["rm_scores"].sum(-1).float().mean()),
         })
         if "advantages" in train.batch.keys():
             adv = (train.batch["advantages"].float() * mask).sum(-1) / mask.sum(-1).clamp(min=1)
-            m["adv/abs_mean"] = float(adv.abs().mean())
-            m["adv/zero_frac"] = float((adv.abs() < 1e-8).float().mean())
-    m["flops/total"] = m["flops/rollout"] + m["flops/train"]
+            m[mk.ADV_ABS_MEAN] = float(adv.abs().mean())
+            m[mk.ADV_ZERO_FRAC] = float((adv.abs() < 1e-8).float().mean())
+    m[mk.FLOPS_TOTAL] = m[mk.FLOPS_ROLLOUT] + m[mk.FLOPS_TRAIN]
     return m
 
 
@@ -119,7 +121,7 @@ def eval_results(data_sources, sample_uids, correct, k: int, seed: int = 0) -> d
     from trainer.evaluate import summarize
 
     data_sources, sample_uids = np.asarray(data_sources, dtype=object), np.asarray(sample_uids, dtype=object)
-    correct = np.asarray(correct, dtype=np.float64) > 0.5
+    correct = is_correct(correct)
     results, pooled = {}, []
     for source in dict.fromkeys(data_sources.tolist()):
         sel = data_sources == source
