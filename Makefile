@@ -1,7 +1,8 @@
 # One command each: `make up` starts the platform (embedded defaults + demo sweep);
 # `make test` runs the whole test suite. Both install into .venv on first use; only `make test`
-# also installs a browser (chromium, for the dashboard's browser tests).
-.PHONY: install up test bench
+# also installs a browser (chromium, for the dashboard's browser tests). `make lint` runs ruff
+# and mypy (settings in pyproject.toml); CI runs it before the tests.
+.PHONY: install up lint test bench
 
 .venv/.installed: pyproject.toml scripts/install.sh scripts/install_torch.sh
 	bash scripts/install.sh
@@ -10,6 +11,10 @@ install: .venv/.installed
 
 up: .venv/.installed
 	.venv/bin/aero up --demo
+
+lint: .venv/.installed
+	.venv/bin/ruff check .
+	.venv/bin/mypy
 
 test: .venv/.installed
 	bash scripts/install_browser.sh
