@@ -38,10 +38,10 @@ from backend.db import runs as repo  # noqa: E402
 from backend.db.metrics import upsert_step_metrics  # noqa: E402
 from backend.db.migrate import migrate  # noqa: E402
 from backend.db.session import session_scope  # noqa: E402
-from backend.db.testing import temp_database  # noqa: E402
+from tests.stores import temp_database  # noqa: E402
 from trainer.config import RunConfig  # noqa: E402
 
-# The step metric keys the trainer logs (docs/metrics.md; trainer/collect.py), ~70 per AERO step.
+# The step metric keys the trainer logs (docs/metrics.md; trainer/embedded/collect.py), ~70 per AERO step.
 KEYS = (
     "time/step_s time/rollout_s time/reward_s time/train_s rollout/generated rollout/trained rollout/gen_calls "
     "tokens/generated tokens/trained tokens/response_trained flops/rollout flops/train flops/total strata/rescue "
@@ -72,11 +72,12 @@ def synthetic_metrics(step: int, rng: random.Random) -> dict[str, float]:
 def measure_step_time(steps: int) -> tuple[float | None, dict[str, float] | None, str]:
     """Mean time/step_s of a real tiny-preset AERO run (its first step excluded), and one step's metrics."""
     try:
-        from trainer.loop import run_training
+        from trainer.embedded.loop import run_training
+        from trainer.sinks import MetricSink
     except Exception as e:  # noqa: BLE001
-        return None, None, f"trainer.loop unavailable: {e}"
+        return None, None, f"trainer.embedded.loop unavailable: {e}"
 
-    class Capture:
+    class Capture(MetricSink):  # checkpoint and resume events: the protocol's no-op defaults
         def __init__(self):
             self.rows: list[dict[str, float]] = []
 
@@ -132,9 +133,11 @@ def bench_worker_sink(kind: str, n_steps: int, metrics: dict[str, float] | None)
         migrate(url)
         with session_scope(url) as s:
             run_id = repo.create_run(s, RunConfig(steps=n_steps).model_dump(mode="json"), queue="cpu").id
-        sink = DbSink(url, run_id, checkpoint_every=20)
+        sink = DbSink(url, run_id)
         for step in range(1, n_steps + 1):
             sink.log(step, metrics or synthetic_metrics(step, rng))
+            if step % 20 == 0:  # a checkpoint every 20 steps: the sink writes synchronously first
+                sink.before_checkpoint(step)
             time.sleep(0.001)
         sink.close()
         st = sink.stats()
@@ -199,11 +202,15 @@ class Server:
 _LEN = re.compile(rb"content-length: *(\d+)", re.I)
 
 
-async def _client(port: int, path: str, until: float, lat: list[float], errors: list[int], nbytes: list[int]) -> None:
+async def _client(port: int, paths: list[str], until: float, lat: list[float], errors: list[int], nbytes: list[int],
+                  first: int = 0) -> None:
+    """One keep-alive connection sending GETs of ``paths`` in turn (from ``paths[first]``)."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 20)
-    req = f"GET {path} HTTP/1.1\r\nHost: bench\r\n\r\n".encode()
+    reqs = [f"GET {p} HTTP/1.1\r\nHost: bench\r\n\r\n".encode() for p in paths]
+    i = first
     try:
         while time.perf_counter() < until:
+            req, i = reqs[i % len(reqs)], i + 1
             t0 = time.perf_counter()
             writer.write(req)
             head = await reader.readuntil(b"\r\n\r\n")
@@ -216,23 +223,26 @@ async def _client(port: int, path: str, until: float, lat: list[float], errors: 
         writer.close()
 
 
-def load(server: Server, path: str, clients: int, seconds: float, warmup: float = 1.0) -> dict:
+def load(server: Server, path: str | list[str], clients: int, seconds: float, warmup: float = 1.0) -> dict:
     """Closed-loop load: ``clients`` keep-alive connections, each sending the next request when
-    the previous answer has fully arrived. Latencies of the warm-up second are dropped."""
+    the previous answer has fully arrived. Latencies of the warm-up second are dropped. A list
+    of paths is cycled through, each client starting at a different one."""
+    paths = [path] if isinstance(path, str) else list(path)
 
     async def main():
         lat: list[float] = []
         errors: list[int] = []
         nbytes: list[int] = []
-        await asyncio.gather(*(_client(port, path, time.perf_counter() + warmup, [], errors, []) for _ in range(clients)))
+        await asyncio.gather(*(_client(port, paths, time.perf_counter() + warmup, [], errors, [], c) for c in range(clients)))
         cpu0, t0 = server.cpu_s(), time.perf_counter()
-        await asyncio.gather(*(_client(port, path, t0 + seconds, lat, errors, nbytes) for _ in range(clients)))
+        await asyncio.gather(*(_client(port, paths, t0 + seconds, lat, errors, nbytes, c) for c in range(clients)))
         return lat, errors, nbytes, time.perf_counter() - t0, server.cpu_s() - cpu0
 
     port = server.port
     load_before = os.getloadavg()[0]
     lat, errors, nbytes, elapsed, cpu = asyncio.run(main())
-    return {"path": path, "clients": clients, "requests": len(lat), "errors": len(errors), "rps": len(lat) / elapsed,
+    shown = paths[0] if len(paths) == 1 else f"{paths[0]} (+{len(paths) - 1} more)"
+    return {"path": shown, "clients": clients, "requests": len(lat), "errors": len(errors), "rps": len(lat) / elapsed,
             "p50_ms": 1e3 * pct(lat, 50), "p95_ms": 1e3 * pct(lat, 95), "p99_ms": 1e3 * pct(lat, 99),
             "max_ms": 1e3 * max(lat), "bytes": nbytes[0] if nbytes else 0,
             "server_cpu_ms_per_request": 1e3 * cpu / max(1, len(lat)), "loadavg_1m": [load_before, os.getloadavg()[0]]}

@@ -4,21 +4,26 @@ A resumed run re-logs the steps after its last checkpoint, so every write here i
 ``INSERT ... ON CONFLICT (key) DO UPDATE`` (PostgreSQL and SQLite dialect inserts): writing the
 same (run, step) twice leaves one row holding the latest values. Non-finite floats become
 JSON null (PostgreSQL's JSONB rejects NaN).
+
+Step metrics live twice, written in one transaction: ``step_metrics`` (one JSON dict per step:
+the log, polled by the live stream) and its columnar copy in :mod:`backend.db.series` (what
+whole-series reads use: a few keys over thousands of steps read a few short rows).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
+from backend.db import series
 from backend.db.models import Checkpoint, EvalResult, Run, StepMetric, utcnow
-
-BATCH_ROWS = 500  # rows per INSERT statement (SQLite's bound-parameter limit leaves room)
+from backend.db.upsert import BATCH_ROWS as BATCH_ROWS  # re-exported: tests size their batches with it
+from backend.db.upsert import upsert as _upsert
 
 
 def clean_value(v: Any) -> float | int | None:
@@ -40,35 +45,19 @@ def clean_metrics(metrics: Mapping[str, Any]) -> dict[str, float | int | None]:
     return {str(k): clean_value(v) for k, v in metrics.items()}
 
 
-def _insert(session: Session):
-    dialect = session.get_bind().dialect.name
-    if dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    elif dialect == "sqlite":
-        from sqlalchemy.dialects.sqlite import insert
-    else:  # pragma: no cover - only the two supported stores
-        raise NotImplementedError(f"upsert on {dialect}")
-    return insert
-
-
-def _upsert(session: Session, model, rows: list[dict[str, Any]], keys: Sequence[str], batch: int = BATCH_ROWS) -> int:
-    """INSERT rows, updating every non-key column on conflict with ``keys``. Returns row count."""
-    insert = _insert(session)
-    for i in range(0, len(rows), batch):
-        stmt = insert(model).values(rows[i : i + batch])
-        update_cols = {c: stmt.excluded[c] for c in rows[0] if c not in keys}
-        session.execute(stmt.on_conflict_do_update(index_elements=list(keys), set_=update_cols))
-    return len(rows)
-
-
 def upsert_step_metrics(
     session: Session, run_id: int, steps: Mapping[int, Mapping[str, Any]] | Iterable[tuple[int, Mapping[str, Any]]]
 ) -> int:
     """Store many steps' metrics for one run in batched upserts, idempotent on (run_id, step).
 
     ``steps``: {step: {key: value}} or [(step, {key: value})]. A step given twice keeps its
-    last metrics. Also bumps ``runs.metrics_version`` (the API's cache key), in the same
-    transaction. Returns the number of distinct steps written. The caller commits.
+    last metrics. Also bumps ``runs.metrics_version`` (the API's cache key) and updates the
+    columnar copy, in the same transaction. Returns the number of distinct steps written.
+    The caller commits.
+
+    The version bump comes first: its row lock on the run (PostgreSQL; SQLite has one writer)
+    serialises writers of one run, so the read-modify-write of the columnar chunks never
+    loses a concurrent append.
     """
     items = steps.items() if isinstance(steps, Mapping) else steps
     now = utcnow()
@@ -76,8 +65,9 @@ def upsert_step_metrics(
     rows = [{"run_id": run_id, "step": s, "metrics": m, "logged_at": now} for s, m in sorted(latest.items())]
     if not rows:
         return 0
-    _upsert(session, StepMetric, rows, ("run_id", "step"))
     bump_metrics_version(session, run_id)
+    _upsert(session, StepMetric, rows, ("run_id", "step"))
+    series.write_steps(session, run_id, latest)
     return len(rows)
 
 
@@ -90,9 +80,10 @@ def delete_steps_after(session: Session, run_id: int, step: int) -> int:
     """On resume from the checkpoint of ``step``: delete the run's stored steps and evals after
     it, and bump ``metrics_version`` so no cached answer still shows them. Returns the number
     of step rows deleted. The caller commits."""
+    bump_metrics_version(session, run_id)  # first: the run's row lock, as in upsert_step_metrics
     n = session.execute(delete(StepMetric).where(StepMetric.run_id == run_id, StepMetric.step > step)).rowcount
+    series.truncate_after(session, run_id, step)
     session.execute(delete(EvalResult).where(EvalResult.run_id == run_id, EvalResult.step > step))
-    bump_metrics_version(session, run_id)
     return n
 
 
@@ -147,35 +138,70 @@ def list_checkpoints(session: Session, run_id: int) -> list[Checkpoint]:
 
 @dataclass
 class MetricColumns:
-    """Columnar step metrics: ``series[key][i]`` is the value of ``key`` at ``steps[i]`` (None if absent)."""
+    """Columnar step metrics: ``series[key][i]`` is the value of ``key`` at ``steps[i]`` (None if absent).
+    ``stored``: how many steps the read found before any ``pick`` (= len(steps) without one)."""
 
     steps: list[int] = field(default_factory=list)
     series: dict[str, list[float | int | None]] = field(default_factory=dict)
+    stored: int | None = None
+
+    def __post_init__(self):
+        if self.stored is None:
+            self.stored = len(self.steps)
 
 
 def read_step_metrics(
-    session: Session, run_id: int, keys: Sequence[str] | None = None, since_step: int | None = None
+    session: Session, run_id: int, keys: Sequence[str] | None = None, since_step: int | None = None,
+    pick: Callable[[int], list[int]] | None = None, fragments: bool = False,
 ) -> MetricColumns:
     """Steps of one run in step order, after ``since_step`` (exclusive) when given.
 
-    ``keys`` selects metrics (unknown keys give all-None columns); None = every key seen.
-    With keys, the database extracts them (``metrics ->> key`` / ``json_extract``) so the
-    whole JSON row is never shipped and parsed; the values come back as floats.
-    One index range scan on the (run_id, step) primary key either way.
+    ``keys`` selects metrics (unknown keys give all-None columns); None = every key seen (in
+    the steps returned), values as logged. With keys the values come back as floats.
+    ``pick(n)``: the positions to keep of the n steps found (downsampling), applied before the
+    float conversion so that it costs per point returned, not per point stored.
+    ``fragments``: a caller that only serialises the answer may get whole all-key series as
+    pre-serialised ``orjson.Fragment`` values (:func:`backend.db.series.splice`).
+    Reads the columnar copy (:mod:`backend.db.series`), except for all keys after
+    ``since_step``, a tail that the per-step log answers exactly.
     """
-    where = [StepMetric.run_id == run_id]
-    if since_step is not None:
-        where.append(StepMetric.step > since_step)
     if keys is not None:
         keys = list(dict.fromkeys(keys))
-        cols = [StepMetric.metrics[k].as_float() for k in keys]
-        rows = session.execute(select(StepMetric.step, *cols).where(*where).order_by(StepMetric.step)).all()
-        return MetricColumns(steps=[r[0] for r in rows], series={k: [r[i + 1] for r in rows] for i, k in enumerate(keys)})
+        steps, cols, n = series.read_columns(session, run_id, keys, since_step, pick)
+        return MetricColumns(steps=steps, series={k: floats(v) for k, v in cols.items()}, stored=n)
+    if since_step is None:
+        steps, cols, n = series.read_columns(session, run_id, None, None, pick, fragments)
+        return MetricColumns(steps=steps, series=cols, stored=n)
+    where = [StepMetric.run_id == run_id, StepMetric.step > since_step]
     rows = session.execute(select(StepMetric.step, StepMetric.metrics).where(*where).order_by(StepMetric.step)).all()
     seen: dict[str, None] = {}
     for _, m in rows:
         seen.update(dict.fromkeys(m))
-    return MetricColumns(steps=[r[0] for r in rows], series={k: [r[1].get(k) for r in rows] for k in sorted(seen)})
+    steps, cols = [r[0] for r in rows], {k: [r[1].get(k) for r in rows] for k in sorted(seen)}
+    idx = None if pick is None else pick(len(steps))
+    if idx is None or len(idx) == len(steps):
+        return MetricColumns(steps=steps, series=cols)
+    return MetricColumns(steps=[steps[i] for i in idx], series={k: [v[i] for i in idx] for k, v in cols.items()},
+                         stored=len(steps))
+
+
+def floats(values: list[Any]) -> list[float | None]:
+    """Ints as floats (what key-selected reads return), None kept."""
+    return [v if v is None or v.__class__ is float else float(v) for v in values]
+
+
+def series_aggregates(session: Session, run_id: int, keys: Sequence[str]) -> dict[str, Any]:
+    """{"steps": n, "mean": {key: mean}, "total": {key: sum}} over one run's stored steps, from
+    the columnar copy: SQL's count(*), avg and sum over the values as floats (nulls skipped; a
+    key with no value gives None), without opening every step's JSON once per key (that took
+    ~200 ms for 2,000 steps and 40 keys on PostgreSQL)."""
+    cols = read_step_metrics(session, run_id, keys)
+    mean, total = {}, {}
+    for k in dict.fromkeys(keys):
+        vals = [v for v in cols.series[k] if v is not None]
+        total[k] = sum(vals) if vals else None
+        mean[k] = total[k] / len(vals) if vals else None
+    return {"steps": cols.stored, "mean": mean, "total": total}
 
 
 def step_count(session: Session, run_id: int) -> tuple[int, int | None]:

@@ -95,13 +95,38 @@ class Run(Base):
 
 class StepMetric(Base):
     """One training step's metrics (slash-namespaced keys, docs/metrics.md). The primary key
-    (run_id, step) is the uniqueness that makes re-logging a resumed step idempotent."""
+    (run_id, step) is the uniqueness that makes re-logging a resumed step idempotent. The log of
+    record; whole-series reads use its columnar copy (:class:`MetricChunk`, :class:`MetricSeries`)."""
 
     __tablename__ = "step_metrics"
     run_id: Mapped[int] = mapped_column(Id, ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
     step: Mapped[int] = mapped_column(Integer, primary_key=True)
     metrics: Mapped[dict[str, Any]] = mapped_column(Json)
     logged_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow, index=True)
+
+
+class MetricChunk(Base):
+    """The steps of one chunk of a run (steps with ``step // CHUNK_STEPS == chunk``,
+    :mod:`backend.db.series`) as a JSON array in ascending order: the positions the chunk's
+    :class:`MetricSeries` rows are aligned with. A read-optimised copy of ``step_metrics``,
+    kept in the same transaction as every write to it."""
+
+    __tablename__ = "metric_chunks"
+    run_id: Mapped[int] = mapped_column(Id, ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    chunk: Mapped[int] = mapped_column(Integer, primary_key=True)
+    steps: Mapped[str] = mapped_column(Text)
+
+
+class MetricSeries(Base):
+    """One metric key's values over one chunk: a JSON array aligned with the chunk's steps
+    (a shorter array means None for the remaining steps). The key leads the primary key, so a
+    plot's few keys are a few index range scans however many keys a step has."""
+
+    __tablename__ = "metric_series"
+    run_id: Mapped[int] = mapped_column(Id, ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    key: Mapped[str] = mapped_column(Text, primary_key=True)
+    chunk: Mapped[int] = mapped_column(Integer, primary_key=True)
+    data: Mapped[str] = mapped_column(Text)
 
 
 class EvalResult(Base):

@@ -1,7 +1,7 @@
 """Initial schema: sweeps, runs, step_metrics, eval_results, checkpoints, api_tokens.
 
 Revision ID: 0001
-Revises: 
+Revises:
 Create Date: 2026-11-30
 
 """
