@@ -1,0 +1,52 @@
+"""What a method's spec asks of a run config (engines, stable prompt ids) is checked at parse
+time by trainer.config's method rule, so a run that would fail at its first step is refused
+before any compute, naming the field to change."""
+
+import pytest
+
+from trainer.config import ConfigError, parse_run_config
+from trainer.methods.spec import get_method, specs
+
+MEM = [s.name for s in specs() if s.needs_prompt_ids]
+
+
+def _issues(**cfg) -> list[tuple[str, str]]:
+    try:
+        parse_run_config({"steps": 3, "batch_prompts": 4, **cfg})
+    except ConfigError as e:
+        return e.issues
+    return []
+
+
+def test_the_memory_methods_declare_their_needs():
+    assert {"aero-mem", "aero-mem-a", "aero-mem-b", "aero-mem-c", "aero-mem-d", "aero-mem-abd"} <= set(MEM)
+    assert all(get_method(m).engines == ("embedded",) for m in MEM)
+    assert get_method("aero").engines == ("embedded", "verl") and not get_method("aero").needs_prompt_ids
+
+
+@pytest.mark.parametrize("method", MEM)
+def test_memory_methods_need_train_size_on_arithmetic(method):
+    issues = _issues(method=method)
+    assert [loc for loc, _ in issues] == ["train_size"] and method in issues[0][1]
+    assert _issues(method=method, train_size=256) == []
+
+
+def test_memory_methods_are_refused_on_verl_naming_the_engine():
+    issues = _issues(method="aero-mem", engine="verl", preset=None, model_path="/models/qwen", task="math",
+                     train_data="/data/train.parquet")
+    assert [msg for loc, msg in issues if loc == "engine"] == ["method aero-mem runs on the embedded engine; got verl"]
+    ok = _issues(method="aero", engine="verl", preset=None, model_path="/models/qwen", task="math",
+                 train_data="/data/train.parquet")
+    assert "engine" not in [loc for loc, _ in ok]
+
+
+def test_math_task_has_ids_without_train_size():
+    issues = _issues(method="aero-mem", preset=None, model_path="/models/qwen", task="math", train_data="/d.jsonl")
+    assert "train_size" not in [loc for loc, _ in issues]
+
+
+def test_give_up_options_are_validated():
+    assert [loc for loc, _ in _issues(method="aero-mem-d", train_size=64, aero_mem={"hope_visits": 0})] == [
+        "aero_mem.hope_visits"]
+    assert [loc for loc, _ in _issues(method="aero-mem-d", train_size=64, aero_mem={"hope_tau": 1.0})] == [
+        "aero_mem.hope_tau"]
