@@ -32,7 +32,7 @@ from backend.db import runs as repo  # noqa: E402
 from backend.db.metrics import upsert_eval_results, upsert_step_metrics  # noqa: E402
 from backend.db.migrate import migrate  # noqa: E402
 from backend.db.session import session_scope  # noqa: E402
-from backend.db.testing import temp_database  # noqa: E402
+from tests.stores import temp_database  # noqa: E402
 from backend.main import create_app  # noqa: E402
 from backend.settings import Settings  # noqa: E402
 from benchmarks.platform_bench import synthetic_metrics  # noqa: E402

@@ -10,7 +10,10 @@ content_type_conformance on every response. The database is dropped at the end.
 
     python benchmarks/schemathesis_run.py sqlite|postgresql BUDGET_S POSITIVE NEGATIVE
 """
-import sys, time, tempfile, collections
+import collections
+import sys
+import tempfile
+import time
 from pathlib import Path
 import schemathesis
 from hypothesis import HealthCheck, given, settings
@@ -19,7 +22,8 @@ from schemathesis import GenerationMode
 from schemathesis.specs.openapi import checks as oc
 from backend.db.migrate import migrate
 from backend.db.session import get_engine, make_sessionmaker
-from backend.db.testing import temp_database
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: tests.stores
+from tests.stores import temp_database
 from backend.db.tokens import create_token
 from backend.db import runs as repo
 from backend.db.metrics import upsert_eval_results, upsert_step_metrics
@@ -27,22 +31,25 @@ from backend.main import create_app
 from backend.settings import Settings
 from trainer.config import RunConfig
 
-kind = sys.argv[1]; budget = float(sys.argv[2])
+kind, budget = sys.argv[1], float(sys.argv[2])
 EX = {GenerationMode.POSITIVE: int(sys.argv[3]), GenerationMode.NEGATIVE: int(sys.argv[4])}
 CHECKS = {"response_schema_conformance": oc.response_schema_conformance,
           "status_code_conformance": oc.status_code_conformance,
           "content_type_conformance": oc.content_type_conformance}
 tmp = Path(tempfile.mkdtemp(prefix="aero_st_"))
 with temp_database(kind, tmp) as url:
-    print("db", url.split("@")[-1]); migrate(url)
+    print("db", url.split("@")[-1])
+    migrate(url)
     with make_sessionmaker(get_engine(url))() as s:
         for status in ("queued", "succeeded"):
             run = repo.create_run(s, RunConfig(steps=3).model_dump(mode="json"), queue="cpu")
             if status == "succeeded":
-                repo.claim_run(s, run.id, "w"); repo.mark_succeeded(s, run.id)
+                repo.claim_run(s, run.id, "w")
+                repo.mark_succeeded(s, run.id)
             upsert_step_metrics(s, run.id, {1: {"a": 1.0}, 2: {"a": 2.0}})
             upsert_eval_results(s, run.id, 2, {"arith": {"k": 1, "avg_at_k": 0.5, "pass_at_k": 0.5}})
-        _, tok = create_token(s, "st"); s.commit()
+        _, tok = create_token(s, "st")
+        s.commit()
     sent = []
     app = create_app(Settings(database_url=url, data_dir=tmp / "data", migrate_on_start=False),
                      enqueue=lambda rid, q: sent.append((rid, q)))
@@ -53,7 +60,8 @@ with temp_database(kind, tmp) as url:
     ops = [op for op in ops if not op.path.endswith("/stream")]
     print("operations in schema", all_ops, "tested", len(ops))
     per_op = budget / (2 * len(ops))
-    cases = collections.Counter(); statuses = collections.Counter(); fivexx = []; fails = collections.Counter(); fail_ex = {}
+    cases, statuses, fails = collections.Counter(), collections.Counter(), collections.Counter()
+    fivexx, fail_ex = [], {}
     t0 = time.time()
     for mode in EX:
         for op in ops:
@@ -64,25 +72,32 @@ with temp_database(kind, tmp) as url:
                 if time.time() - start > per_op:
                     return
                 r = case.call(headers=dict(auth))
-                cases[(mode.value, op.label)] += 1; statuses[r.status_code // 100] += 1
+                cases[(mode.value, op.label)] += 1
+                statuses[r.status_code // 100] += 1
                 if r.status_code >= 500:
                     fivexx.append((op.label, r.status_code, r.text[:500], case.as_curl_command()))
                 if mode is GenerationMode.POSITIVE:
                     for name, fn in CHECKS.items():
                         try:
                             case.validate_response(r, checks=[fn], headers=dict(auth))
-                        except Exception as e:
-                            fails[(name, op.label)] += 1; fail_ex.setdefault((name, op.label), (r.status_code, str(e)[:400], case.as_curl_command()))
+                        except Exception as e:  # noqa: BLE001 - every failed check is counted, none stops the run
+                            fails[(name, op.label)] += 1
+                            fail_ex.setdefault((name, op.label), (r.status_code, str(e)[:400], case.as_curl_command()))
             try:
                 check()
             except Unsatisfiable:
                 pass
     el = time.time() - t0
-    print(f"elapsed {el:.0f}s  cases total {sum(cases.values())}  positive {sum(v for (m,_),v in cases.items() if m=='positive')}  negative {sum(v for (m,_),v in cases.items() if m=='negative')}")
+    by_mode = {m: sum(v for (mode, _), v in cases.items() if mode == m) for m in ("positive", "negative")}
+    print(f"elapsed {el:.0f}s  cases total {sum(cases.values())}  positive {by_mode['positive']}  "
+          f"negative {by_mode['negative']}")
     print("status classes", dict(sorted(statuses.items())))
     print("5xx", len(fivexx))
-    for f in fivexx[:10]: print("  5XX", f)
-    print("ops with cases", len({l for _, l in cases}))
-    for k, v in sorted(cases.items()): print("  ", k, v)
+    for f in fivexx[:10]:
+        print("  5XX", f)
+    print("ops with cases", len({label for _, label in cases}))
+    for k, v in sorted(cases.items()):
+        print("  ", k, v)
     print("check failures (positive mode):", dict(fails))
-    for k, v in fail_ex.items(): print("  EX", k, v)
+    for k, v in fail_ex.items():
+        print("  EX", k, v)

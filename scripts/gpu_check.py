@@ -15,7 +15,7 @@ What it does:
    arithmetic task (as `aero pretrain`), so RL prompts fall in every AERO stratum;
 2. from that same start, runs a few steps of GRPO, AERO (the paper's sequential rescue rounds)
    and AERO with rounds_per_call=4 (speculative rounds, one engine call per 4 rounds), with the
-   platform's own collectors (trainer/collect.py) and update (trainer/update.py), weights in
+   platform's own collectors (trainer/embedded/collect.py) and update (trainer/embedded/update.py), weights in
    fp32 and forwards under bf16 autocast (what a run with dtype=auto gets on CUDA);
 3. prints per step: time split rollout / reward / train, generated and trained tokens and
    tokens/s; then the mean step time per method (first step excluded: CUDA warm-up) and the
@@ -40,19 +40,19 @@ sys.path.insert(0, str(ROOT))
 
 try:
     import pydantic  # noqa: F401
-except ImportError:  # trainer.collect only names RunConfig in annotations: a stub module is enough
+except ImportError:  # trainer.embedded.collect only names RunConfig in annotations: a stub module is enough
     sys.modules["trainer.config"] = types.SimpleNamespace(RunConfig=object)  # type: ignore[assignment]
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from trainer.collect import COLLECTORS, StepContext  # noqa: E402
-from trainer.model import build_model, count_parameters, tiny_qwen2_config  # noqa: E402
-from trainer.pretrain import cosine_lr, measure_strata, sft_batch  # noqa: E402
+from trainer.embedded.collect import StepContext, collect  # noqa: E402
+from trainer.embedded.model import build_model, count_parameters, tiny_qwen2_config  # noqa: E402
+from trainer.embedded.pretrain import cosine_lr, measure_strata, sft_batch  # noqa: E402
 from trainer.rollout.base import SamplingParams  # noqa: E402
 from trainer.rollout.embedded import EmbeddedEngine  # noqa: E402
 from trainer.tasks.arithmetic import WARM_START_WEIGHTS, ArithmeticTask  # noqa: E402
-from trainer.update import policy_update, warmup_constant_lr  # noqa: E402
+from trainer.embedded.update import policy_update, warmup_constant_lr  # noqa: E402
 
 SHAPES = {
     "default": dict(hidden_size=512, num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=8,
@@ -89,7 +89,7 @@ def sync(device: torch.device) -> None:
 
 
 def warm_start(model, task, device, steps: int, batch: int, autocast) -> float:
-    """Supervised warm start on answers (trainer/pretrain.py's recipe, on the device)."""
+    """Supervised warm start on answers (trainer/embedded/pretrain.py's recipe, on the device)."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: cosine_lr(s, steps, warmup=min(20, steps)))
     model.train()
@@ -120,7 +120,7 @@ def run_method(name: str, cfg, base_model, task, device, steps: int, autocast, l
     for step in range(1, steps + 1):
         sync(device)
         t0 = time.perf_counter()
-        c = COLLECTORS[cfg.method](ctx, data_pos)
+        c = collect(ctx, data_pos)
         data_pos += c.prompts_used
         sync(device)
         t1 = time.perf_counter()

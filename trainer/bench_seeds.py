@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
+import trainer.metric_keys as mk
 from trainer.bench import COST_FIELDS, run_bench
 from trainer.core.reach import reach_across_seeds
 from trainer.core.stats import mean_ci, paired_ratios
@@ -56,8 +57,8 @@ def summarize_seeds(reports: Sequence[dict[str, Any]], alpha: float = 0.05) -> d
             pairs = [(r["methods"][m], r["methods"][BASELINE]) for r in reports]
             out["ratios"][f"{m}/{BASELINE}"] = {
                 **{f: paired_ratios([(a[f], b[f]) for a, b in pairs], alpha) for f in COST_FIELDS.values()},
-                "final_diff": mean_ci([None if a["final_avg_at_k"].get("overall") is None
-                                       else a["final_avg_at_k"]["overall"] - b["final_avg_at_k"]["overall"]
+                "final_diff": mean_ci([None if a["final_avg_at_k"].get(mk.OVERALL) is None
+                                       else a["final_avg_at_k"][mk.OVERALL] - b["final_avg_at_k"][mk.OVERALL]
                                        for a, b in pairs], alpha),
             }
         if all("reach" in r for r in reports):

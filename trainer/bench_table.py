@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import trainer.metric_keys as mk
+
 COLUMNS = [
     ("step s", "step_s", "{:.3f}"), ("rollout s", "rollout_s", "{:.3f}"), ("train s", "train_s", "{:.3f}"),
     ("rollouts gen", "rollouts_generated", "{:.1f}"), ("rollouts trained", "rollouts_trained", "{:.1f}"),
@@ -28,13 +30,13 @@ def render_markdown(report: dict[str, Any]) -> str:
     lines = [f"Per-step means over {report['meta']['steps']} steps (seed {report['meta']['seed']}, "
              f"{report['meta']['machine']}); final eval overall.", "", _row(head), _row(["---"] * len(head))]
     for name, m in methods.items():
-        ov = m["eval"].get("overall", {})
+        ov = m["eval"].get(mk.OVERALL, {})
         lines.append(_row([name, *[_cell(f, fld, m[fld]) for _, fld, f in COLUMNS],
                            f"{ov.get('avg_at_k', float('nan')):.3f}", f"{ov.get('pass_at_k', float('nan')):.3f}"]))
     for pair, r in report["ratios"].items():
         lines.append(_row([f"**{pair}**", *[f"{r[fld]:.3f}" if fld in r else "" for _, fld, _ in COLUMNS],
                            f"{r.get('final_avg_at_k', float('nan')):.3f}", f"{r.get('final_pass_at_k', float('nan')):.3f}"]))
-    benches = [b for b in report["base_eval"] if b != "overall"] + ["overall"]
+    benches = [b for b in report["base_eval"] if b != mk.OVERALL] + [mk.OVERALL]
     lines += ["", f"Final Avg@{k} / Pass@{k} per benchmark (base = the checkpoint every method starts from).", "",
               _row(["method", *benches]), _row(["---"] * (len(benches) + 1))]
     rows = [("base", report["base_eval"])] + [(n, m["eval"]) for n, m in methods.items()]
@@ -77,7 +79,7 @@ def render_seeds_markdown(report: dict[str, Any]) -> str:
              "", _row(head), _row(["---"] * len(head))]
     for name, m in summ["methods"].items():
         lines.append(_row([name, *[pm(m[f], fmt, scale) for _, f, fmt, scale in SEED_COLUMNS],
-                           pm(m["final_avg_at_k"].get("overall")), pm(m["gain"].get("overall"), sign=True)]))
+                           pm(m["final_avg_at_k"].get(mk.OVERALL)), pm(m["gain"].get(mk.OVERALL), sign=True)]))
     for pair, r in summ["ratios"].items():
         lines.append(_row([f"**{pair}**", *[bracket(r[f]) for _, f, _, _ in SEED_COLUMNS], "",
                            f"diff {pm(r['final_diff'], sign=True)}"]))

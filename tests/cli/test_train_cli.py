@@ -6,7 +6,7 @@ import shutil
 from typer.testing import CliRunner
 
 from cli.main import app
-from trainer.presets import PRESETS
+from trainer.embedded.presets import PRESETS
 
 runner = CliRunner()
 SMALL = ["--set", "batch_prompts=4", "--set", "eval_problems=4", "--set", "eval_n=4", "--set", "eval_every=0"]
@@ -16,7 +16,7 @@ def test_train_writes_metrics_and_config(tmp_path):
     out = tmp_path / "run"
     res = runner.invoke(app, ["train", "--method", "aero", "--steps", "2", "--out", str(out), *SMALL])
     assert res.exit_code == 0, res.output
-    rows = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
     assert json.loads((out / "config.json").read_text())["method"] == "aero"
     assert "final Avg@4" in res.output

@@ -7,8 +7,9 @@ import json
 import pytest
 import torch
 
-from trainer.loop import run_training
-from trainer.metrics import MemorySink
+from trainer.config import parse_run_config
+from trainer.embedded.loop import run_training
+from trainer.sinks import MemorySink
 from trainer.tasks.code import PAPER_CODE_SYSTEM_PROMPT, CodeTask
 
 # The warm start teaches ANSWER for every question; it solves "Double" and fails "Triple",
@@ -69,10 +70,10 @@ def run_cfg(model_dir, data, **kw):
 def test_code_run_trains_with_sandbox_rewards_and_reports_each_benchmark(method, model_dir, data, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    from trainer.checkpoint import load_latest_checkpoint
+    from trainer.embedded.checkpoint import load_latest_checkpoint
 
     sink = MemorySink()
-    summary = run_training(run_cfg(model_dir, data, method=method), tmp_path, sink)
+    summary = run_training(parse_run_config(run_cfg(model_dir, data, method=method)), tmp_path, sink)
     assert summary["status"] == "completed" and sorted(sink.steps) == [1, 2]
     outcomes = ("passed", "wrong", "errors", "timeouts", "memory", "output_limit", "blocked", "no_code")
     for m in sink.steps.values():

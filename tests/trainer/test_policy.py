@@ -77,13 +77,13 @@ def test_from_env(monkeypatch, tmp_path):
 
 
 def test_the_sandbox_takes_isolation_interpreter_and_uid_from_the_policy(monkeypatch, tmp_path):
-    import trainer.tasks.code as code_mod
+    import trainer.tasks as tasks
     import trainer.tasks.sandbox as sandbox
-    from trainer import presets
+    from trainer.embedded import presets
 
     monkeypatch.setattr(sandbox, "isolation", lambda limits: (None, True))
     monkeypatch.setattr(sandbox, "sandbox_python", lambda python, prefix, drop: python)
-    monkeypatch.setattr(code_mod, "CodeTask", lambda path, limits, **kw: limits)
+    monkeypatch.setitem(tasks.TASKS, "code", lambda train_path, limits, **kw: limits)
     cfg = parse_run_config({**CODE, "model_path": "/m", "train_data": str(tmp_path / "t.jsonl"),
                             "code": {"memory_mb": 512, "audit_hook": "fallback"}})
     pol = RunPolicy(sandbox_isolation="namespace", sandbox_python="/opt/py/bin/python3", sandbox_uid=4242,
@@ -95,11 +95,14 @@ def test_the_sandbox_takes_isolation_interpreter_and_uid_from_the_policy(monkeyp
     assert presets.code_task(cfg, {}, pol.model_copy(update={"sandbox_audit_hook": "fallback"})).audit_hook == "fallback"
 
 
-def test_run_training_checks_the_policy_before_any_compute(tmp_path):
-    from trainer.loop import run_training
-    from trainer.metrics import JsonlSink
+def test_aero_train_checks_the_policy_before_any_compute(tmp_path, monkeypatch):
+    """The CLI is a boundary: it parses the config once, against the operator's policy, before
+    run_training (which takes the parsed RunConfig) computes or writes anything."""
+    from typer.testing import CliRunner
 
-    with pytest.raises(ConfigError) as e:
-        run_training({"steps": 5}, tmp_path / "run", JsonlSink(tmp_path / "run"), policy=RunPolicy(max_steps=4))
-    assert e.value.issues == [("steps", "at most 4 (operator cap AERO_MAX_STEPS)")]
+    from cli.main import app
+
+    monkeypatch.setenv("AERO_MAX_STEPS", "4")
+    res = CliRunner().invoke(app, ["train", "--steps", "5", "--out", str(tmp_path / "run")])
+    assert res.exit_code != 0 and "at most 4 (operator cap AERO_MAX_STEPS)" in res.output
     assert not (tmp_path / "run" / "config.json").exists()

@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from trainer.config import ConfigError, parse_run_config
-from trainer.loop import run_training
-from trainer.metrics import MemorySink
-from trainer.model import is_gradient_checkpointing
-from trainer.presets import load_setup, weight_dtype
+from trainer.embedded.loop import run_training
+from trainer.sinks import MemorySink
+from trainer.embedded.model import is_gradient_checkpointing
+from trainer.embedded.presets import load_setup, weight_dtype
 from trainer.tasks.math import PAPER_MATH_SYSTEM_PROMPT
 
 PROBLEMS = [("What is 2+3?", "5"), ("Compute 7*6.", "42"), ("What is 10-4?", "6"), ("Simplify 1/2+1/2.", "1")]
@@ -63,11 +63,12 @@ def test_setup_uses_the_directory_tokenizer_template_and_system_prompt(model_dir
 
 @pytest.mark.parametrize("method", ["grpo", "aero"])
 def test_trains_two_steps_by_path_and_reports_each_benchmark(method, model_dir, data, tmp_path):
-    from trainer.checkpoint import load_latest_checkpoint
+    from trainer.embedded.checkpoint import load_latest_checkpoint
     from transformers import AutoModelForCausalLM
 
     sink = MemorySink()
-    summary = run_training(run_cfg(model_dir, data, method=method, gradient_checkpointing=True), tmp_path, sink)
+    cfg = parse_run_config(run_cfg(model_dir, data, method=method, gradient_checkpointing=True))
+    summary = run_training(cfg, tmp_path, sink)
     assert summary["status"] == "completed" and sorted(sink.steps) == [1, 2]
     for m in sink.steps.values():
         assert m["rollout/generated"] <= 2 * 4  # the equal budget n_total * P

@@ -2,7 +2,7 @@
 
 Optional extra ``aero-lab[verl]`` (pinned verl==0.9.1), imported lazily: importing this package
 does not import verl. Entry point for the worker: :func:`run_verl` (the contract of
-``trainer.loop.run_training``). Modules:
+``trainer.embedded.loop.run_training``). Modules:
 
     overrides   RunConfig -> verl hydra overrides (reward.* keys; legacy keys refused); compose
     data        the run's math files -> verl parquet (paper system prompt, benchmark names)

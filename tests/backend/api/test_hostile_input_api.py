@@ -15,7 +15,7 @@ from backend.db.metrics import upsert_step_metrics
 from backend.db.models import Run, StepMetric, Sweep
 from backend.main import create_app
 from backend.services.configs import MAX_JSON_DEPTH, MAX_JSON_ITEMS, json_shape_issue
-from backend.services.metrics import MAX_METRIC_KEYS
+from backend.services.metric_reads import MAX_METRIC_KEYS
 from backend.settings import Settings
 
 BASE = {"steps": 3, "batch_prompts": 4, "eval_every": 0}

@@ -11,10 +11,10 @@ from typing import Any
 import torch
 
 from trainer.config import ConfigError, RunConfig
-from trainer.model import count_parameters, load_policy
+from trainer.embedded.model import count_parameters, load_policy
 from trainer.policy import RunPolicy
 
-ASSETS = Path(__file__).parent / "assets"
+ASSETS = Path(__file__).parents[1] / "assets"  # trainer/assets (package data)
 PRESETS = {"tiny": ASSETS / "tiny"}  # `aero pretrain` writes it; shipped in the repo
 
 
@@ -105,12 +105,9 @@ def build_engine(cfg: RunConfig, model: torch.nn.Module, path: Path, task, devic
     name, why = rollout_engine_name(cfg, device)
     if why is not None:
         warnings.warn(why, RuntimeWarning, stacklevel=2)
-    if name == "vllm":
-        return make_engine("vllm", model_path=path, eos_ids=stop_token_ids(task, model), pad_id=task.tokenizer.pad_id,
-                           dtype="bfloat16" if dtype == torch.bfloat16 else "float32", seed=cfg.seed,
-                           max_model_len=cfg.max_prompt_tokens + cfg.max_new_tokens)
-    return make_engine("embedded", model=model, eos_id=stop_token_ids(task, model), pad_id=task.tokenizer.pad_id,
-                       device=device, dtype=dtype)
+    return make_engine(name, model=model, model_path=path, stop_ids=stop_token_ids(task, model),
+                       pad_id=task.tokenizer.pad_id, device=device, dtype=dtype, seed=cfg.seed,
+                       max_model_len=cfg.max_prompt_tokens + cfg.max_new_tokens)
 
 
 def build_task(cfg: RunConfig, model_dir: Path, policy: RunPolicy | None = None):
@@ -120,11 +117,13 @@ def build_task(cfg: RunConfig, model_dir: Path, policy: RunPolicy | None = None)
     verl's filter_overlong_prompts); benchmarks come from ``cfg.benchmarks``; code runs in the
     sandbox with ``cfg.code``'s limits. A missing data file or a
     model directory without a usable tokenizer is a ConfigError naming the field."""
+    from trainer.tasks import make_task
+
     if cfg.task == "arithmetic":
-        from trainer.tasks.arithmetic import ArithmeticTask
         from trainer.tasks.tokenizer import CharTokenizer
 
-        return ArithmeticTask(tokenizer=CharTokenizer.load(model_dir), benchmark_size=cfg.eval_problems)
+        return make_task("arithmetic", tokenizer=CharTokenizer.load(model_dir), benchmark_size=cfg.eval_problems,
+                         train_size=cfg.train_size)
     for name, bench in cfg.benchmarks.items():
         if not Path(bench).expanduser().is_file():
             raise ConfigError([("benchmarks", f"benchmark {name!r}: {bench} is not a local file")])
@@ -136,9 +135,7 @@ def build_task(cfg: RunConfig, model_dir: Path, policy: RunPolicy | None = None)
     try:
         if cfg.task == "code":
             return code_task(cfg, common, policy)
-        from trainer.tasks.math import MathTask
-
-        return MathTask(Path(cfg.train_data).expanduser(), **common)
+        return make_task("math", train_path=Path(cfg.train_data).expanduser(), **common)
     except ValueError as e:  # a bad row (file + line + field), or every prompt over max_prompt_tokens
         raise ConfigError([("train_data", str(e))]) from None
 
@@ -149,7 +146,7 @@ def code_task(cfg: RunConfig, common: dict, policy: RunPolicy | None = None):
     is required but unavailable or no interpreter runs in the sandbox."""
     import os
 
-    from trainer.tasks.code import CodeTask
+    from trainer.tasks import make_task
     from trainer.tasks.sandbox import Limits, isolation, sandbox_python
 
     c, pol = cfg.code, policy or RunPolicy()
@@ -165,8 +162,8 @@ def code_task(cfg: RunConfig, common: dict, policy: RunPolicy | None = None):
         # an operator setting is wrong for this host: say which (AERO_SANDBOX_ISOLATION / _PYTHON)
         raise ConfigError([("code", f"{e} (operator setting "
                             f"{'AERO_SANDBOX_ISOLATION' if 'namespace' in str(e) else 'AERO_SANDBOX_PYTHON'})")]) from None
-    return CodeTask(Path(cfg.train_data).expanduser(), limits=limits, workers=c.workers or min(8, os.cpu_count() or 1),
-                    max_tests=c.max_tests, **common)
+    return make_task("code", train_path=Path(cfg.train_data).expanduser(), limits=limits,
+                     workers=c.workers or min(8, os.cpu_count() or 1), max_tests=c.max_tests, **common)
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tiktoken.model")

@@ -6,11 +6,11 @@ import json
 import pytest
 import torch
 
-from trainer.collect import StepContext, collect_grpo
+from trainer.embedded.collect import StepContext, collect
 from trainer.config import ConfigError, parse_run_config
-from trainer.loop import run_training
-from trainer.metrics import JsonlSink, MemorySink
-from trainer.presets import load_setup
+from trainer.embedded.loop import run_training
+from trainer.sinks import JsonlSink, MemorySink, MultiSink
+from trainer.embedded.presets import load_setup
 from trainer.rollout.base import SamplingParams
 
 SMALL = {"preset": "tiny", "steps": 2, "batch_prompts": 4, "eval_every": 0, "eval_problems": 4, "eval_n": 4,
@@ -19,7 +19,7 @@ TIMING = ("time/", "savings/s1_s", "savings/s2_s", "savings/s3_s")
 
 
 def _params(out_dir):
-    from trainer.checkpoint import load_latest_checkpoint
+    from trainer.embedded.checkpoint import load_latest_checkpoint
 
     return load_latest_checkpoint(out_dir)["model"]
 
@@ -27,7 +27,7 @@ def _params(out_dir):
 @pytest.mark.parametrize("method", ["grpo", "dapo", "aero", "aero-s1", "aero-s1s2"])
 def test_every_method_trains(method, tmp_path):
     sink = MemorySink()
-    summary = run_training({**SMALL, "method": method}, tmp_path, sink)
+    summary = run_training(parse_run_config({**SMALL, "method": method}), tmp_path, sink)
     assert summary["status"] == "completed" and summary["last_step"] == 2
     assert sorted(sink.steps) == [1, 2]
     base = load_setup(parse_run_config(SMALL)).model.state_dict()
@@ -44,7 +44,7 @@ def test_every_method_trains(method, tmp_path):
 
 def test_aero_trains_fewer_rollouts_than_it_generates(tmp_path):
     sink = MemorySink()
-    run_training({**SMALL, "method": "aero", "steps": 3, "batch_prompts": 8}, tmp_path, sink)
+    run_training(parse_run_config({**SMALL, "method": "aero", "steps": 3, "batch_prompts": 8}), tmp_path, sink)
     gen = sum(s["rollout/generated"] for s in sink.steps.values())
     trained = sum(s["rollout/trained"] for s in sink.steps.values())
     assert trained < gen
@@ -53,8 +53,31 @@ def test_aero_trains_fewer_rollouts_than_it_generates(tmp_path):
     assert any(s["adv/zero_frac"] < 1.0 for s in sink.steps.values())
 
 
+class EventSink(MemorySink):
+    """Records the loop's sink events in order."""
+
+    def __init__(self):
+        super().__init__()
+        self.events: list[tuple] = []
+
+    def log(self, step, metrics):
+        super().log(step, metrics)
+        self.events.append(("log", step))
+
+    def truncate_after(self, step):
+        super().truncate_after(step)
+        self.events.append(("truncate_after", step))
+
+    def before_checkpoint(self, step):
+        self.events.append(("before_checkpoint", step))
+
+    def on_checkpoint(self, step, path):
+        assert (path / "state.pt").exists() and (path.parent / "latest").read_text() == path.name
+        self.events.append(("on_checkpoint", step))
+
+
 def test_resume_is_exact(tmp_path):
-    cfg = {**SMALL, "method": "aero", "steps": 4, "checkpoint_every": 2, "eval_every": 2}
+    cfg = parse_run_config({**SMALL, "method": "aero", "steps": 4, "checkpoint_every": 2, "eval_every": 2})
     straight = JsonlSink(tmp_path / "a")
     run_training(cfg, tmp_path / "a", straight)
 
@@ -64,41 +87,48 @@ def test_resume_is_exact(tmp_path):
         calls["n"] += 1
         return calls["n"] > 2  # polled before each step: steps 1-2 run, then stop
 
-    first = run_training(cfg, tmp_path / "b", JsonlSink(tmp_path / "b"), should_stop=stop_after_two)
+    ev1, ev2 = EventSink(), EventSink()
+    first = run_training(cfg, tmp_path / "b", MultiSink(JsonlSink(tmp_path / "b"), ev1), should_stop=stop_after_two)
     assert first == {**first, "status": "stopped", "last_step": 2}
-    second = run_training(cfg, tmp_path / "b", JsonlSink(tmp_path / "b"))
+    second = run_training(cfg, tmp_path / "b", MultiSink(JsonlSink(tmp_path / "b"), ev2))
     assert second["status"] == "completed" and second["last_step"] == 4
+    # The loop announces each checkpoint around writing it (on schedule, and where a stop ends
+    # the run) and the resume point; the sinks do not re-derive the schedule.
+    ckpt = lambda s: [("before_checkpoint", s), ("on_checkpoint", s)]  # noqa: E731
+    assert ev1.events == [("log", 1), ("log", 2), *ckpt(2), *ckpt(2)]
+    assert ev2.events == [("truncate_after", 2), ("log", 3), ("log", 4), *ckpt(4)]
 
     def load(d):
-        rows = [json.loads(l) for l in (d / "metrics.jsonl").read_text().splitlines()]
+        rows = [json.loads(ln) for ln in (d / "metrics.jsonl").read_text().splitlines()]
         return {r["step"]: {k: v for k, v in r.items() if not k.startswith(TIMING)} for r in rows}
 
     a, b = load(tmp_path / "a"), load(tmp_path / "b")
     assert sorted(b) == [1, 2, 3, 4]
     assert a == b
-    evals = lambda d: [json.loads(l) for l in (d / "evals.jsonl").read_text().splitlines()]  # noqa: E731
+    evals = lambda d: [json.loads(ln) for ln in (d / "evals.jsonl").read_text().splitlines()]  # noqa: E731
     assert evals(tmp_path / "a") == evals(tmp_path / "b")
 
 
 def test_bad_config_refused_before_compute(tmp_path):
     with pytest.raises(ConfigError) as e:
-        run_training({**SMALL, "aero": {"n_explore": 32}}, tmp_path, MemorySink())
+        run_training(parse_run_config({**SMALL, "aero": {"n_explore": 32}}), tmp_path, MemorySink())
     assert e.value.issues[0][0] == "aero.n_explore"
     with pytest.raises(ConfigError) as e:  # prompt + response past the tiny model's 128-token context
-        run_training({**SMALL, "max_new_tokens": 120}, tmp_path, MemorySink())
+        run_training(parse_run_config({**SMALL, "max_new_tokens": 120}), tmp_path, MemorySink())
     assert e.value.issues[0][0] == "max_new_tokens"
     assert not (tmp_path / "metrics.jsonl").exists()
 
 
 def test_missing_model_dir_is_a_clear_error(tmp_path):
     with pytest.raises(ConfigError) as e:
-        run_training({**SMALL, "preset": None, "model_path": str(tmp_path / "nope")}, tmp_path, MemorySink())
+        cfg = parse_run_config({**SMALL, "preset": None, "model_path": str(tmp_path / "nope")})
+        run_training(cfg, tmp_path, MemorySink())
     assert e.value.issues[0][0] == "model_path" and "nothing is downloaded" in e.value.issues[0][1]
 
 
 def test_dapo_cap_hit_trains_on_what_there_is(tmp_path):
     sink = MemorySink()
-    run_training({**SMALL, "method": "dapo", "steps": 3}, tmp_path, sink)
+    run_training(parse_run_config({**SMALL, "method": "dapo", "steps": 3}), tmp_path, sink)
     for m in sink.steps.values():
         assert m["dapo/gen_rounds"] == 1 and m["dapo/kept_groups"] <= 4
         assert m["rollout/trained"] == 16 * m["dapo/kept_groups"]
@@ -130,7 +160,7 @@ def test_crashing_verifier_scores_zero_and_is_counted():
     task = _FlakyTask(setup.task)
     ctx = StepContext(cfg=cfg, task=task, engine=setup.engine, sampling=SamplingParams(1.0, 1.0, 12),
                       gen=torch.Generator().manual_seed(0), rng=np.random.default_rng(0))
-    out = collect_grpo(ctx, 0)
+    out = collect(ctx, 0)
     assert out.stats["verifier/errors"] == len(out.generated) // 3
     assert all(r.reward == 0.0 for i, r in enumerate(out.generated) if (i + 1) % 3 == 0)
 
@@ -140,16 +170,17 @@ def test_eval_draws_are_paired_across_runs_and_use_the_eval_temperature(tmp_path
     the (identical) base at step 0 identically; eval_temperature, not the training one, applies."""
     cfg = {**SMALL, "steps": 1, "eval_every": 1, "eval_problems": 8}
     a, b = MemorySink(), MemorySink()
-    run_training({**cfg, "method": "grpo", "seed": 0}, tmp_path / "a", a)
-    run_training({**cfg, "method": "aero", "seed": 5}, tmp_path / "b", b)
+    run_training(parse_run_config({**cfg, "method": "grpo", "seed": 0}), tmp_path / "a", a)
+    run_training(parse_run_config({**cfg, "method": "aero", "seed": 5}), tmp_path / "b", b)
     assert a.evals[0]["overall"]["per_problem"] == b.evals[0]["overall"]["per_problem"]
     greedy = MemorySink()
-    run_training({**cfg, "method": "grpo", "eval_temperature": 0.0, "eval_n": 2}, tmp_path / "g", greedy)
+    greedy_cfg = parse_run_config({**cfg, "method": "grpo", "eval_temperature": 0.0, "eval_n": 2})
+    run_training(greedy_cfg, tmp_path / "g", greedy)
     assert all(c in (0, 2) for _, c in greedy.evals[0]["overall"]["per_problem"])  # greedy: both samples agree
 
 
 def test_warmup_steps_replace_the_ratio():
-    from trainer.update import warmup_constant_lr, warmup_length
+    from trainer.embedded.update import warmup_constant_lr, warmup_length
 
     assert warmup_length(60, 0.03) == 2 and warmup_length(60, 0.03, warmup_steps=10) == 10
     assert warmup_length(120, 0.03, warmup_steps=10, per_step=2) == 20

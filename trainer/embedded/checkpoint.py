@@ -1,4 +1,5 @@
-"""Checkpoints for exact resume: model, optimizer, LR schedule, every RNG, data position, step.
+"""Checkpoints for exact resume: model, optimizer, LR schedule, every RNG, data position, step,
+and a method's own state across steps (aero-mem's prompt memory, as plain data).
 
 Layout: OUT/checkpoints/step_000020/state.pt and OUT/checkpoints/latest (a text file naming the
 newest complete directory, written last, so a crash mid-save never points at a partial one).

@@ -2,11 +2,12 @@
 
     for step in 1..steps:
         problems  <- next batch_prompts problems of the seeded training stream
-        collected <- COLLECTORS[method](problems)   # rollouts, rewards, curation, advantages
+        collected <- collect(problems)              # the method's step: rollouts, curation, advantages
         stats     <- policy_update(collected)       # clipped surrogate on variable-size groups
         log step metrics (time, rollouts, tokens, FLOPs, strata, savings); eval; checkpoint
 
-Everything method-specific lives in trainer/collect.py; the math in trainer/core/.
+Everything method-specific lives in trainer/methods/ (run through trainer/embedded/collect.py); the math in
+trainer/core/.
 A run resumes from OUT/checkpoints/latest and then reproduces, step for step, the metrics
 of a run that never stopped (timings aside).
 """
@@ -21,15 +22,17 @@ from typing import Any, Callable, Generator
 import numpy as np
 import torch
 
-from trainer.checkpoint import load_latest_checkpoint, numpy_rng_from_state, numpy_rng_state, save_checkpoint
-from trainer.collect import COLLECTORS, StepContext, step_metrics
-from trainer.config import ConfigError, RunConfig, parse_run_config
+import trainer.metric_keys as mk
+from trainer.config import ConfigError, RunConfig
+from trainer.embedded.checkpoint import load_latest_checkpoint, numpy_rng_from_state, numpy_rng_state, save_checkpoint
+from trainer.embedded.collect import StepContext, collect, step_metrics
+from trainer.embedded.presets import load_setup
+from trainer.embedded.update import policy_update, warmup_constant_lr, warmup_length
 from trainer.evaluate import eval_sampling, eval_seed, evaluate
-from trainer.metrics import MetricSink
+from trainer.methods.spec import get_method
 from trainer.policy import RunPolicy
-from trainer.presets import load_setup
 from trainer.rollout.base import SamplingParams
-from trainer.update import policy_update, warmup_constant_lr, warmup_length
+from trainer.sinks import MetricSink
 
 
 def validate_lengths(cfg: RunConfig, model: torch.nn.Module) -> None:
@@ -40,16 +43,16 @@ def validate_lengths(cfg: RunConfig, model: torch.nn.Module) -> None:
                             f"{cfg.max_prompt_tokens + cfg.max_new_tokens} exceeds the model's context ({ctx})")])
 
 
-def run_training(cfg: RunConfig | dict, out_dir: str | Path, sink: MetricSink,
+def run_training(cfg: RunConfig, out_dir: str | Path, sink: MetricSink,
                  should_stop: Callable[[], bool] | None = None,
                  progress: Callable[[int, int, dict], None] | None = None,
                  policy: RunPolicy | None = None) -> dict[str, Any]:
     """Train (or resume) one run to the end; ``progress(step, steps, metrics)`` after each step.
     Returns {"status": "completed" | "stopped", "last_step", "final_eval", ...}.
     Runs with engine "verl" go to the verl backend (same contract; extra ``verl``).
-    ``policy``: the operator's (trainer/policy.py); the config is checked against it before any
-    compute (ConfigError) and the code sandbox takes its isolation, interpreter and uid from it."""
-    cfg = parse_run_config(cfg, policy)
+    ``cfg`` was parsed once, at the boundary (``parse_run_config(data, policy)``: the API, the
+    worker, the CLI); ``policy`` is the operator's (trainer/policy.py): the code sandbox takes its
+    isolation, interpreter and uid from it."""
     if cfg.engine == "verl":
         from trainer.verl import run_verl
 
@@ -64,12 +67,11 @@ def run_training(cfg: RunConfig | dict, out_dir: str | Path, sink: MetricSink,
             progress(step, total, metrics)
 
 
-def iter_training(cfg: RunConfig | dict, out_dir: str | Path, sink: MetricSink,
+def iter_training(cfg: RunConfig, out_dir: str | Path, sink: MetricSink,
                   should_stop: Callable[[], bool] | None = None,
                   policy: RunPolicy | None = None) -> Generator[tuple[int, int, dict], None, dict]:
     """The loop itself, as a generator yielding (step, steps, metrics) after every step, so a
     benchmark can interleave several runs step by step on the same machine conditions."""
-    cfg = parse_run_config(cfg, policy)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "config.json").write_text(cfg.model_dump_json(indent=2))
@@ -96,18 +98,21 @@ def iter_training(cfg: RunConfig | dict, out_dir: str | Path, sink: MetricSink,
         if ref_model is not None:
             ref_model.load_state_dict(ckpt["ref_model"])
         start_step, data_pos, elapsed = ckpt["step"], ckpt["data_pos"], ckpt.get("elapsed_s", 0.0)
-        if hasattr(sink, "truncate_after"):
-            sink.truncate_after(start_step)
+        sink.truncate_after(start_step)
 
     sampling = SamplingParams(cfg.temperature, cfg.top_p, cfg.max_new_tokens)
-    ctx = StepContext(cfg=cfg, task=task, engine=setup.engine, sampling=sampling, gen=gen, rng=rng)
-    eps_low, eps_high = (cfg.dapo.eps_low, cfg.dapo.eps_high) if cfg.method == "dapo" else (cfg.clip_eps, cfg.clip_eps)
+    ctx = StepContext(cfg=cfg, task=task, engine=setup.engine, sampling=sampling, gen=gen, rng=rng,
+                      method_state=dict(ckpt.get("method_state") or {}) if ckpt is not None else {})
+    eps_low, eps_high = get_method(cfg.method).clip_range(cfg)  # DAPO: clip-higher
 
     def checkpoint(step: int) -> None:
-        save_checkpoint(out_dir, step, {
+        sink.before_checkpoint(step)  # every step it covers is durable before it exists
+        path = save_checkpoint(out_dir, step, {
             "model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
             "sampling_rng": gen.get_state(), "curation_rng": numpy_rng_state(ctx.rng), "data_pos": data_pos,
-            "elapsed_s": elapsed, "ref_model": ref_model.state_dict() if ref_model is not None else None})
+            "elapsed_s": elapsed, "ref_model": ref_model.state_dict() if ref_model is not None else None,
+            "method_state": ctx.method_state})
+        sink.on_checkpoint(step, path)
 
     def run_eval(step: int) -> dict:
         results = evaluate(setup.engine, task, eval_sampling(cfg), cfg.eval_n, cfg.eval_problems, seed=eval_seed(step),
@@ -123,7 +128,7 @@ def iter_training(cfg: RunConfig | dict, out_dir: str | Path, sink: MetricSink,
             status, step = "stopped", step - 1
             break
         t0 = time.perf_counter()
-        collected = COLLECTORS[cfg.method](ctx, data_pos)
+        collected = collect(ctx, data_pos)
         data_pos += collected.prompts_used
         t1 = time.perf_counter()
         train_stats = {}
@@ -140,7 +145,7 @@ def iter_training(cfg: RunConfig | dict, out_dir: str | Path, sink: MetricSink,
         metrics = step_metrics(cfg, setup, collected, train_stats, time_collect=t1 - t0, time_train=t2 - t1,
                                extra_forwards=1 if ref_model is not None else 0)
         metrics["optim/lr"] = optimizer.param_groups[0]["lr"]
-        metrics["time/elapsed_s"] = elapsed
+        metrics[mk.ELAPSED_S] = elapsed
         sink.log(step, metrics)
         if cfg.eval_every > 0 and step % cfg.eval_every == 0 and step != cfg.steps:
             run_eval(step)

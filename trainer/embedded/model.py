@@ -33,7 +33,7 @@ def load_policy(path: str | Path, device: str | torch.device = "cpu", dtype: tor
     """Load a local HF causal-LM directory (config.json + weights), never downloading.
 
     ``dtype`` is the dtype the weights are stored in (the caller keeps float32 master weights
-    for bf16 autocast on CUDA, see trainer.presets). A missing directory, a directory without
+    for bf16 autocast on CUDA, see trainer.embedded.presets). A missing directory, a directory without
     config.json, or weights that cannot be read raise FileNotFoundError naming the path.
     ``gradient_checkpointing`` turns on HF activation recomputation (non-reentrant, so the
     inputs need no requires_grad and frozen embeddings still work).

@@ -5,9 +5,9 @@ import json
 import numpy as np
 import torch
 
-from trainer.model import load_policy
-from trainer.presets import PRESETS
-from trainer.pretrain import corrupt_answers, measure_strata, pretrain, sft_batch
+from trainer.embedded.model import load_policy
+from trainer.embedded.presets import PRESETS
+from trainer.embedded.pretrain import corrupt_answers, measure_strata, pretrain, sft_batch
 from trainer.tasks.arithmetic import ArithmeticTask
 from trainer.tasks.tokenizer import CharTokenizer
 

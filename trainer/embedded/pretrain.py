@@ -29,7 +29,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from trainer.model import build_model, tiny_qwen2_config
+from trainer.embedded.model import build_model, tiny_qwen2_config
 from trainer.rollout.base import SamplingParams
 from trainer.tasks.arithmetic import WARM_START_WEIGHTS, ArithmeticTask
 

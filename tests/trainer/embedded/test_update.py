@@ -1,0 +1,114 @@
+"""The update's forward per distinct prompt (trainer.embedded.update.shared_prompt_logprobs) must give
+what one right-padded pass gives: log-probs, entropies and gradients, on ragged batches."""
+
+import copy
+
+import pytest
+import torch
+
+from trainer.embedded.model import build_model, enable_gradient_checkpointing, tiny_qwen2_config
+from trainer.rollout.base import Rollout, SamplingParams
+from trainer.rollout.batching import collate, sequence_logprobs
+from trainer.rollout.embedded import EmbeddedEngine
+from trainer.embedded.update import policy_logprobs, policy_update, shared_prompt_logprobs, shares_prompts
+
+V, BOS, EOS, PAD = 20, 1, 2, 0
+SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2, intermediate_size=64)
+PROMPTS = [[BOS, 5], [BOS, 6, 7, 8, 9, 10, 11], [BOS], [BOS, 3, 4]]  # lengths 2, 7, 1, 3
+
+
+def small_model(seed=0):
+    return build_model(tiny_qwen2_config(V, BOS, EOS, PAD, **SMALL), seed=seed)
+
+
+def ragged_rollouts(model, counts=(4, 3, 0, 5), max_new_tokens=8, seed=4):
+    sp = SamplingParams(temperature=1.0, max_new_tokens=max_new_tokens)
+    rollouts = EmbeddedEngine(model, EOS, PAD).generate(PROMPTS, list(counts), sp, torch.Generator().manual_seed(seed))
+    if max_new_tokens > 1:
+        assert any(r.finished for r in rollouts) and not all(r.finished for r in rollouts)  # ragged responses
+    return rollouts
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_shared_prompt_forward_matches_the_padded_forward(temperature):
+    model = small_model().train()
+    rollouts = ragged_rollouts(model)
+    rollouts = rollouts[5:] + rollouts[:5]  # rows of one prompt need not be adjacent
+    batch = collate(rollouts, PAD)
+    assert shares_prompts(model, rollouts, batch)
+    params = list(model.parameters())
+    w = torch.randn(batch.input_ids.shape, generator=torch.Generator().manual_seed(1))
+    ref_logp, ref_ent = sequence_logprobs(model, batch, temperature)
+    ref_grad = torch.autograd.grad(((ref_logp + 0.1 * ref_ent) * w).sum(), params)
+    logp, ent = shared_prompt_logprobs(model, rollouts, batch, temperature, PAD)
+    grad = torch.autograd.grad(((logp + 0.1 * ent) * w).sum(), params)
+    assert logp.shape == ent.shape == batch.input_ids.shape
+    assert torch.allclose(logp, ref_logp, atol=1e-5) and torch.allclose(ent, ref_ent, atol=1e-5)
+    mask = batch.response_mask.bool()
+    assert torch.all(logp[~mask] == 0) and torch.all(ent[~mask] == 0) and torch.all(logp[mask] < 0)
+    for g, r in zip(grad, ref_grad):
+        assert torch.allclose(g, r, atol=1e-5, rtol=1e-4)
+    if temperature == 1.0:  # the engine's sampling log-probs, as the padded forward gives them
+        assert (logp[mask] - batch.old_logprobs[mask]).abs().max() < 1e-4
+    logp2, none = shared_prompt_logprobs(model, rollouts, batch, temperature, PAD, with_entropy=False)
+    assert none is None and torch.allclose(logp2, logp.detach(), atol=1e-6)
+
+
+def test_one_token_responses_need_no_second_pass():
+    model = small_model().eval()
+    rollouts = ragged_rollouts(model, counts=(3, 2, 2, 1), max_new_tokens=1)
+    batch = collate(rollouts, PAD)
+    with torch.no_grad():
+        logp, ent = shared_prompt_logprobs(model, rollouts, batch, 1.0, PAD)
+        ref_logp, ref_ent = sequence_logprobs(model, batch, 1.0)
+    assert torch.allclose(logp, ref_logp, atol=1e-5) and torch.allclose(ent, ref_ent, atol=1e-5)
+
+
+def test_the_shared_pass_is_used_only_where_it_saves_work():
+    model = small_model()
+    shared = ragged_rollouts(model)
+    assert shares_prompts(model, shared, collate(shared, PAD))
+    one_each = ragged_rollouts(model, counts=(1, 1, 1, 1), seed=0)
+    assert not shares_prompts(model, one_each, collate(one_each, PAD))  # distinct prompts: nothing to share
+    checkpointed = small_model()
+    enable_gradient_checkpointing(checkpointed)  # HF disables the KV cache under it
+    assert not shares_prompts(checkpointed, shared, collate(shared, PAD))
+    empty = [Rollout(prompt_index=0, prompt_ids=[BOS, 5], response_ids=[], logprobs=[], finished=False)] * 3
+    assert not shares_prompts(model, empty, collate(empty, PAD))
+
+
+def test_policy_update_is_the_same_update_either_way():
+    """Two copies of one model, one updated with the shared pass and one forced onto the
+    padded pass, end with the same weights and stats (float rounding aside)."""
+    base = small_model()
+    rollouts = ragged_rollouts(base)
+    adv = torch.randn(len(rollouts), generator=torch.Generator().manual_seed(2))
+    kw = dict(pad_id=PAD, temperature=1.0, eps_low=0.2, eps_high=0.2, loss_agg="seq-mean-token-mean",
+              entropy_coef=1e-3, kl_coef=0.1, grad_clip=1.0, epochs=2, mini_batches=2)
+    results = []
+    for force_padded in (False, True):
+        model = copy.deepcopy(base)
+        ref = copy.deepcopy(base).eval().requires_grad_(False)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+        with pytest.MonkeyPatch.context() as mp:
+            if force_padded:
+                mp.setattr("trainer.embedded.update.shares_prompts", lambda *a: False)
+            stats = policy_update(model, opt, sched, rollouts, adv, ref_model=ref, **kw)
+        results.append((stats, [p.detach().clone() for p in model.parameters()]))
+    (s1, p1), (s2, p2) = results
+    assert s1.keys() == s2.keys() and all(abs(s1[k] - s2[k]) < 1e-4 for k in s1)
+    assert s1["train/kl"] > 0  # the second epoch moved away from the reference
+    assert any((a - b0).abs().max() > 1e-3 for a, b0 in zip(p1, base.parameters()))  # it trained
+    for a, b in zip(p1, p2):
+        assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_policy_logprobs_falls_back_to_the_padded_pass():
+    model = small_model().eval()
+    rollouts = ragged_rollouts(model, counts=(1, 1, 1, 1), seed=0)
+    batch = collate(rollouts, PAD)
+    with torch.no_grad():
+        logp, ent = policy_logprobs(model, rollouts, batch, 1.0, PAD)
+        ref_logp, ref_ent = sequence_logprobs(model, batch, 1.0)
+    assert torch.equal(logp, ref_logp) and torch.equal(ent, ref_ent)

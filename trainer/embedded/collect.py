@@ -1,0 +1,163 @@
+"""The embedded engine's adapter for the method steps (trainer/methods/): generate, score, and
+turn a step's result into the rollouts and advantages the policy update trains on.
+
+:func:`collect` wraps the engine, the task and the verifier as a
+:class:`trainer.methods.sampler.Sampler` (:class:`EmbeddedSampler`), runs the method's
+registered step, and returns ``Collected``: the rollouts to train on with their advantages,
+every rollout generated (for cost accounting), and the method's own metrics. The loop does not
+know which method it runs.
+
+Every method spends at most ``n_total`` rollouts per prompt (the equal-budget comparison):
+GRPO and DAPO generate n_total per prompt; AERO explores with n_explore and shares
+(n_total - n_explore) * P among the rescue prompts.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import torch
+
+import trainer.metric_keys as mk
+from trainer.config import RunConfig
+from trainer.flops import rollout_flops, train_flops
+from trainer.methods.sampler import Samples
+from trainer.methods.spec import get_step
+from trainer.methods.step import advantages, savings_metrics
+from trainer.rollout.base import Rollout, RolloutEngine, SamplingParams
+from trainer.tasks.base import Problem, Task
+from trainer.tasks.verify import score_batch
+
+
+@dataclass
+class StepContext:
+    cfg: RunConfig
+    task: Task
+    engine: RolloutEngine
+    sampling: SamplingParams
+    gen: torch.Generator  # sampling RNG (checkpointed)
+    rng: np.random.Generator  # curation RNG (checkpointed)
+    method_state: dict = field(default_factory=dict)  # a method's plain-data state across steps (checkpointed)
+
+
+@dataclass
+class Collected:
+    train: list[Rollout]
+    advantages: torch.Tensor
+    generated: list[Rollout]
+    prompts_used: int
+    stats: dict[str, float] = field(default_factory=dict)
+    time_rollout: float = 0.0
+    time_reward: float = 0.0
+    gen_calls: int = 0
+    ledger: dict | None = None  # AERO only: per-prompt facts for the counterfactual savings
+
+
+class _Sampler:
+    """Generate + score with timing and verifier-failure counts accumulated over a step."""
+
+    def __init__(self, ctx: StepContext):
+        self.ctx, self.t_gen, self.t_rew, self.calls, self.scored = ctx, 0.0, 0.0, 0, 0
+        self.failures: dict[str, float] = {"errors": 0, "timeouts": 0}
+
+    def __call__(self, prompts: list[list[int]], problems: list[Problem], n, round_: int = 0) -> list[Rollout]:
+        t0 = time.perf_counter()
+        rollouts = self.ctx.engine.generate(prompts, n, self.ctx.sampling, self.ctx.gen)
+        t1 = time.perf_counter()
+        tok = self.ctx.task.tokenizer
+        rewards, fails = score_batch(self.ctx.task, [tok.decode(r.response_ids) for r in rollouts],
+                                     [problems[r.prompt_index] for r in rollouts], self.ctx.cfg.verifier_timeout_s)
+        for r, rew in zip(rollouts, rewards):
+            r.reward, r.round = float(rew), round_
+        self.t_gen += t1 - t0
+        self.t_rew += time.perf_counter() - t1
+        self.calls += 1
+        self.scored += len(rollouts)
+        for k in fails:
+            self.failures[k] = self.failures.get(k, 0) + fails[k]
+        return rollouts
+
+    def finish(self, c: Collected) -> Collected:
+        c.time_rollout, c.time_reward, c.gen_calls = self.t_gen, self.t_rew, self.calls
+        c.stats["verifier/errors"] = self.failures["errors"]
+        c.stats["verifier/timeouts"] = self.failures["timeouts"]
+        # Code task: sandbox outcome counts, and the mean per-response test pass rate.
+        c.stats.update({k: float(v) for k, v in self.failures.items() if k.startswith("sandbox/")})
+        if "test_pass_sum" in self.failures:
+            c.stats["reward/test_pass_rate"] = self.failures["test_pass_sum"] / max(1, self.scored)
+        return c
+
+
+class EmbeddedSampler:
+    """The Sampler of one step over the embedded engine (or vLLM) and the task's verifier.
+
+    Prompt batches are the next ``batch_prompts`` problems of the seeded training stream from
+    ``data_pos``; ``rollouts[i]`` is the rollout of global row id i."""
+
+    def __init__(self, ctx: StepContext, data_pos: int):
+        self.ctx, self.data_pos, self.used = ctx, data_pos, 0
+        self.timed = _Sampler(ctx)
+        self.state = ctx.method_state
+        self.rollouts: list[Rollout] = []
+        self.problems: list[Problem] = []
+        self.prompts: list[list[int]] = []
+
+    def next_prompts(self) -> int:
+        cfg, task = self.ctx.cfg, self.ctx.task
+        self.problems = task.train_problems(self.data_pos + self.used, cfg.batch_prompts, cfg.seed)
+        self.prompts = [task.encode_prompt(p) for p in self.problems]
+        self.used += len(self.problems)
+        return len(self.problems)
+
+    def prompt_keys(self) -> list[str | None]:
+        return [p.meta.get("where") for p in self.problems]
+
+    def sample(self, counts: Sequence[int], round_: int) -> Samples:
+        new = self.timed(self.prompts, self.problems, list(counts), round_)
+        first = len(self.rollouts)
+        self.rollouts += new
+        return Samples.build(first, [r.prompt_index for r in new], [r.reward for r in new], [r.length for r in new],
+                             [len(r.prompt_ids) + r.length for r in new])
+
+
+def collect(ctx: StepContext, data_pos: int) -> Collected:
+    """One step of ``cfg.method`` (its registered step) on the embedded engine."""
+    cfg = ctx.cfg
+    sampler = EmbeddedSampler(ctx, data_pos)
+    res = get_step(cfg.method)(cfg, sampler, ctx.rng)
+    reward = np.array([r.reward for r in sampler.rollouts], dtype=np.float64)
+    c = Collected(train=[sampler.rollouts[i] for i in res.rows.tolist()], advantages=advantages(cfg, res, reward),
+                  generated=sampler.rollouts, prompts_used=res.prompts_used, stats=res.stats, ledger=res.ledger)
+    return sampler.timed.finish(c)
+
+
+def step_metrics(cfg: RunConfig, setup, c: Collected, train_stats: dict[str, float], *, time_collect: float,
+                 time_train: float, extra_forwards: int) -> dict[str, float]:
+    """All per-step metrics (docs/metrics.md): time, rollouts, tokens, FLOPs, rewards, advantages."""
+    gen_len = [len(r.prompt_ids) + r.length for r in c.generated]
+    tr_len = [len(r.prompt_ids) + r.length for r in c.train]
+    shape = (setup.n_params, setup.n_layers, setup.d_model)
+    f_roll, f_train = rollout_flops(*shape, gen_len), train_flops(*shape, tr_len, extra_forwards)
+    adv = c.advantages.float()
+    m = {
+        mk.STEP_S: time_collect + time_train, mk.ROLLOUT_S: c.time_rollout, mk.REWARD_S: c.time_reward,
+        mk.TRAIN_S: time_train, mk.ROLLOUTS_GENERATED: float(len(c.generated)), mk.ROLLOUTS_TRAINED: float(len(c.train)),
+        "rollout/gen_calls": float(c.gen_calls), mk.TOKENS_GENERATED: float(sum(r.length for r in c.generated)),
+        mk.TOKENS_TRAINED: float(sum(tr_len)), "tokens/response_trained": float(sum(r.length for r in c.train)),
+        mk.FLOPS_ROLLOUT: f_roll, mk.FLOPS_TRAIN: f_train, mk.FLOPS_TOTAL: f_roll + f_train,
+        mk.REWARD_MEAN: float(np.mean([r.reward for r in c.generated])) if c.generated else 0.0,
+        mk.REWARD_TRAINED_MEAN: float(np.mean([r.reward for r in c.train])) if c.train else 0.0,
+        "response/length_mean": float(np.mean([r.length for r in c.generated])) if c.generated else 0.0,
+        "response/truncated_frac": float(np.mean([not r.finished for r in c.generated])) if c.generated else 0.0,
+        mk.ADV_ABS_MEAN: float(adv.abs().mean()) if adv.numel() else 0.0,
+        mk.ADV_ZERO_FRAC: float((adv.abs() < 1e-8).float().mean()) if adv.numel() else 1.0,
+        "prompts/used": float(c.prompts_used),
+        **c.stats, **train_stats,
+    }
+    if c.ledger is not None and tr_len:
+        m.update(savings_metrics(cfg, c.ledger, flops_per_token=f_train / sum(tr_len),
+                                 seconds_per_token=time_train / sum(tr_len)))
+    return m
