@@ -19,7 +19,7 @@ from backend.services.group_compare import compare_groups
 from backend.services.group_curves import XAxis, group_curves, parse_eval_key
 from backend.services.groups import Group, GroupError, auto_groups, explicit_groups, make_unique
 from backend.services.groups import default_baseline as default_group_baseline
-from backend.services.metrics import dumps
+from backend.services.metric_reads import dumps
 
 router = APIRouter(tags=["compare"], dependencies=[ReadAccess])
 

@@ -17,8 +17,8 @@ from backend.db.models import FINISHED_STATUSES
 from backend.db.runs import get_run
 from backend.schemas import EvalPublic, EvalsPublic, MetricsPublic
 from backend.services import export
-from backend.services.metrics import MAX_METRIC_KEYS, TooManyKeys, dumps, metrics_body, poll_new_steps
-from backend.services.metrics import parse_keys as _parse_keys
+from backend.services.metric_reads import MAX_METRIC_KEYS, TooManyKeys, dumps, metrics_body, poll_new_steps
+from backend.services.metric_reads import parse_keys as _parse_keys
 
 router = APIRouter(prefix="/runs", tags=["metrics"], dependencies=[ReadAccess])
 

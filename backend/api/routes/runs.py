@@ -19,7 +19,8 @@ router = APIRouter(prefix="/runs", tags=["runs"])
 RunId = Annotated[int, Path(ge=1, le=2**63 - 1, description="Run id.")]
 
 
-@router.post("", response_model=RunPublic, status_code=status.HTTP_201_CREATED, responses={503: {"description": "Broker unreachable; the run is marked failed."}})
+@router.post("", response_model=RunPublic, status_code=status.HTTP_201_CREATED,
+             responses={503: {"description": "Broker unreachable; the run is marked failed."}})
 def create_run(body: RunCreate, session: SessionDep, settings: SettingsDep, enqueue: EnqueueDep, _: TokenDep):
     """Validate the config (422 names each bad field), store a queued run, enqueue it."""
     try:
