@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from trainer.config import ConfigError
-from trainer.dotted import set_path
+from common.dotted import set_path
 from trainer.safetext import FORBIDDEN
 
 console = Console(stderr=True)

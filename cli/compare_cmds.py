@@ -15,7 +15,7 @@ from rich.table import Table
 from cli.main import app
 from cli.common import safe
 from cli.platform_cmds import ApiOpt, TokenOpt, _csv, call, client, out
-import trainer.metric_keys as mk
+import common.metric_keys as mk
 
 # (metric part, key, column title, format)
 COST_COLUMNS = (

@@ -12,9 +12,9 @@ from rich.table import Table
 
 from cli.common import console, fail_config, parse_sets, safe
 from cli.main import app
-import trainer.metric_keys as mk
+import common.metric_keys as mk
 from trainer.config import METHODS, ConfigError, parse_run_config
-from trainer.dotted import merge
+from common.dotted import merge
 from trainer.core.reach import single_seed_reach
 
 SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Config override key=value, dotted for nested (aero.k=2). Repeatable.")]

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-import trainer.metric_keys as mk
+import common.metric_keys as mk
 
 # Per method, from the API's method specs (GET /api/methods, :func:`use_methods`; the app loads
 # them once per session through dashboard/ui.py). Filled in place so every importer sees them;

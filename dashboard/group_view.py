@@ -16,7 +16,7 @@ import streamlit as st
 
 from dashboard import charts, tables, ui
 from dashboard.client import ApiError
-import trainer.metric_keys as mk
+import common.metric_keys as mk
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "comparisons.md"
 GRID_POINTS = 200  # per group curve, on the API's common grid

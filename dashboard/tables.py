@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 
 from dashboard.charts import method_color, method_label, pct, si, si_exponent
-import trainer.metric_keys as mk
+import common.metric_keys as mk
 
 LATEST_KEYS: tuple[str, ...] = (mk.STEP_S, mk.REWARD_MEAN, mk.ZERO_ACC_AFTER_RESCUE)
 

@@ -19,7 +19,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-import trainer.metric_keys as mk
+import common.metric_keys as mk
 from trainer.config import RunConfig, parse_run_config
 from trainer.policy import RunPolicy
 from trainer.core.reach import COSTS, ReachCurve, cumulative, final_accuracy, reach

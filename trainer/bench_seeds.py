@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-import trainer.metric_keys as mk
+import common.metric_keys as mk
 from trainer.bench import COST_FIELDS, run_bench
 from trainer.core.reach import reach_across_seeds
 from trainer.core.stats import mean_ci, paired_ratios

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import trainer.metric_keys as mk
+import common.metric_keys as mk
 
 COLUMNS = [
     ("step s", "step_s", "{:.3f}"), ("rollout s", "rollout_s", "{:.3f}"), ("train s", "train_s", "{:.3f}"),

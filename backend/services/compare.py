@@ -24,7 +24,7 @@ from backend.db.metrics import latest_evals, series_aggregates
 from backend.db.models import Run
 from backend.services.reach import compare_reach
 from backend.services.waterfall import LADDER, waterfalls
-import trainer.metric_keys as mk
+import common.metric_keys as mk
 
 ADDITIVE_KEYS: tuple[str, ...] = (
     mk.STEP_S, mk.ROLLOUT_S, mk.REWARD_S, mk.TRAIN_S,

@@ -22,7 +22,7 @@ from backend.db.models import Run
 from backend.services.compare import ADDITIVE_KEYS, COMPARE_KEYS, metric_aggregates
 from backend.services.groups import Group, seed_pairs
 from backend.services.reach import compare_groups_reach
-import trainer.metric_keys as mk
+import common.metric_keys as mk
 from trainer.core.stats import mean_ci, paired_diff_ci, paired_permutation_test, paired_ratios, problem_scores
 
 EVAL_METRICS = mk.EVAL_METRICS

@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 
 from backend.db.metrics import MetricColumns, eval_values, read_step_metrics
 from backend.services.groups import Group
-import trainer.metric_keys as mk
+import common.metric_keys as mk
 from trainer.core.reach import smoothed
 from trainer.core.stats import grid_for, interpolated_band
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from backend.db.models import Run
-from trainer.dotted import flatten
+from common.dotted import flatten
 
 NOT_GROUPED = ("seed", "name")  # config fields a seed group may differ in
 MAX_LABEL_FIELDS = 3

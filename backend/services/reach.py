@@ -21,7 +21,7 @@ from backend.db.metrics import eval_values, read_step_metrics
 from backend.db.models import Run
 from backend.services.group_curves import X_KEYS, axis_at_steps
 from backend.services.groups import Group, seed_pairs
-import trainer.metric_keys as mk
+import common.metric_keys as mk
 from trainer.core.reach import COSTS, FRACTIONS, WINDOW, ReachCurve, base_accuracy, reach, reach_across_seeds
 from trainer.core.stats import mean_ci
 

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from trainer.dotted import flatten, merge, nest
+from common.dotted import flatten, merge, nest
 
 MAX_RUNS_PER_SWEEP = 512
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import trainer.metric_keys as mk
+import common.metric_keys as mk
 from trainer.methods.spec import specs
 
 UNITS: dict[str, tuple[str, str]] = {  # unit -> (actual metric key, savings key suffix)

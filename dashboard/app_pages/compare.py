@@ -10,7 +10,7 @@ counterfactual, and labelled which), zero-accuracy curves (Fig. 9) and a benchma
 import streamlit as st
 
 from dashboard import charts, group_view, tables, ui
-import trainer.metric_keys as mk
+import common.metric_keys as mk
 
 st.title("Compare")
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import streamlit as st
 
-import trainer.dotted as dotted
+import common.dotted as dotted
 from dashboard import forms, ui
 from dashboard.client import ApiError
 

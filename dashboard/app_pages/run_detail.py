@@ -6,7 +6,7 @@ import streamlit as st
 
 from dashboard import charts, tables, ui
 from dashboard.client import ApiError
-import trainer.metric_keys as mk
+import common.metric_keys as mk
 
 st.title("Run detail")
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 BACKEND = Path(__file__).resolve().parents[2] / "backend"
-ALLOWED_TRAINER = ("trainer.config", "trainer.policy", "trainer.metric_keys", "trainer.dotted", "trainer.methods.spec",
+ALLOWED_TRAINER = ("trainer.config", "trainer.policy", "trainer.methods.spec",
                    "trainer.core.passk", "trainer.core.reach", "trainer.core.stats")
 FORBIDDEN = ("worker", "dashboard", "torch", "transformers", "streamlit", "cli")
 

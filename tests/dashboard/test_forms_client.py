@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-import trainer.dotted as dotted
+import common.dotted as dotted
 from dashboard import forms
 from dashboard.client import AeroClient, ApiError, api_url_from_env, field_errors_of, token_from_env
 

@@ -21,7 +21,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-import trainer.metric_keys as mk
+import common.metric_keys as mk
 from trainer.config import RunConfig
 from trainer.flops import rollout_flops, train_flops
 from trainer.methods.sampler import Samples

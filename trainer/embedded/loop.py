@@ -22,7 +22,7 @@ from typing import Any, Callable, Generator
 import numpy as np
 import torch
 
-import trainer.metric_keys as mk
+import common.metric_keys as mk
 from trainer.config import ConfigError, RunConfig
 from trainer.embedded.checkpoint import load_latest_checkpoint, numpy_rng_from_state, numpy_rng_state, save_checkpoint
 from trainer.embedded.collect import StepContext, collect, step_metrics

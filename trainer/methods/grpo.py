@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-import trainer.metric_keys as mk
+import common.metric_keys as mk
 from trainer.methods.spec import MethodSpec, register
 from trainer.methods.step import StepResult, strata_stats
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-import trainer.metric_keys as mk
+import common.metric_keys as mk
 
 if TYPE_CHECKING:
     from trainer.config import RunConfig

@@ -10,7 +10,7 @@ import argparse
 import json
 from pathlib import Path
 
-from trainer.dotted import set_path
+from common.dotted import set_path
 
 
 def _set(data: dict, dotted: str) -> None:

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-import trainer.metric_keys as mk
+import common.metric_keys as mk
 from trainer.core.aero import is_correct
 from trainer.flops import rollout_flops, train_flops
 

@@ -41,7 +41,7 @@ from verl.utils.metric import reduce_metrics
 from verl.utils.py_functional import rename_dict
 from verl.workers.utils.padding import left_right_2_no_padding
 
-import trainer.metric_keys as mk
+import common.metric_keys as mk
 from trainer.config import RunConfig
 from trainer.methods.spec import get_method
 from trainer.methods.step import savings_metrics, strata_stats

@@ -1,10 +1,10 @@
-"""trainer/metric_keys.py: the shared metric keys, each one documented in docs/metrics.md and
+"""common/metric_keys.py: the shared metric keys, each one documented in docs/metrics.md and
 spelled as the trainer logs it."""
 
 import re
 from pathlib import Path
 
-import trainer.metric_keys as mk
+import common.metric_keys as mk
 
 DOC = (Path(__file__).resolve().parents[2] / "docs" / "metrics.md").read_text()
 
@@ -23,7 +23,7 @@ def test_every_shared_key_is_documented():
         expanded |= {f"{m[1]}{x}{m[3]}" for x in m[2].split(",")} if m else {d}
     missing = sorted(k for k in keys if k not in expanded and not k.startswith(mk.EVAL_PREFIX))
     assert missing == [], missing
-    assert "trainer/metric_keys.py" in DOC
+    assert "common/metric_keys.py" in DOC
 
 
 def test_key_builders():

@@ -1,11 +1,11 @@
-"""trainer/dotted.py: the one conversion between dotted config paths and nested dicts, used by
+"""common/dotted.py: the one conversion between dotted config paths and nested dicts, used by
 the CLI (--set), the Launch form, sweep overrides and seed-group labels."""
 
 import json
 import subprocess
 import sys
 
-from trainer.dotted import flatten, merge, nest, set_path
+from common.dotted import flatten, merge, nest, set_path
 
 NESTED = {"steps": 3, "aero": {"n_explore": 8, "k": 1.0}, "benchmarks": {}, "tags": ["a", "b"]}
 
@@ -34,9 +34,9 @@ def test_merge_lays_sections_over_a_copy():
 
 
 def test_loads_without_third_party_modules():
-    code = ("import sys; before = set(sys.modules); import trainer.dotted, trainer.metric_keys; "
+    code = ("import sys; before = set(sys.modules); import common.dotted, common.metric_keys; "
             "import json; print(json.dumps(sorted(m.split('.')[0] for m in set(sys.modules) - before)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    loaded = set(json.loads(out.stdout)) - {"trainer"}
+    loaded = set(json.loads(out.stdout)) - {"common"}
     assert loaded <= set(sys.stdlib_module_names), loaded
