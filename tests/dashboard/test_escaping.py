@@ -3,26 +3,13 @@ never as markup, and without links or directives in Markdown."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
-from streamlit.testing.v1 import AppTest
+
+from tests.dashboard.apptest import open_page
 
 from dashboard import ui
 
-APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")
 EVIL = "<img src=x onerror=alert(1)>[click](http://evil.example) :red[x] $x$"
-
-
-def _open(page: str, query: dict[str, str] | None = None) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=60)
-    at.run()
-    if page != "overview":
-        at.switch_page(f"app_pages/{page}.py")
-    for k, v in (query or {}).items():
-        at.query_params[k] = v
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
 
 
 def test_helpers():
@@ -35,11 +22,11 @@ def test_helpers():
 def test_run_name_is_text_in_html_and_markdown(fresh_api, use_api, helpers):
     use_api(fresh_api)
     rid = helpers.add_run(fresh_api.db_url, "aero", steps=10, done=4, status="running", name=EVIL)
-    at = _open("run_detail", {"run": str(rid)})
+    at = open_page("run_detail", {"run": str(rid)})
     bodies = [h.proto.body for h in at.get("html")]
     header = next(b for b in bodies if "<h3" in b)
     assert "<img" not in header and "&lt;img src=x onerror=alert(1)&gt;" in header
-    at = _open("overview")
+    at = open_page("overview")
     links = [n.proto.label for n in _walk(at.main)  # page_link labels are Markdown
              if n.type == "page_link" and n.proto.query_string == f"run={rid}"]
     assert links and "\\[click\\](http://evil.example)" in links[0] and ":red\\[x\\]" in links[0]

@@ -6,29 +6,17 @@ from __future__ import annotations
 import base64
 import json
 
-from pathlib import Path
 
 import httpx
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from tests.dashboard.apptest import open_page
+
 from dashboard.tables import p_text
 
-APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")
 
 PAGES = ["overview", "launch", "runs", "run_detail", "compare", "sweeps"]
-
-
-def open_page(page: str, query: dict[str, str] | None = None) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=60)
-    at.run()
-    if page != "overview":
-        at.switch_page(f"app_pages/{page}.py")
-    for k, v in (query or {}).items():
-        at.query_params[k] = v
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
 
 
 def walk(node):
