@@ -236,7 +236,8 @@ class RunConfig(_Strict):
     rollout_engine: Literal["embedded", "vllm"] = Field(
         "embedded", description="Rollout engine of the embedded trainer: 'embedded' (transformers KV-cache sampling, "
         "CPU or CUDA) or 'vllm' (extra aero-lab[vllm], CUDA; weights synced after every update). Without vLLM or "
-        "CUDA a 'vllm' run falls back to 'embedded' with a warning. The verl engine always rolls out with vLLM.")
+        "CUDA a 'vllm' run falls back to 'embedded' with a warning. On the verl engine: 'embedded' is the same "
+        "sampler as an HF-generate rollout server (CPU or CUDA), 'vllm' is verl's vLLM replica (CUDA).")
     gradient_checkpointing: bool = Field(
         False, description="Recompute activations in the backward pass (HF gradient checkpointing): less memory for "
         "long responses on real models, ~30% more train time. The verl engine maps it to enable_gradient_checkpointing.")
@@ -361,16 +362,23 @@ def method_issues(cfg: RunConfig) -> list[tuple[str, str]]:
 
 def verl_issues(cfg: RunConfig) -> list[tuple[str, str]]:
     """The verl engine's own rules, checked here so the API refuses them at submit instead of
-    the GPU worker failing later. Whether ``model_path`` holds a model is the worker's check
+    the worker failing later. Whether ``model_path`` holds a model is the worker's check
     (trainer/verl/runner.py): the API never says whether a path exists."""
     issues = []
-    if cfg.preset is not None:
-        issues.append(("engine", "the verl engine needs model_path (a real model), not a preset"))
-    if cfg.task != "math":
-        issues.append(("task", "the verl engine trains the math task (a local HF model + math data)"))
+    if cfg.task == "code":
+        issues.append(("task", "the verl engine trains the arithmetic task (tiny preset) or the math task "
+                       "(a local HF model + math data); code runs on the embedded engine"))
+    if cfg.preset is not None and cfg.task != "arithmetic":
+        issues.append(("task", f"the tiny preset trains the arithmetic task; got {cfg.task}"))
+    if cfg.model_path is not None and cfg.task == "arithmetic":
+        issues.append(("task", "a model_path run on verl trains the math task (the arithmetic task's tokenizer "
+                       "ships with the tiny preset)"))
     if cfg.mini_batches <= cfg.batch_prompts and cfg.batch_prompts % cfg.mini_batches:
         issues.append(("mini_batches", f"batch_prompts ({cfg.batch_prompts}) must be a multiple of mini_batches "
                        f"on verl; got {cfg.mini_batches}"))
+    if cfg.device == "cpu" and cfg.rollout_engine == "vllm":
+        issues.append(("rollout_engine", "vLLM needs CUDA; on the CPU the verl engine rolls out with 'embedded' "
+                       "(docs/engines.md)"))
     return issues
 
 

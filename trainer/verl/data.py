@@ -1,6 +1,7 @@
-"""Write the run's math data as verl parquet (what verl's RLHFDataset reads).
+"""Write the run's data as verl parquet (what verl's RLHFDataset reads): the math task's files,
+or the arithmetic task's seeded stream (the tiny preset).
 
-Input: the platform's files in any layout trainer/tasks/math.py accepts (verl parquet/JSONL,
+Math input: the platform's files in any layout trainer/tasks/math.py accepts (verl parquet/JSONL,
 flat AIME24 / AMC23 / MATH-500 / Minerva / OlympiadBench). Output rows:
 
     prompt        [{"role": "system", "content": PAPER_MATH_SYSTEM_PROMPT}, *messages]
@@ -11,13 +12,21 @@ flat AIME24 / AMC23 / MATH-500 / Minerva / OlympiadBench). Output rows:
     extra_info    {"index": i, "where": "line N" / "row N"}
 
 Parsing is trainer.tasks.math.parse_row, the one place that knows the layouts.
+
+Arithmetic (:func:`arithmetic_rows`): the training parquet holds the first
+``steps x batch_prompts x rounds`` problems of the run's training stream *in stream order*
+(``data.shuffle`` is off for it, trainer/verl/overrides.py), so verl's step t trains on exactly
+the prompts the embedded engine's step t does; each benchmark parquet holds the first
+``eval_problems`` problems of that held-out set. A prompt is one user message whose content is
+the problem ("37+85="); the tiny model's chat template (trainer/verl/model_dir.py) renders it as
+BOS + characters, the embedded task's encoding. ``extra_info.task`` = "arithmetic" tells the
+reward function (trainer/verl/reward.py) to score by exact match.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Mapping
-
 from trainer.tasks.math import PAPER_MATH_SYSTEM_PROMPT, parse_row, read_records
 
 
@@ -42,9 +51,44 @@ def write_parquet(rows: list[dict], path: Path) -> Path:
     return path
 
 
-def prepare(train_data: str | Path, benchmarks: Mapping[str, str | Path], out_dir: str | Path) -> tuple[Path, list[Path]]:
+def arithmetic_rows(problems, source: str | None = None) -> list[dict]:
+    """verl rows of arithmetic problems (module docstring)."""
+    return [{"prompt": [{"role": "user", "content": p.prompt}], "data_source": source or p.source,
+             "reward_model": {"style": "rule", "ground_truth": p.answer},
+             "extra_info": {"index": i, "where": str(p.meta.get("where", f"stream {i}")), "task": "arithmetic"}}
+            for i, p in enumerate(problems)]
+
+
+def stream_length(cfg) -> int:
+    """Training problems a run can draw: every step's batch, DAPO's extra batches included."""
+    from trainer.methods.spec import get_method
+
+    rounds = cfg.dapo.max_gen_rounds if get_method(cfg.method).config_section == "dapo" else 1
+    return cfg.steps * cfg.batch_prompts * rounds
+
+
+def prepare_arithmetic(cfg, out_dir: str | Path) -> tuple[Path, list[Path]]:
+    from trainer.tasks import make_task
+
+    task = make_task("arithmetic", benchmark_size=cfg.eval_problems, train_size=cfg.train_size)
+    d = Path(out_dir) / "verl_data"
+    train = write_parquet(arithmetic_rows(task.train_problems(0, stream_length(cfg), cfg.seed), "arithmetic"),
+                          d / "train.parquet")
+    vals = [write_parquet(arithmetic_rows(problems, source=name), d / f"val_{i}.parquet")
+            for i, (name, problems) in enumerate(task.benchmarks().items())]
+    return train, vals
+
+
+def prepare(cfg, out_dir: str | Path) -> tuple[Path, list[Path]]:
     """Write OUT/verl_data/train.parquet and one parquet per benchmark (named by its index, the
     benchmark name travelling as data_source). Returns (train file, benchmark files in order)."""
+    if cfg.task == "arithmetic":
+        return prepare_arithmetic(cfg, out_dir)
+    return prepare_math(cfg.train_data, cfg.benchmarks, out_dir)
+
+
+def prepare_math(train_data: str | Path, benchmarks: Mapping[str, str | Path], out_dir: str | Path) -> tuple[Path, list[Path]]:
+    """The math task's files as verl parquet (:func:`prepare`)."""
     d = Path(out_dir) / "verl_data"
     train = write_parquet(verl_rows(Path(train_data).expanduser()), d / "train.parquet")
     vals = [write_parquet(verl_rows(Path(p).expanduser(), source=name), d / f"val_{i}.parquet")

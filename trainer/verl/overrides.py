@@ -18,6 +18,8 @@ Mapping (RunConfig -> verl), method by method (the per-method bits come from the
              ppo_mini_batch_size = batch_prompts / mini_batches (prompts); ppo_epochs;
              rollout temperature/top_p; validation samples eval_n at eval_temperature;
              trainer.use_v1 = False (the RayPPOTrainer path), total_training_steps = steps.
+    rollout  rollout.name = aero_hf (our HF-generate server) for rollout_engine 'embedded', vllm
+             for 'vllm'; on the CPU (device_overrides) FSDP2 on gloo in float32, SDPA, padded batches.
     grpo     rollout.n = n_total, adv_estimator = grpo, symmetric clip, seq-mean-token-mean.
     dapo     rollout.n = n_total, adv_estimator = grpo, clip_ratio_low/high = eps_low/high,
              token-mean, reward manager 'dapo' with the overlong buffer, filter_groups on
@@ -54,18 +56,49 @@ def _v(value: Any) -> str:
     return repr(value) if isinstance(value, float) else str(value)
 
 
+def rollout_name(cfg: RunConfig) -> str:
+    """verl's ``rollout.name`` for ``cfg.rollout_engine``: our HF-generate server for
+    'embedded' (trainer/verl/plugins/hf_rollout.py, the embedded engine's sampler), verl's vLLM
+    replica for 'vllm'."""
+    from trainer.verl.plugins import ROLLOUT_NAME
+
+    return ROLLOUT_NAME if cfg.rollout_engine == "embedded" else "vllm"
+
+
+CPU_SETTINGS: dict[str, Any] = {
+    "trainer.device": "cpu",
+    "actor_rollout_ref.actor.strategy": "fsdp2", "actor_rollout_ref.ref.strategy": "fsdp2",
+    "+actor_rollout_ref.model.override_config.attn_implementation": "sdpa",
+    "actor_rollout_ref.model.use_remove_padding": False,
+    "+actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype": "fp32",
+    "+actor_rollout_ref.actor.fsdp_config.mixed_precision.reduce_dtype": "fp32",
+    "+actor_rollout_ref.actor.fsdp_config.mixed_precision.buffer_dtype": "fp32",
+    "actor_rollout_ref.rollout.agent.num_workers": 1,
+    "reward.num_workers": 1,
+    "data.dataloader_num_workers": 0,
+}
+"""What the CPU platform needs of verl's config (trainer/verl/plugins/cpu_platform.py): FSDP2 on
+gloo in float32 (no bf16 on the CPU), SDPA attention (flash-attention is CUDA only) over padded
+batches, one agent-loop and one reward worker (the CPU has few cores), and the dataloader in the
+trainer process."""
+
+
 def to_overrides(cfg: RunConfig, *, out_dir: str | Path, train_file: str | Path, val_files: list[str | Path],
-                 n_gpus_per_node: int = 1, nnodes: int = 1, agent_workers: int = 8,
-                 tensor_parallel: int = 1, gpu_memory_utilization: float = 0.5,
-                 max_token_len_per_gpu: int | None = None) -> list[str]:
+                 model_dir: str | Path | None = None, n_gpus_per_node: int = 1, nnodes: int = 1,
+                 agent_workers: int = 8, tensor_parallel: int = 1, gpu_memory_utilization: float = 0.5,
+                 max_token_len_per_gpu: int | None = None, device: str = "cuda") -> list[str]:
     """verl overrides for ``cfg`` (see the module docstring for the mapping).
 
     ``train_file``/``val_files``: verl parquet files (trainer/verl/data.py writes them).
+    ``model_dir``: the HF model directory (default ``cfg.model_path``; trainer/verl/model_dir.py
+    exports the tiny preset). ``device``: "cuda" or "cpu" (:data:`CPU_SETTINGS`).
     ``max_token_len_per_gpu``: dynamic micro-batching budget (default 4 x (prompt + response)).
     """
     P, spec = cfg.batch_prompts, get_method(cfg.method)
     # rules of the config (trainer.config.verl_issues), refused at submit
-    assert cfg.model_path is not None and P % cfg.mini_batches == 0, "parse_run_config admits no such verl config"
+    assert (model_dir or cfg.model_path) is not None and P % cfg.mini_batches == 0, \
+        "parse_run_config admits no such verl config"
+    model_dir = Path(model_dir or cfg.model_path).expanduser()
     eps_low, eps_high = spec.clip_range(cfg)
     seq_len = cfg.max_prompt_tokens + cfg.max_new_tokens
     tokens = max_token_len_per_gpu or 4 * seq_len
@@ -79,11 +112,11 @@ def to_overrides(cfg: RunConfig, *, out_dir: str | Path, train_file: str | Path,
         "data.max_response_length": cfg.max_new_tokens,
         "data.filter_overlong_prompts": True,
         "data.truncation": "error",
-        "data.shuffle": True,
+        "data.shuffle": cfg.task != "arithmetic",  # the arithmetic stream is written in the run's order
         "data.validation_shuffle": False,  # per-problem (n, c) are paired by position across runs (docs/comparisons.md)
         "data.seed": cfg.seed,
         # model + optimizer
-        "actor_rollout_ref.model.path": str(Path(cfg.model_path).expanduser()),
+        "actor_rollout_ref.model.path": str(model_dir),
         "actor_rollout_ref.model.enable_gradient_checkpointing": cfg.gradient_checkpointing,
         "actor_rollout_ref.model.use_remove_padding": True,
         "actor_rollout_ref.actor.optim.lr": cfg.optim.lr,
@@ -108,7 +141,7 @@ def to_overrides(cfg: RunConfig, *, out_dir: str | Path, train_file: str | Path,
         "actor_rollout_ref.actor.kl_loss_type": "low_var_kl",  # verl's name for the k3 estimator
         "actor_rollout_ref.actor.data_loader_seed": cfg.seed,
         # rollout (vLLM)
-        "actor_rollout_ref.rollout.name": "vllm",
+        "actor_rollout_ref.rollout.name": rollout_name(cfg),
         "actor_rollout_ref.rollout.n": cfg.aero.n_explore if spec.verl.rollout_n == "n_explore" else cfg.n_total,
         "actor_rollout_ref.rollout.temperature": cfg.temperature,
         "actor_rollout_ref.rollout.top_p": cfg.top_p,
@@ -146,6 +179,14 @@ def to_overrides(cfg: RunConfig, *, out_dir: str | Path, train_file: str | Path,
         "trainer.resume_mode": "auto",
         "trainer.balance_batch": True,
     }
+    if cfg.preset is not None:  # the character tokenizer's agent loop (trainer/verl/plugins/agent_loop.py)
+        from trainer.verl.model_dir import AGENT_LOOPS_FILE
+        from trainer.verl.plugins import CHAR_AGENT_LOOP
+
+        o["actor_rollout_ref.rollout.agent.agent_loop_config_path"] = str(model_dir / AGENT_LOOPS_FILE)
+        o["actor_rollout_ref.rollout.agent.default_agent_loop"] = CHAR_AGENT_LOOP
+    if device == "cpu":
+        o.update(CPU_SETTINGS)
     out = [f"{k}={_v(v)}" for k, v in o.items()]
     if spec.config_section == "dapo":
         d = cfg.dapo

@@ -46,27 +46,60 @@ def check_verl_config(cfg: RunConfig) -> None:
     (ConfigError naming it). The config's rules, verl's included, are
     ``trainer.config.cross_field_issues``'s, so the API refuses them at submit; this one needs
     the worker's filesystem, and the API never says whether a path exists."""
-    assert cfg.engine == "verl" and cfg.model_path is not None, "parse_run_config admits verl configs only so"
-    if not (Path(cfg.model_path).expanduser() / "config.json").is_file():
+    assert cfg.engine == "verl", "run_verl runs verl configs"
+    if cfg.model_path is not None and not (Path(cfg.model_path).expanduser() / "config.json").is_file():
         raise ConfigError([("model_path", f"{cfg.model_path} is not a local model directory (no config.json); "
                             "nothing is downloaded")])
 
 
-def build_verl_config(cfg: RunConfig, out_dir: Path, n_gpus_per_node: int | None = None, nnodes: int = 1):
-    """Data files, overrides and the composed + validated verl config for ``cfg``."""
+def resolve_device(cfg: RunConfig) -> str:
+    """"cuda" or "cpu" for the verl platform: ``device`` as set, or CUDA when the launcher sees a GPU."""
+    if cfg.device != "auto":
+        return cfg.device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def gpus_per_node(device: str) -> int:
+    """Workers per node: ``AERO_VERL_GPUS``, else the launcher's GPU count (1 on the CPU: one FSDP
+    worker, a logical Ray GPU)."""
+    if os.environ.get("AERO_VERL_GPUS"):
+        return int(os.environ["AERO_VERL_GPUS"])
+    import torch
+
+    return (torch.cuda.device_count() or 1) if device == "cuda" else 1
+
+
+def platform_env(device: str) -> dict[str, str]:
+    """Environment of every verl process: our plugins (trainer/verl/plugins), and on the CPU the
+    CPU platform, verl's FSDP engine looked up under "cuda" (it is registered for cuda and npu
+    only; the class is device-agnostic) and one thread per worker process (several processes
+    share the cores)."""
+    from trainer.verl.plugins import MODULE, PLATFORM_NAME
+
+    env = {"VERL_USE_EXTERNAL_MODULES": MODULE, "TOKENIZERS_PARALLELISM": "false"}
+    if device == "cpu":
+        env.update({"VERL_PLATFORM": PLATFORM_NAME, "VERL_ENGINE_DEVICE": "cuda",
+                    "OMP_NUM_THREADS": os.environ.get("AERO_VERL_THREADS", "1")})
+    return env
+
+
+def build_verl_config(cfg: RunConfig, out_dir: Path, n_gpus_per_node: int | None = None, nnodes: int = 1,
+                      device: str | None = None):
+    """Data files, model directory, overrides and the composed + validated verl config for ``cfg``."""
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
 
     from trainer.verl.data import prepare
+    from trainer.verl.model_dir import model_dir
     from trainer.verl.overrides import compose, to_overrides
 
-    train, vals = prepare(cfg.train_data, cfg.benchmarks, out_dir)
-    if n_gpus_per_node is None:
-        import torch
-
-        n_gpus_per_node = int(os.environ.get("AERO_VERL_GPUS", torch.cuda.device_count() or 1))
-    overrides = to_overrides(cfg, out_dir=out_dir, train_file=train, val_files=vals, n_gpus_per_node=n_gpus_per_node,
-                             nnodes=nnodes)
+    device = device or resolve_device(cfg)
+    train, vals = prepare(cfg, out_dir)
+    n_gpus_per_node = n_gpus_per_node or gpus_per_node(device)
+    overrides = to_overrides(cfg, out_dir=out_dir, train_file=train, val_files=vals, model_dir=model_dir(cfg, out_dir),
+                             n_gpus_per_node=n_gpus_per_node, nnodes=nnodes, device=device)
     overrides += [o for o in os.environ.get("AERO_VERL_OVERRIDES", "").split() if o]  # expert escape hatch
     config = compose(overrides)
     validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
@@ -107,7 +140,7 @@ class AeroTaskRunner:
             train_dataset=train_ds, val_dataset=val_ds, collate_fn=collate_fn,
             train_sampler=create_rl_sampler(config.data, train_ds),
             run_cfg=run_cfg, sink=sink, should_stop=stop_file_flag(out_dir / "verl" / "STOP"),
-            model_shape=model_shape(run_cfg.model_path))
+            model_shape=model_shape(config.actor_rollout_ref.model.path))
         trainer.init_workers()
         try:
             trainer.fit()
@@ -115,6 +148,24 @@ class AeroTaskRunner:
             pass
         return {"status": "stopped" if trainer.stopped else "completed",
                 "last_step": trainer.platform_logger.last_step}
+
+
+def start_ray(config, env: dict[str, str], device: str) -> None:
+    """A local Ray (or the cluster RAY_ADDRESS names) with our environment in every worker; on the
+    CPU, logical GPUs for verl's resource pools (they schedule workers, no device behind them)."""
+    import ray
+    from omegaconf import OmegaConf
+    from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
+
+    runtime_env = OmegaConf.to_container(OmegaConf.create(get_ppo_ray_runtime_env(config)))
+    runtime_env.setdefault("env_vars", {}).update(env)
+    kwargs: dict[str, Any] = {"runtime_env": runtime_env}
+    if device == "cpu" and not os.environ.get("RAY_ADDRESS"):
+        # logical resources: verl's bundles ask for max_colocate_count CPUs per worker, plus the
+        # task runner, agent-loop and reward workers; threads are capped by OMP_NUM_THREADS
+        kwargs["num_gpus"] = int(config.trainer.n_gpus_per_node) * int(config.trainer.nnodes)
+        kwargs["num_cpus"] = max(os.cpu_count() or 1, 16)
+    ray.init(**kwargs)
 
 
 def run_verl(cfg: RunConfig, out_dir: str | Path, sink: MetricSink,
@@ -134,12 +185,15 @@ def run_verl(cfg: RunConfig, out_dir: str | Path, sink: MetricSink,
     (out_dir / "config.json").write_text(cfg.model_dump_json(indent=2))
     stop_file = out_dir / "verl" / "STOP"
     stop_file.unlink(missing_ok=True)
-    config = build_verl_config(cfg, out_dir)
-    if not ray.is_initialized():
-        from omegaconf import OmegaConf
-        from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
+    device = resolve_device(cfg)
+    env = platform_env(device)
+    os.environ.update(env)  # this process too: verl reads VERL_PLATFORM when it first asks for the platform
+    from trainer.verl.plugins import register
 
-        ray.init(runtime_env=OmegaConf.to_container(OmegaConf.create(get_ppo_ray_runtime_env(config))))
+    register()
+    config = build_verl_config(cfg, out_dir, device=device)
+    if not ray.is_initialized():
+        start_ray(config, env, device)
     relay = JsonlRelay(out_dir / "verl", sink)
     ref = ray.remote(num_cpus=1)(AeroTaskRunner).remote().run.remote(config)
     seen = 0
@@ -155,4 +209,4 @@ def run_verl(cfg: RunConfig, out_dir: str | Path, sink: MetricSink,
     sink.close()
     return {"status": result["status"], "last_step": max(result["last_step"], relay.last_step),
             "final_eval": relay.final_eval if result["status"] == "completed" else None,
-            "n_params": model_shape(cfg.model_path)[0], "data_pos": None}
+            "n_params": model_shape(config.actor_rollout_ref.model.path)[0], "data_pos": None}

@@ -5,7 +5,7 @@ import json
 import pyarrow.parquet as pq
 
 from trainer.tasks.math import PAPER_MATH_SYSTEM_PROMPT
-from trainer.verl.data import prepare
+from trainer.verl.data import prepare_math as prepare
 from trainer.verl.reward import compute_score
 
 

@@ -1,0 +1,22 @@
+"""verl's single-turn agent loop for the tiny preset's character tokenizer.
+
+verl picks a "continuous token" builder (how chat turns are joined into token ids) from the
+model's ``model_type``; for ``qwen2`` it is the ChatML builder, which needs a newline token and
+``<|im_end|>``. The tiny preset is Qwen2-shaped but speaks a 19-character vocabulary with no such
+tokens, so this loop is verl's own ``SingleTurnAgentLoop`` with the model-type hint dropped: verl's
+generic builder renders the prompt through the tokenizer's chat template (BOS + the problem) and
+appends the generated tokens, which is all a single turn needs. It is listed in the agent-loop
+file the tiny model's export writes (trainer/verl/model_dir.py) and chosen with
+``rollout.agent.default_agent_loop`` (trainer/verl/overrides.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
+
+
+class CharSingleTurnAgentLoop(SingleTurnAgentLoop):
+    def __init__(self, *args: Any, hf_model_type: str | None = None, **kwargs: Any):
+        super().__init__(*args, hf_model_type=None, **kwargs)
