@@ -462,9 +462,9 @@ class MethodStrategiesPublic(BaseModel):
 
 class MethodVerlPublic(BaseModel):
     rollout_n: Literal["n_total", "n_explore"]
-    adv_estimator: str
-    reward_manager: str
-    stock_fit: bool = Field(description="True: verl's own fit loop (every rollout trained); False: the curated loop.")
+    adv_estimator: str = Field(description="verl's advantage estimator in the stock fit.")
+    stock_fit: bool = Field(description="True: verl's own fit loop (every rollout trained, verl's estimator); False: "
+                            "the curated loop, trained on the method step's own advantages.")
 
 
 class MethodPublic(BaseModel):

@@ -47,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from trainer.config import RunConfig  # noqa: E402
 from trainer.core.advantages import grpo_advantage  # noqa: E402
+from trainer.core.losses import Aggregation  # noqa: E402
 from trainer.core.aero import Stratum, aero_advantages, curate, plan_rounds, replay, start_rescue, stratify  # noqa: E402
 from trainer.core.stats import mean_ci, paired_ratios  # noqa: E402
 from trainer.flops import rollout_flops, train_flops  # noqa: E402
@@ -137,7 +138,8 @@ class OursStep:
         with patched(update_mod, "policy_logprobs", self.clock, "forward"):
             update_mod.policy_update(self.setup.model, self.opt, self.sched, train, adv, pad_id=self.setup.task.tokenizer.pad_id,
                                      temperature=self.cfg.temperature, eps_low=self.cfg.clip_eps, eps_high=self.cfg.clip_eps,
-                                     loss_agg=self.cfg.effective_loss_agg, entropy_coef=self.cfg.entropy_coef, kl_coef=0.0,
+                                     agg=Aggregation(self.cfg.effective_loss_agg, max_len=self.cfg.max_new_tokens),
+                                     entropy_coef=self.cfg.entropy_coef, kl_coef=0.0,
                                      grad_clip=self.cfg.optim.grad_clip)
         self.clock.add("update", time.perf_counter() - t0)
 

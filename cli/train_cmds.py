@@ -59,6 +59,8 @@ def train(
     method: Annotated[Optional[str], typer.Option(help=f"One of {', '.join(METHODS)} (default aero).")] = None,
     preset: Annotated[Optional[str], typer.Option(help="Embedded preset (default tiny).")] = None,
     model_path: Annotated[Optional[str], typer.Option(help="Local HF model directory instead of a preset.")] = None,
+    engine: Annotated[Optional[str], typer.Option(help="embedded (default: this process) or verl (verl's RayPPOTrainer "
+                                                       "on a local Ray; extra aero-lab[verl]; runs on the CPU too).")] = None,
     steps: Annotated[Optional[int], typer.Option(help="Training steps.")] = None,
     seed: Annotated[Optional[int], typer.Option()] = None,
     out: Annotated[Path, typer.Option(help="Run directory: metrics.jsonl, evals.jsonl, config.json, checkpoints/.")] = Path("runs/latest"),
@@ -71,7 +73,8 @@ def train(
     from trainer.policy import RunPolicy
 
     data = json.loads(config.read_text()) if config else {}
-    flags = {k: v for k, v in {"method": method, "steps": steps, "seed": seed, "preset": preset}.items() if v is not None}
+    flags = {k: v for k, v in {"method": method, "steps": steps, "seed": seed, "preset": preset,
+                               "engine": engine}.items() if v is not None}
     if model_path:
         flags.update(model_path=model_path, preset=None)
     data = merge(merge(data, flags), parse_sets(sets))

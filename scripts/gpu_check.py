@@ -52,6 +52,7 @@ from trainer.embedded.pretrain import cosine_lr, measure_strata, sft_batch  # no
 from trainer.rollout.base import SamplingParams  # noqa: E402
 from trainer.rollout.embedded import EmbeddedEngine  # noqa: E402
 from trainer.tasks.arithmetic import WARM_START_WEIGHTS, ArithmeticTask  # noqa: E402
+from trainer.core.losses import Aggregation  # noqa: E402
 from trainer.embedded.update import policy_update, warmup_constant_lr  # noqa: E402
 
 SHAPES = {
@@ -128,7 +129,7 @@ def run_method(name: str, cfg, base_model, task, device, steps: int, autocast, l
         if c.train:
             with autocast():
                 stats = policy_update(model, opt, sched, c.train, c.advantages, pad_id=task.tokenizer.pad_id,
-                                      temperature=1.0, eps_low=0.2, eps_high=0.2, loss_agg="seq-mean-token-mean",
+                                      temperature=1.0, eps_low=0.2, eps_high=0.2, agg=Aggregation("seq-mean-token-mean", max_len=12),
                                       entropy_coef=1e-3, kl_coef=0.0, grad_clip=1.0, device=device)
         engine.sync_weights(model)
         sync(device)

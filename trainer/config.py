@@ -376,6 +376,9 @@ def verl_issues(cfg: RunConfig) -> list[tuple[str, str]]:
     if cfg.mini_batches <= cfg.batch_prompts and cfg.batch_prompts % cfg.mini_batches:
         issues.append(("mini_batches", f"batch_prompts ({cfg.batch_prompts}) must be a multiple of mini_batches "
                        f"on verl; got {cfg.mini_batches}"))
+    if not cfg.std_unbiased and get_method(cfg.method).verl.stock_fit and get_method(cfg.method).divides_by_std(cfg):
+        issues.append(("std_unbiased", f"method {cfg.method} runs verl's own GRPO estimator on verl, which divides by "
+                       "the Bessel-corrected group std; keep std_unbiased=true (or train it on the embedded engine)"))
     if cfg.device == "cpu" and cfg.rollout_engine == "vllm":
         issues.append(("rollout_engine", "vLLM needs CUDA; on the CPU the verl engine rolls out with 'embedded' "
                        "(docs/engines.md)"))

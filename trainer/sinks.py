@@ -47,27 +47,44 @@ def _clean(v: Any) -> Any:
 
 class JsonlSink(MetricSink):
     """Appends one JSON object per line to DIR/metrics.jsonl (steps) and DIR/evals.jsonl.
-    On resume, lines past the resumed step are dropped by ``truncate_after``."""
+    On resume, lines past the resumed step are dropped by ``truncate_after``. Logging a step the
+    file already holds replaces its line (the later one wins, as in the platform's store): the
+    verl launcher re-forwards a resumed run's earlier steps (trainer/verl/step_metrics.py)."""
 
     def __init__(self, out_dir: str | Path):
         self.dir = Path(out_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.metrics_path = self.dir / "metrics.jsonl"
         self.evals_path = self.dir / "evals.jsonl"
+        self._steps: dict[Path, set[int]] = {}
+
+    def _lines(self, path: Path) -> list[str]:
+        return [ln for ln in path.read_text().splitlines() if ln] if path.exists() else []
+
+    def _keep(self, path: Path, keep) -> None:
+        lines = [ln for ln in self._lines(path) if keep(json.loads(ln)["step"])]
+        path.write_text("".join(ln + "\n" for ln in lines))
+        self._steps[path] = {json.loads(ln)["step"] for ln in lines}
+
+    def _append(self, path: Path, step: int, row: dict) -> None:
+        if path not in self._steps:
+            self._steps[path] = {json.loads(ln)["step"] for ln in self._lines(path)}
+        if step in self._steps[path]:
+            self._keep(path, lambda s: s != step)
+        with path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        self._steps[path].add(step)
 
     def truncate_after(self, step: int) -> None:
         for path in (self.metrics_path, self.evals_path):
             if path.exists():
-                keep = [ln for ln in path.read_text().splitlines() if ln and json.loads(ln)["step"] <= step]
-                path.write_text("".join(ln + "\n" for ln in keep))
+                self._keep(path, lambda s: s <= step)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
-        with self.metrics_path.open("a") as f:
-            f.write(json.dumps({"step": step, **{k: _clean(v) for k, v in metrics.items()}}) + "\n")
+        self._append(self.metrics_path, step, {"step": step, **{k: _clean(v) for k, v in metrics.items()}})
 
     def log_eval(self, step: int, results: dict[str, dict[str, Any]]) -> None:
-        with self.evals_path.open("a") as f:
-            f.write(json.dumps({"step": step, "results": results}) + "\n")
+        self._append(self.evals_path, step, {"step": step, "results": results})
 
     def close(self) -> None:
         pass

@@ -38,7 +38,7 @@ BAD = [
     ({"code": {"test_timeout_s": 0}}, "code.test_timeout_s"),
     ({"code": {"bogus": 1}}, "code.bogus"),
     # the verl engine's rules (trainer.config.verl_issues)
-    ({"engine": "verl"}, "engine"),
+    ({"engine": "verl", "method": "aero-mem", "train_size": 64}, "engine"),  # an embedded-only method
     ({**VERL, "task": "code"}, "task"),
     ({**VERL, "batch_prompts": 10, "mini_batches": 3}, "mini_batches"),
 ]

@@ -6,37 +6,55 @@ tokens that count and 0 on padding.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
 AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
 
-def aggregate(values: Tensor, mask: Tensor, mode: str, max_len: int | None = None) -> Tensor:
+def aggregate(values: Tensor, mask: Tensor, mode: str, max_len: int | None = None, n_seqs: float | None = None) -> Tensor:
     """Reduce per-token values [N, T] to a scalar.
 
     - 'token-mean' (DAPO §3.3): sum_{i,t} v m / sum_{i,t} m  (every token weighs the same).
     - 'seq-mean-token-mean' (GRPO, paper §3.1 J(theta) with 1/N sum_i 1/|o_i| sum_t):
       mean over the N sequences of each sequence's token mean.
     - 'seq-mean-token-sum-norm' (Dr.GRPO): 1/N sum_i (sum_t v m) / max_len, a constant
-      normaliser (default T = values.shape[-1]) so no length bias.
+      normaliser so no length bias: the generation budget (``max_new_tokens``, as Dr.GRPO and
+      verl's ``loss_scale_factor``; default T = values.shape[-1]).
 
-    Empty denominators are clamped to 1 (an all-padding row contributes 0 but still counts in N
-    for the sequence means).
+    ``n_seqs`` replaces N in the sequence means: the update passes (rows of the step) /
+    (mini-batches), the same for every mini-batch, as verl's ``global_batch_size`` (equal to N
+    when the rows split evenly). Empty denominators are clamped to 1 (an all-padding row
+    contributes 0 but still counts in N for the sequence means).
 
     Returns:
         0-dim Tensor.
     """
     m = mask.to(values.dtype)
+    N = values.shape[0] if n_seqs is None else n_seqs
     if mode == "token-mean":
         return (values * m).sum() / m.sum().clamp(min=1)
     if mode == "seq-mean-token-mean":
         per_seq = (values * m).sum(-1) / m.sum(-1).clamp(min=1)
-        return per_seq.mean()
+        return per_seq.sum() / N
     if mode == "seq-mean-token-sum-norm":
         L = values.shape[-1] if max_len is None else max_len
-        return ((values * m).sum(-1) / L).mean()
+        return ((values * m).sum(-1) / L).sum() / N
     raise ValueError(f"loss aggregation must be one of {AGG_MODES}; got {mode!r}")
+
+
+@dataclass(frozen=True)
+class Aggregation:
+    """How the update reduces per-token losses (:func:`aggregate`'s mode and constants)."""
+
+    mode: str = "seq-mean-token-mean"
+    max_len: int | None = None
+    n_seqs: float | None = None
+
+    def __call__(self, values: Tensor, mask: Tensor) -> Tensor:
+        return aggregate(values, mask, self.mode, self.max_len, self.n_seqs)
 
 
 def clipped_surrogate(
@@ -46,7 +64,7 @@ def clipped_surrogate(
     mask: Tensor,
     eps_low: float = 0.2,
     eps_high: float | None = None,
-    agg: str = "seq-mean-token-mean",
+    agg: str | Aggregation = "seq-mean-token-mean",
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """PPO-clip policy loss (paper §3.1; DAPO clip-higher with eps_high > eps_low).
 
@@ -62,6 +80,7 @@ def clipped_surrogate(
         logp, old_logp: [N, T] log-probs of the sampled tokens under the current / behaviour policy.
         advantages: [N] sequence-level advantages (broadcast over tokens).
         eps_high: defaults to eps_low (symmetric clip).
+        agg: a mode of :func:`aggregate`, or an :class:`Aggregation` with its constants.
     Returns:
         (0-dim loss, {"clip_frac": 0-dim, "approx_kl": 0-dim}).
     """
@@ -72,7 +91,7 @@ def clipped_surrogate(
     unclipped = -A * ratio
     clipped = -A * torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)
     per_token = torch.maximum(unclipped, clipped)
-    loss = aggregate(per_token, mask, agg)
+    loss = (agg if isinstance(agg, Aggregation) else Aggregation(agg))(per_token, mask)
     with torch.no_grad():
         m = mask.to(logp.dtype)
         denom = m.sum().clamp(min=1)

@@ -24,6 +24,7 @@ import torch
 
 import common.metric_keys as mk
 from trainer.config import ConfigError, RunConfig
+from trainer.core.losses import Aggregation
 from trainer.embedded.checkpoint import load_latest_checkpoint, numpy_rng_from_state, numpy_rng_state, save_checkpoint
 from trainer.embedded.collect import StepContext, collect, step_metrics
 from trainer.embedded.presets import load_setup
@@ -136,7 +137,8 @@ def iter_training(cfg: RunConfig, out_dir: str | Path, sink: MetricSink,
             with setup.autocast():  # bf16 compute over fp32 master weights on CUDA; no-op on CPU
                 train_stats = policy_update(
                     model, optimizer, scheduler, collected.train, collected.advantages, pad_id=task.tokenizer.pad_id,
-                    temperature=cfg.temperature, eps_low=eps_low, eps_high=eps_high, loss_agg=cfg.effective_loss_agg,
+                    temperature=cfg.temperature, eps_low=eps_low, eps_high=eps_high,
+                    agg=Aggregation(cfg.effective_loss_agg, max_len=cfg.max_new_tokens),
                     entropy_coef=cfg.entropy_coef, kl_coef=cfg.kl_coef, ref_model=ref_model, grad_clip=cfg.optim.grad_clip,
                     epochs=cfg.ppo_epochs, mini_batches=cfg.mini_batches, device=setup.device)
         setup.engine.sync_weights(model)

@@ -7,7 +7,9 @@ import math
 
 import torch
 
-from trainer.core.losses import aggregate, clipped_surrogate, kl_k3
+from dataclasses import replace
+
+from trainer.core.losses import Aggregation, clipped_surrogate, kl_k3
 from trainer.embedded.model import is_gradient_checkpointing
 from trainer.rollout.base import Rollout
 from trainer.rollout.batching import TrainBatch, collate, sequence_logprobs, token_logprobs_and_entropy
@@ -94,31 +96,36 @@ def policy_logprobs(model, rollouts: list[Rollout], batch: TrainBatch, temperatu
 
 
 def policy_update(model, optimizer, scheduler, rollouts: list[Rollout], advantages: torch.Tensor, *, pad_id: int,
-                  temperature: float, eps_low: float, eps_high: float, loss_agg: str, entropy_coef: float,
+                  temperature: float, eps_low: float, eps_high: float, agg: Aggregation, entropy_coef: float,
                   kl_coef: float, ref_model=None, grad_clip: float, epochs: int = 1, mini_batches: int = 1,
                   device="cpu") -> dict[str, float]:
     """One step's update. The PPO ratio uses the engine's sampling log-probs as the behaviour
     policy (no extra forward); with 1 epoch and 1 mini-batch the ratio is 1 up to numerics.
     The forward runs once per distinct prompt where rows share prompts (``policy_logprobs``).
+    Mini-batches split the rows in order as ``torch.tensor_split`` does (never more than there
+    are rows), and the sequence means divide by rows / mini-batches in each (``agg.n_seqs``),
+    the layout and normaliser the verl engine uses too (trainer/verl/rows.py).
     Returns mean stats over the optimizer steps."""
     model.train()
     stats: dict[str, list[float]] = {k: [] for k in ("loss/policy", "loss/total", "train/entropy", "train/kl",
                                                     "train/clip_frac", "train/approx_kl", "train/grad_norm")}
     order = torch.arange(len(rollouts))
+    k = max(1, min(mini_batches, len(rollouts)))
+    agg = replace(agg, n_seqs=len(rollouts) / k)
     for _ in range(epochs):
-        for idx in order.chunk(mini_batches):
+        for idx in order.tensor_split(k):
             rows = [rollouts[i] for i in idx.tolist()]
             mb = collate(rows, pad_id, device)
             adv = advantages[idx].to(device)
             logp, entropy = policy_logprobs(model, rows, mb, temperature, pad_id)
-            pg_loss, pg_stats = clipped_surrogate(logp, mb.old_logprobs, adv, mb.response_mask, eps_low, eps_high, loss_agg)
-            ent = aggregate(entropy, mb.response_mask, loss_agg)
+            pg_loss, pg_stats = clipped_surrogate(logp, mb.old_logprobs, adv, mb.response_mask, eps_low, eps_high, agg)
+            ent = agg(entropy, mb.response_mask)
             loss = pg_loss - entropy_coef * ent
             kl = torch.zeros(())
             if ref_model is not None and kl_coef > 0:
                 with torch.no_grad():
                     ref_logp, _ = policy_logprobs(ref_model, rows, mb, temperature, pad_id, with_entropy=False)
-                kl = aggregate(kl_k3(logp, ref_logp), mb.response_mask, loss_agg)
+                kl = agg(kl_k3(logp, ref_logp), mb.response_mask)
                 loss = loss + kl_coef * kl
             optimizer.zero_grad(set_to_none=True)
             loss.backward()

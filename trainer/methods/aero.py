@@ -92,7 +92,7 @@ def aero_step(cfg: RunConfig, sampler: Sampler, rng: np.random.Generator, *, fir
                       kinds=cur.kinds, u_tilde=cur.u_tilde, ledger=ledger)
 
 
-_VERL = VerlMapping(rollout_n="n_explore", adv_estimator="aero", stock_fit=False)
+_VERL = VerlMapping(rollout_n="n_explore", stock_fit=False)
 _COMMON = dict(family="aero", config_section="aero", verl=_VERL, metric_keys=METRICS)
 
 AERO = register(MethodSpec(

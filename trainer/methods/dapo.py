@@ -61,7 +61,7 @@ def dapo_step(cfg: RunConfig, sampler: Sampler, rng: np.random.Generator | None 
 DAPO = register(MethodSpec(
     name="dapo", label="DAPO", colour="#F58518", family="dapo", order=10, config_section="dapo",
     description="DAPO (clip-higher, dynamic sampling)", loss_agg="token-mean", clip="clip-higher",
-    verl=VerlMapping(reward_manager="dapo", stock_fit=False),
+    verl=VerlMapping(stock_fit=False),
     metric_keys=("dapo/gen_rounds", "dapo/kept_groups", "dapo/cap_hit"),
     dash=1,
 ), dapo_step)

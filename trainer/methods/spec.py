@@ -34,14 +34,14 @@ class VerlMapping:
     """How the verl engine runs the method (trainer/verl/overrides.py, trainer/verl/trainer.py).
 
     rollout_n: which config value verl's ``rollout.n`` is ("n_total", or "n_explore" when the
-    first generation is AERO's exploration pass); adv_estimator: verl's estimator name;
-    reward_manager: verl's reward manager ("dapo" shapes overlong responses); stock_fit: True
-    runs verl's own RayPPOTrainer.fit (every rollout trained), False the curated loop that
-    calls the method's step."""
+    first generation is AERO's exploration pass); adv_estimator: verl's estimator name, used by
+    the stock fit; stock_fit: True runs verl's own RayPPOTrainer.fit (every rollout trained,
+    verl's estimator), False the curated loop that calls the method's step, whose advantages
+    it trains on (the embedded engine's, trainer/verl/collect.py). The reward is always the
+    verifier's (verl's "naive" reward manager); DAPO shapes it in its step on both engines."""
 
     rollout_n: Literal["n_total", "n_explore"] = "n_total"
     adv_estimator: str = "grpo"
-    reward_manager: str = "naive"
     stock_fit: bool = True
 
 

@@ -1,4 +1,5 @@
-"""AERO, GRPO and DAPO on verl 0.9.1 (Ray, FSDP, vLLM) for multi-GPU clusters.
+"""AERO, GRPO and DAPO on verl 0.9.1 (Ray, FSDP, vLLM or our HF rollout) for multi-GPU clusters,
+and on a laptop CPU (trainer/verl/plugins).
 
 Optional extra ``aero-lab[verl]`` (pinned verl==0.9.1), imported lazily: importing this package
 does not import verl. Entry point for the worker: :func:`run_verl` (the contract of
@@ -7,9 +8,10 @@ does not import verl. Entry point for the worker: :func:`run_verl` (the contract
     overrides   RunConfig -> verl hydra overrides (reward.* keys; legacy keys refused); compose
     data        the run's math files -> verl parquet (paper system prompt, benchmark names)
     reward      compute_score for verl's reward loop (math-verify, as the embedded engine)
-    estimator   the "aero" advantage estimator (Bayesian baseline via reward_baselines)
-    rows        DataProto rows: generation padding to the agent-loop divisor, masked padding
-    collect     one step's AERO / DAPO rollouts on DataProto (shared trainer.core math)
+    model_dir   the HF model directory a run trains (model_path, or the tiny preset exported)
+    plugins     verl plugins: the CPU platform and the HF-generate rollout server
+    rows        DataProto rows: generation padding to the agent-loop divisor, the update layout
+    collect     one step's rollouts on DataProto (the method step, its advantages)
     metrics     accounting (generated vs trained tokens, FLOPs), verl -> platform keys, logger
     trainer     AEROTrainer(RayPPOTrainer)
     runner      the Ray task runner and run_verl

@@ -10,6 +10,11 @@ Row bookkeeping: every generated row gets a global id in generation order (explo
 first, then each rescue call's rows, or DAPO's prompt batches in order); a step names the
 rows to train on by id, so ``curate`` sees exactly what the embedded collector sees, and the
 selected ids pick the training rows from the concatenated generated batch.
+
+Advantages are the step's, computed by the same function as on the embedded engine
+(``trainer.methods.step.advantages``: AERO's Bayesian baseline, DAPO's shaped rewards, the
+group std with or without Bessel's correction) and carried to the update in the batch's
+``ADV_COLUMN``; verl's advantage estimators are not used on this path (trainer/verl/trainer.py).
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ import numpy as np
 from trainer.config import RunConfig
 from trainer.methods.sampler import Samples
 from trainer.methods.spec import get_step
-from trainer.verl.rows import GenCount, generate_rows, response_lengths, row_correct, row_reward
+from trainer.methods.step import advantages
+from trainer.verl.rows import ADV_COLUMN, GenCount, generate_rows, response_lengths, row_correct, row_reward
 
 
 @dataclass
@@ -30,13 +36,15 @@ class VerlCollected:
     """A step's training rows (no padding yet) and its accounting.
 
     generated: every generated row (real requests), in generation order; train: the rows to
-    train on (None when a step keeps none); stats: platform metrics (strata, rescue, groups,
+    train on (None when a step keeps none), each with its advantage in ``ADV_COLUMN``;
+    advantages: float32[M] the same values; stats: platform metrics (strata, rescue, groups,
     dapo/*); ledger: AERO's per-prompt facts for the savings waterfall (None for other methods)."""
 
     train: object
     generated: object
     prompts_used: int
     gen: GenCount
+    advantages: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
     stats: dict[str, float] = field(default_factory=dict)
     ledger: dict | None = None
 
@@ -81,18 +89,19 @@ class VerlSampler:
 
 def collect(cfg: RunConfig, next_batch: Callable, generate: Callable, divisor: int,
             rng: np.random.Generator | None = None) -> VerlCollected:
-    """One step of ``cfg.method`` (its registered step) on verl. AERO's training rows carry
-    ``reward_baselines`` (u~ on Bayesian groups, NaN elsewhere) for the "aero" estimator."""
+    """One step of ``cfg.method`` (its registered step) on verl; the training rows carry their
+    advantages (module docstring)."""
     import torch
 
     sampler = VerlSampler(next_batch, generate, divisor)
     res = get_step(cfg.method)(cfg, sampler, rng)
     generated = sampler.generated()
+    adv = advantages(cfg, res, row_reward(generated)).to(torch.float32)
     train = generated.select_idxs(res.rows) if len(res.rows) else None
-    if train is not None and res.kinds is not None:
-        train.batch["reward_baselines"] = torch.as_tensor(res.u_tilde_of_rows(), dtype=torch.float32)
+    if train is not None:
+        train.batch[ADV_COLUMN] = adv
     return VerlCollected(train=train, generated=generated, prompts_used=res.prompts_used, gen=sampler.count,
-                         stats=res.stats, ledger=res.ledger)
+                         advantages=adv.numpy(), stats=res.stats, ledger=res.ledger)
 
 
 def collect_aero(cfg: RunConfig, batch, gen_batch, generate: Callable, divisor: int,
@@ -106,6 +115,6 @@ def collect_dapo(cfg: RunConfig, next_batch: Callable, generate: Callable, divis
     """DAPO dynamic sampling (trainer/methods/dapo.py): prompt batches from ``next_batch()`` until
     P groups with non-zero accuracy variance are kept or ``dapo.max_gen_rounds`` batches were
     generated; then train on the kept groups (possibly none: ``train`` is None, counted in
-    dapo/cap_hit) instead of raising as the recipe does. The overlong shaping is the reward
-    manager's ('dapo'), already in rm_scores."""
+    dapo/cap_hit) instead of raising as the recipe does. The overlong shaping is
+    in the step (trainer/methods/dapo.py), as on the embedded engine; rm_scores stay the verifier's."""
     return collect(cfg, next_batch, generate, divisor)

@@ -21,12 +21,14 @@ Mapping (RunConfig -> verl), method by method (the per-method bits come from the
     rollout  rollout.name = aero_hf (our HF-generate server) for rollout_engine 'embedded', vllm
              for 'vllm'; on the CPU (device_overrides) FSDP2 on gloo in float32, SDPA, padded batches.
     grpo     rollout.n = n_total, adv_estimator = grpo, symmetric clip, seq-mean-token-mean.
-    dapo     rollout.n = n_total, adv_estimator = grpo, clip_ratio_low/high = eps_low/high,
-             token-mean, reward manager 'dapo' with the overlong buffer, filter_groups on
-             (metric acc, max_num_gen_batches = max_gen_rounds).
-    aero*    rollout.n = n_explore (the exploration pass), adv_estimator = 'aero' (registered
-             in the task-runner process, trainer/verl/estimator.py); AERO's own settings are
-             read by the AERO trainer from OUT/config.json (``+aero_lab.out_dir``).
+    dapo     rollout.n = n_total, clip_ratio_low/high = eps_low/high, token-mean; dynamic
+             sampling and overlong shaping are the DAPO step's (trainer/methods/dapo.py), run by
+             the curated loop as on the embedded engine, so verl's filter_groups and 'dapo'
+             reward manager stay off.
+    aero*    rollout.n = n_explore (the exploration pass); AERO's own settings are read by the
+             AERO trainer from OUT/config.json (``+aero_lab.out_dir``).
+    curated  (DAPO, AERO): the reward manager is 'naive' (the verifier's reward) and the update
+             trains on the step's advantages (trainer/verl/collect.py), never a verl estimator.
 """
 
 from __future__ import annotations
@@ -135,6 +137,8 @@ def to_overrides(cfg: RunConfig, *, out_dir: str | Path, train_file: str | Path,
         "actor_rollout_ref.actor.clip_ratio_low": eps_low,
         "actor_rollout_ref.actor.clip_ratio_high": eps_high,
         "actor_rollout_ref.actor.loss_agg_mode": cfg.effective_loss_agg,
+        # seq-mean-token-sum-norm's constant: the generation budget, on both engines (Dr.GRPO)
+        "actor_rollout_ref.actor.loss_scale_factor": cfg.max_new_tokens,
         "actor_rollout_ref.actor.entropy_coeff": cfg.entropy_coef,
         "actor_rollout_ref.actor.use_kl_loss": cfg.kl_coef > 0,
         "actor_rollout_ref.actor.kl_loss_coef": cfg.kl_coef,
@@ -162,7 +166,7 @@ def to_overrides(cfg: RunConfig, *, out_dir: str | Path, train_file: str | Path,
         # reward: the reward.* keys verl 0.9.1 reads (never the legacy top-level ones)
         "reward.custom_reward_function.path": str(REWARD_FN),
         "reward.custom_reward_function.name": "compute_score",
-        "reward.reward_manager.name": spec.verl.reward_manager,
+        "reward.reward_manager.name": "naive",  # the verifier's reward; DAPO shapes it in its step
         # trainer
         "trainer.use_v1": False,
         "trainer.n_gpus_per_node": n_gpus_per_node,
@@ -188,16 +192,6 @@ def to_overrides(cfg: RunConfig, *, out_dir: str | Path, train_file: str | Path,
     if device == "cpu":
         o.update(CPU_SETTINGS)
     out = [f"{k}={_v(v)}" for k, v in o.items()]
-    if spec.config_section == "dapo":
-        d = cfg.dapo
-        out += [f"+reward.reward_kwargs.max_resp_len={cfg.max_new_tokens}",
-                f"+reward.reward_kwargs.overlong_buffer_cfg.enable={_v(d.overlong_buffer > 0)}",
-                f"+reward.reward_kwargs.overlong_buffer_cfg.len={d.overlong_buffer}",
-                f"+reward.reward_kwargs.overlong_buffer_cfg.penalty_factor={_v(d.overlong_penalty)}",
-                "+reward.reward_kwargs.overlong_buffer_cfg.log=false",
-                f"algorithm.filter_groups.enable={_v(d.dynamic_sampling)}",
-                "algorithm.filter_groups.metric=acc",
-                f"algorithm.filter_groups.max_num_gen_batches={d.max_gen_rounds}"]
     # the platform run directory: the AERO trainer reads OUT/config.json (strategies, curation,
     # accounting) and writes OUT/metrics.jsonl there
     out.append(f"+aero_lab.out_dir={_v(str(out_dir))}")

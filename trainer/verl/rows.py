@@ -8,11 +8,14 @@ Two different paddings, for two different reasons:
   with copies of its own rows (verl's ``pad_dataproto_to_divisor``) and the outputs of the pad
   rows are dropped right after (``unpad_dataproto``). They cost generation, never training;
   :class:`GenCount` counts them.
-* **Training** (:func:`pad_masked`): the curated batch must split evenly over data-parallel
-  ranks and mini-batches. It is padded with *masked* rows: two attended tokens (one prompt, one
-  response slot), zero response mask, zero reward, a unique uid (a singleton group, advantage 0) and ``is_pad`` True. A
-  masked row adds nothing to any loss or to the token counts; a duplicated real row would
-  be trained twice, which is why it is never used here.
+* **Training** (:func:`pad_for_update`): the curated batch must split evenly over data-parallel
+  ranks and mini-batches, and each of verl's mini-batches must hold the rows the embedded
+  update's mini-batch holds, so both engines take the same optimizer steps. It is padded with
+  *masked* rows (zero response mask, reward and advantage; a unique uid; ``is_pad`` True), which
+  add nothing to any loss or token count; a duplicated real row would be trained twice.
+
+The training rows carry their advantages (computed by the method step, trainer/verl/collect.py)
+in :data:`ADV_COLUMN`.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import torch
 from trainer.core.aero import is_correct
 
 PAD_UID = "__aero_pad__"
+ADV_COLUMN = "aero_advantages"  # [B] float32: each training row's advantage (0 on pad rows)
 
 
 @dataclass
@@ -77,23 +81,63 @@ def generate_rows(generate: Callable, gen_batch, prompt_of_row: np.ndarray, divi
     return out
 
 
-def pad_masked(batch, multiple: int, pad_token_id: int):
-    """Pad ``batch`` to a multiple of ``multiple`` rows with masked rows (module docstring).
+def split_sizes(n_rows: int, mini_batches: int) -> list[int]:
+    """Rows per mini-batch, as the embedded update splits them (``torch.tensor_split``: the first
+    ``n_rows % k`` get one more); never more mini-batches than rows."""
+    k = max(1, min(mini_batches, n_rows))
+    return [n_rows // k + (1 if i < n_rows % k else 0) for i in range(k)]
 
-    Needs the generation columns (input_ids, attention_mask, position_ids, responses,
-    response_mask); any other float column (rm_scores, token_level_*, reward_baselines...) is
-    zero on pad rows, NaN for reward_baselines. Returns (padded batch, number of pad rows);
-    ``is_pad`` marks them in ``non_tensor_batch``.
-    """
+
+@dataclass
+class UpdateLayout:
+    """How a curated batch is laid out for verl's update: ``mini_batches`` global mini-batches of
+    ``mini_batch_size`` rows (real rows first-come as the embedded update splits them, then masked
+    pad rows), dealt to ``dp`` ranks; ``rows_per_mini_batch`` is the seq-mean normaliser (real
+    rows / mini-batches, as trainer.core.losses.aggregate's ``n_seqs``)."""
+
+    mini_batches: int
+    mini_batch_size: int
+    n_pad: int
+    rows_per_mini_batch: float
+
+
+def pad_for_update(batch, mini_batches: int, dp: int, pad_token_id: int):
+    """Pad ``batch`` with masked rows so that verl's global mini-batch j holds exactly the real
+    rows of the embedded update's mini-batch j (:func:`split_sizes`), each mini-batch a multiple of
+    ``dp`` rows, and order it for verl's dispatch: rank r takes a contiguous slice and cuts it into
+    contiguous local mini-batches, so piece r of mini-batch j goes to position
+    ``r * (rows per rank) + j * (rows per local mini-batch)``. Returns (padded batch, UpdateLayout).
+
+    A masked row has two attended tokens (one prompt, one response slot), zero response mask,
+    zero reward and advantage, a unique uid and ``is_pad`` True: it adds nothing to any loss or
+    token count; a duplicated real row would be trained twice, which is why it is never used."""
     from verl import DataProto
 
     B = len(batch)
-    n_pad = (-B) % multiple
-    if "is_pad" not in batch.non_tensor_batch:
-        batch.non_tensor_batch["is_pad"] = np.zeros(B, dtype=bool)
-    if n_pad == 0:
-        return batch, 0
-    template = batch.select_idxs(np.zeros(n_pad, dtype=np.int64))  # shapes and dtypes only
+    sizes = split_sizes(B, mini_batches)
+    k = len(sizes)
+    local = -(-max(sizes) // dp)  # rows per rank per mini-batch
+    M = local * dp
+    n_pad = k * M - B
+    batch.non_tensor_batch["is_pad"] = np.zeros(B, dtype=bool)
+    if n_pad:
+        batch = DataProto.concat([batch, masked_rows(batch, n_pad, pad_token_id)])
+    # slot of each row: mini-batch j's rows (real then pads), piece r -> rank r
+    starts = np.cumsum([0, *sizes[:-1]])
+    pads = iter(range(B, B + n_pad))
+    order = np.empty(k * M, dtype=np.int64)
+    for j, (start, size) in enumerate(zip(starts, sizes)):
+        rows = list(range(start, start + size)) + [next(pads) for _ in range(M - size)]
+        for r in range(dp):
+            pos = r * (k * local) + j * local
+            order[pos:pos + local] = rows[r * local:(r + 1) * local]
+    batch.reorder(torch.as_tensor(order))
+    return batch, UpdateLayout(mini_batches=k, mini_batch_size=M, n_pad=n_pad, rows_per_mini_batch=B / k)
+
+
+def masked_rows(batch, n: int, pad_token_id: int):
+    """``n`` masked pad rows shaped like ``batch``'s (see :func:`pad_for_update`)."""
+    template = batch.select_idxs(np.zeros(n, dtype=np.int64))  # shapes and dtypes only
     t = template.batch
     T_resp = t["responses"].shape[-1]
     L = t["input_ids"].shape[-1]
@@ -105,33 +149,11 @@ def pad_masked(batch, multiple: int, pad_token_id: int):
     # two attended tokens, the last prompt slot and the first response slot: verl's unpadding
     # assumes every row has a prompt token; the response mask stays 0, so nothing is trained
     t["attention_mask"][:, L - T_resp - 1: L - T_resp + 1] = 1
-    if "reward_baselines" in t.keys():
-        t["reward_baselines"].fill_(float("nan"))
     nt = template.non_tensor_batch
-    nt["uid"] = np.array([f"{PAD_UID}{B + i}" for i in range(n_pad)], dtype=object)
-    nt["is_pad"] = np.ones(n_pad, dtype=bool)
-    return spread_pads(DataProto.concat([batch, template])), n_pad
-
-
-def spread_pads(batch):
-    """Reorder so pad rows sit at evenly spaced positions, real rows keeping their order.
-
-    verl hands each data-parallel rank a contiguous chunk and each rank cuts it into contiguous
-    mini-batches; pads bunched at one end could fill a whole global mini-batch, whose token
-    count (the token-mean denominator) would then be 0. Spread evenly, each global mini-batch
-    of size M holds < M pads when there are fewer pads than mini-batches x ranks (always: pads
-    < the divisor), so it keeps a real row."""
-    pad = ~real_rows(batch)
-    B, n_pad = len(batch), int(pad.sum())
-    if n_pad == 0:
-        return batch
-    slots = np.zeros(B, dtype=bool)
-    slots[((np.arange(n_pad) + 0.5) * B / n_pad).astype(np.int64)] = True
-    order = np.empty(B, dtype=np.int64)
-    order[slots] = np.flatnonzero(pad)
-    order[~slots] = np.flatnonzero(~pad)
-    batch.reorder(torch.as_tensor(order))
-    return batch
+    B = len(batch)
+    nt["uid"] = np.array([f"{PAD_UID}{B + i}" for i in range(n)], dtype=object)
+    nt["is_pad"] = np.ones(n, dtype=bool)
+    return template
 
 
 def real_rows(batch) -> np.ndarray:
@@ -141,6 +163,6 @@ def real_rows(batch) -> np.ndarray:
 
 
 def unpad_masked(batch):
-    """The real rows of a batch padded by :func:`pad_masked`, in order."""
+    """The real rows of a batch padded by :func:`pad_for_update` (in its order)."""
     keep = real_rows(batch)
     return batch if keep.all() else batch.select_idxs(np.flatnonzero(keep))

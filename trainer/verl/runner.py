@@ -9,8 +9,7 @@ logs every step to ``sink`` (``log``/``log_eval``), resumes from OUT's latest ch
     -------------------------               --------------------------------------
     data -> OUT/verl_data/*.parquet
     overrides -> hydra compose + checks
-    ray.init; runner.run.remote(config) --> register the "aero" estimator (here, in the actor)
-                                            build datasets, AEROTrainer, workers; fit()
+    ray.init; runner.run.remote(config) --> build datasets, AEROTrainer, workers; fit()
     relay OUT/verl/*.jsonl -> sink   <----  PlatformLogger -> JsonlSink(OUT/verl)
     should_stop() -> touch OUT/verl/STOP -> polled after each step: checkpoint, stop
 
@@ -117,11 +116,9 @@ class AeroTaskRunner:
         from verl.utils.dataset.rl_dataset import collate_fn
         from verl.workers.config import HFModelConfig
 
-        from trainer.verl import estimator
         from trainer.verl.step_metrics import StopRequested, stop_file_flag
         from trainer.verl.trainer import AEROTrainer
 
-        estimator.register()  # in THIS process: compute_advantage runs here
         OmegaConf.resolve(config)
         out_dir = Path(config.aero_lab.out_dir)
         run_cfg = parse_run_config(json.loads((out_dir / "config.json").read_text()))
@@ -168,6 +165,19 @@ def start_ray(config, env: dict[str, str], device: str) -> None:
     ray.init(**kwargs)
 
 
+def release(runner) -> None:
+    """End a run's Ray actors and placement groups: the task runner owns the worker, rollout and
+    agent-loop actors (they die with it), and the resource pools it made must be freed for the
+    next run on the same Ray (a worker process runs one run after another)."""
+    import ray
+    from ray.util.placement_group import PlacementGroup, remove_placement_group
+
+    ray.kill(runner, no_restart=True)
+    for pg_id, info in ray.util.placement_group_table().items():
+        if info.get("state") != "REMOVED":
+            remove_placement_group(PlacementGroup(ray.PlacementGroupID(bytes.fromhex(pg_id))))
+
+
 def run_verl(cfg: RunConfig, out_dir: str | Path, sink: MetricSink,
              should_stop: Callable[[], bool] | None = None,
              progress: Callable[[int, int, dict], None] | None = None) -> dict[str, Any]:
@@ -178,7 +188,7 @@ def run_verl(cfg: RunConfig, out_dir: str | Path, sink: MetricSink,
         import ray
     except ImportError as e:
         raise ImportError("the verl engine needs verl: pip install 'aero-lab[verl]' (verl==0.9.1)") from e
-    from trainer.verl.step_metrics import JsonlRelay
+    from trainer.verl.step_metrics import JsonlRelay, latest_checkpoint_step
 
     out_dir = Path(out_dir)
     (out_dir / "verl").mkdir(parents=True, exist_ok=True)
@@ -194,17 +204,25 @@ def run_verl(cfg: RunConfig, out_dir: str | Path, sink: MetricSink,
     config = build_verl_config(cfg, out_dir, device=device)
     if not ray.is_initialized():
         start_ray(config, env, device)
+    resumed = latest_checkpoint_step(config.trainer.default_local_dir)
+    if resumed:  # steps past the checkpoint are trained again: nothing of them may stay stored
+        JsonlSink(out_dir / "verl").truncate_after(resumed)
+        sink.truncate_after(resumed)
     relay = JsonlRelay(out_dir / "verl", sink)
-    ref = ray.remote(num_cpus=1)(AeroTaskRunner).remote().run.remote(config)
-    seen = 0
-    while not ray.wait([ref], timeout=POLL_S)[0]:
-        relay.pump()
-        if progress is not None and relay.last_step > seen:
-            seen = relay.last_step
-            progress(seen, cfg.steps, {})
-        if should_stop is not None and not stop_file.exists() and should_stop():
-            stop_file.touch()
-    result = ray.get(ref)
+    runner = ray.remote(num_cpus=1)(AeroTaskRunner).remote()
+    try:
+        ref = runner.run.remote(config)
+        seen = 0
+        while not ray.wait([ref], timeout=POLL_S)[0]:
+            relay.pump()
+            if progress is not None and relay.last_step > seen:
+                seen = relay.last_step
+                progress(seen, cfg.steps, relay.last_metrics)
+            if should_stop is not None and not stop_file.exists() and should_stop():
+                stop_file.touch()
+        result = ray.get(ref)
+    finally:
+        release(runner)
     relay.pump()
     sink.close()
     return {"status": result["status"], "last_step": max(result["last_step"], relay.last_step),

@@ -179,21 +179,31 @@ def stop_file_flag(path: str | Path) -> Callable[[], bool]:
     return p.exists
 
 
+CHECKPOINTS_FILE = "checkpoints.jsonl"  # one {"step", "path"} line per checkpoint the trainer saved
+
+
 class JsonlRelay:
-    """Forward the lines a JsonlSink appends (DIR/metrics.jsonl, DIR/evals.jsonl) to another
-    MetricSink, from the launcher process: the trainer runs in a Ray actor, possibly on another
-    node of a shared filesystem, and cannot hold the platform's DB sink.
+    """Forward the lines a JsonlSink appends (DIR/metrics.jsonl, DIR/evals.jsonl) and the
+    trainer's checkpoint lines (DIR/checkpoints.jsonl) to another MetricSink, from the launcher
+    process: the trainer runs in a Ray actor, possibly on another node of a shared filesystem,
+    and cannot hold the platform's DB sink.
 
     It starts at the beginning of the files: a resumed run re-forwards the steps it already
     had, which a MetricSink takes idempotently (the later line for a step wins), so no step
-    logged before a crash of the launcher is lost."""
+    logged before a crash of the launcher is lost. A checkpoint is announced
+    (``before_checkpoint`` then ``on_checkpoint``) only once every step it covers has been
+    forwarded: verl saves a step's checkpoint before it logs the step."""
 
     def __init__(self, directory: str | Path, sink):
-        self.paths = {"metrics": Path(directory) / "metrics.jsonl", "evals": Path(directory) / "evals.jsonl"}
+        self.paths = {"metrics": Path(directory) / "metrics.jsonl", "evals": Path(directory) / "evals.jsonl",
+                      "checkpoints": Path(directory) / CHECKPOINTS_FILE}
         self.offsets = {k: 0 for k in self.paths}
         self.sink = sink
         self.last_step = 0
+        self.last_metrics: dict[str, float] = {}
         self.final_eval: dict | None = None
+        self.pending: list[tuple[int, Path]] = []
+        self.announced: list[int] = []
 
     def pump(self) -> int:
         """Forward complete new lines; returns how many were forwarded."""
@@ -211,11 +221,32 @@ class JsonlRelay:
                 row = json.loads(line)
                 step = int(row.pop("step"))
                 if kind == "metrics":
-                    self.sink.log(step, {k: v for k, v in row.items() if v is not None})
+                    self.last_metrics = {k: v for k, v in row.items() if v is not None}
+                    self.sink.log(step, self.last_metrics)
                     self.last_step = max(self.last_step, step)
-                else:
+                elif kind == "evals":
                     self.sink.log_eval(step, row["results"])
                     self.final_eval = row["results"]
+                else:
+                    self.pending.append((step, Path(row["path"])))
                 n += 1
             self.offsets[kind] += done
+        self._announce()
         return n
+
+    def _announce(self) -> None:
+        ready = [(s, p) for s, p in self.pending if s <= self.last_step]
+        self.pending = [(s, p) for s, p in self.pending if s > self.last_step]
+        for step, path in ready:
+            self.sink.before_checkpoint(step)
+            self.sink.on_checkpoint(step, path)
+            self.announced.append(step)
+
+
+def latest_checkpoint_step(checkpoint_dir: str | Path) -> int:
+    """The step of verl's newest checkpoint under ``checkpoint_dir`` (0 when there is none)."""
+    marker = Path(checkpoint_dir) / "latest_checkpointed_iteration.txt"
+    try:
+        return int(marker.read_text().strip())
+    except (OSError, ValueError):
+        return 0

@@ -8,10 +8,12 @@ generation phase); one step of AERO / DAPO:
                   rollout.n = n_explore, rescue rounds as per-prompt repeated batches padded to
                   the agent-loop worker divisor, curation with the shared core; DAPO: group filter)
     sleep the rollout replicas (only now: every rescue round ran before)
-    pad the curated rows with masked rows to a multiple of (data-parallel size x mini-batches)
-    old log-probs, reference log-probs, advantages with the registered "aero" estimator
-                  (Bayesian baseline from reward_baselines), actor update, weight sync
-    log platform metrics (PlatformLogger) + checkpoint + validation
+    lay the curated rows out as the embedded update's mini-batches, padded with masked rows
+                  to a multiple of the data-parallel size (trainer/verl/rows.py)
+    old log-probs, reference log-probs, the step's own advantages (computed by the method step
+                  with the embedded engine's function, not by a verl estimator), actor update,
+                  weight sync
+    log platform metrics (PlatformLogger) + checkpoint (with the curation RNG) + validation
 
 GRPO (any method whose spec says ``verl.stock_fit``, Dr.GRPO too) runs the stock
 ``RayPPOTrainer.fit`` unchanged; this class only adds, through ``_update_actor``, the platform
@@ -19,22 +21,27 @@ accounting of the batch it trains, and attaches the platform logger to the ``Tra
 the stock loop builds.
 
 Departures from the stock loop, all for variable-size batches: sequence-length balancing
-across ranks (``trainer.balance_batch``) is not applied to padded AERO/DAPO batches (pad rows
-are spread evenly instead, trainer/verl/rows.py); the seq-mean loss normaliser
-(``global_batch_size``) is the number of real rows per mini-batch, not the padded count.
+across ranks (``trainer.balance_batch``) is not applied to the curated batches (their layout
+is the embedded update's mini-batches, trainer/verl/rows.py); the seq-mean loss normaliser
+(``global_batch_size``) is real rows / mini-batches, the embedded update's ``n_seqs``, not the
+padded count. The curation RNG (S3's random draws) is seeded like the embedded engine's and
+saved with verl's checkpoints (``aero_state.json``), so a resumed run draws what an
+uninterrupted one would.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 import torch
 from verl import DataProto
 from verl.trainer.ppo.core_algos import agg_loss
-from verl.trainer.ppo.ray_trainer import RayPPOTrainer, compute_advantage, compute_response_mask
+from verl.trainer.ppo.ray_trainer import RayPPOTrainer, compute_response_mask
 from verl.utils import tensordict_utils as tu
 from verl.utils.debug import marked_timer
 from verl.utils.metric import reduce_metrics
@@ -43,11 +50,14 @@ from verl.workers.utils.padding import left_right_2_no_padding
 
 import common.metric_keys as mk
 from trainer.config import RunConfig
+from trainer.embedded.checkpoint import numpy_rng_from_state, numpy_rng_state
 from trainer.methods.spec import get_method
 from trainer.methods.step import savings_metrics, strata_stats
 from trainer.verl.collect import VerlCollected, collect
-from trainer.verl.rows import pad_masked, real_rows, row_correct, unpad_masked
-from trainer.verl.step_metrics import PlatformLogger, eval_results, step_accounting
+from trainer.verl.rows import ADV_COLUMN, pad_for_update, real_rows, row_correct, unpad_masked
+from trainer.verl.step_metrics import CHECKPOINTS_FILE, PlatformLogger, eval_results, step_accounting
+
+STATE_FILE = "aero_state.json"  # the curation RNG, beside each verl checkpoint
 
 
 @contextlib.contextmanager
@@ -85,6 +95,8 @@ class AEROTrainer(RayPPOTrainer):
         self.run_cfg, self.model_shape = run_cfg, model_shape
         self._extra: dict[str, float] = {}
         self._eval: dict | None = None
+        self._layout = None  # the curated batch's mini-batch layout, for _update_actor
+        self.curation_rng = np.random.default_rng(run_cfg.seed)  # as the embedded loop's; checkpointed
         self.stopped = False
         self.platform_logger = PlatformLogger(sink, extra=self._pop_extra, pending_eval=self._pop_eval,
                                               should_stop=should_stop, on_stop=self._checkpoint_on_stop)
@@ -108,6 +120,26 @@ class AEROTrainer(RayPPOTrainer):
         self.stopped = True
         self._save_checkpoint()
 
+    def _step_folder(self) -> Path:
+        return Path(self.config.trainer.default_local_dir) / f"global_step_{self.global_steps}"
+
+    def _save_checkpoint(self):
+        """verl's checkpoint, plus the curation RNG (``aero_state.json`` beside it) and a line in
+        OUT/verl/checkpoints.jsonl that the launcher relays to the platform's sink."""
+        out = super()._save_checkpoint()
+        folder = self._step_folder()
+        (folder / STATE_FILE).write_text(json.dumps({"curation_rng": numpy_rng_state(self.curation_rng)}))
+        with (Path(self.config.aero_lab.out_dir) / "verl" / CHECKPOINTS_FILE).open("a") as f:
+            f.write(json.dumps({"step": int(self.global_steps), "path": str(folder)}) + "\n")
+        return out
+
+    def _load_checkpoint(self):
+        out = super()._load_checkpoint()
+        state = self._step_folder() / STATE_FILE
+        if self.global_steps > 0 and state.is_file():
+            self.curation_rng = numpy_rng_from_state(json.loads(state.read_text())["curation_rng"])
+        return out
+
     def _extra_forwards(self) -> int:
         """Forwards besides the update's own: the old-log-prob recompute, plus the reference."""
         return 1 + int(self.use_reference_policy)
@@ -120,23 +152,22 @@ class AEROTrainer(RayPPOTrainer):
         return out
 
     def _update_actor(self, batch: DataProto) -> DataProto:
-        """The stock update, with mini-batches and the seq-mean normaliser sized by real rows.
+        """The stock update, with a curated batch's mini-batches and seq-mean normaliser from its
+        layout (``self._layout``, set by :meth:`_update`).
 
-        Stock GRPO batches (no pad rows) get exactly the stock values; the step's platform
-        accounting of a stock batch is recorded here (everything generated is trained)."""
-        real = real_rows(batch)
+        Stock GRPO batches get exactly the stock values; the step's platform accounting of a
+        stock batch is recorded here (everything generated is trained)."""
         if self._stock:
             self._extra.update(self._grpo_accounting(batch))
         cfg = self.config.actor_rollout_ref
         batch.meta_info["multi_turn"] = cfg.rollout.multi_turn.enable
         batch.meta_info["temperature"] = cfg.rollout.temperature
-        if real.all() and self._stock:
+        layout, self._layout = self._layout, None
+        if layout is None:  # the stock loop's batch: every row real, P / mini_batches prompts per mini-batch
             mini = cfg.actor.ppo_mini_batch_size * cfg.rollout.n
-            global_batch = mini
+            global_batch = float(mini)
         else:
-            n_mb = self.run_cfg.mini_batches
-            mini = len(batch) // n_mb
-            global_batch = max(float(real.sum()) / n_mb, 1.0)  # real rows per mini-batch (seq-mean modes)
+            mini, global_batch = layout.mini_batch_size, layout.rows_per_mini_batch
         batch_td = left_right_2_no_padding(batch.to_tensordict())
         tu.assign_non_tensor(
             batch_td, calculate_entropy=cfg.actor.calculate_entropy or cfg.actor.entropy_coeff != 0.0,
@@ -221,8 +252,7 @@ class AEROTrainer(RayPPOTrainer):
         t0 = time.perf_counter()
         generate = self._generate(timing)
         with marked_timer("gen", timing):
-            rng = np.random.default_rng([cfg.seed, self.global_steps])  # resume-exact curation draws
-            col = collect(cfg, lambda: next(batches), generate, self._divisor(), rng)
+            col = collect(cfg, lambda: next(batches), generate, self._divisor(), self.curation_rng)
             self.checkpoint_manager.sleep_replicas()  # every round has run: the replicas may sleep now
         t1 = time.perf_counter()
         train = None
@@ -248,11 +278,12 @@ class AEROTrainer(RayPPOTrainer):
         return metrics
 
     def _update(self, col: VerlCollected, timing: dict[str, float]) -> tuple[DataProto, dict[str, Any]]:
-        """Masked padding, old/ref log-probs, advantages, actor update, weight sync."""
+        """Layout with masked padding, old/ref log-probs, the step's advantages, actor update,
+        weight sync."""
         c, metrics = self.config, {}
         dp = self._get_dp_size(self.actor_rollout_wg, "actor")
-        batch, _ = pad_masked(col.train, dp * self.run_cfg.mini_batches, self.tokenizer.pad_token_id
-                              if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id)
+        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        batch, self._layout = pad_for_update(col.train, self.run_cfg.mini_batches, dp, pad_id)
         if "response_mask" not in batch.batch.keys():
             batch.batch["response_mask"] = compute_response_mask(batch)
         batch.meta_info["global_token_num"] = torch.sum(batch.batch["attention_mask"], dim=-1).tolist()
@@ -268,10 +299,8 @@ class AEROTrainer(RayPPOTrainer):
         with marked_timer("adv", timing):
             batch.batch["token_level_scores"] = batch.batch["rm_scores"]
             batch.batch["token_level_rewards"] = batch.batch["rm_scores"]
-            batch = compute_advantage(batch, adv_estimator=c.algorithm.adv_estimator, gamma=c.algorithm.gamma,
-                                      lam=c.algorithm.lam, num_repeat=c.actor_rollout_ref.rollout.n,
-                                      norm_adv_by_std_in_grpo=c.algorithm.get("norm_adv_by_std_in_grpo", True),
-                                      config=c.algorithm)
+            adv = batch.batch[ADV_COLUMN].unsqueeze(-1) * batch.batch["response_mask"].to(torch.float32)
+            batch.batch["advantages"], batch.batch["returns"] = adv, adv.clone()
         with marked_timer("update_actor", timing):
             metrics.update(reduce_metrics(self._update_actor(batch).meta_info["metrics"]))
         with marked_timer("update_weights", timing):

@@ -39,7 +39,7 @@ INVALID = [
     ({"clip_eps": 1.0}, "clip_eps"),
     ({"seed": -1}, "seed"),
     ({"engine": "tensorrt"}, "engine"),
-    ({"engine": "verl"}, "engine"),                              # verl needs model_path, not a preset
+    ({"engine": "verl", "method": "aero-mem", "train_size": 64}, "engine"),  # an embedded-only method on verl
     ({"preset": None}, "model_path"),                            # neither preset nor model_path
     ({"preset": "tiny", "model_path": "/m"}, "model_path"),      # both
     ({"task": "math", "preset": None, "model_path": "/m"}, "train_data"),

@@ -10,6 +10,7 @@ from trainer.embedded.model import build_model, enable_gradient_checkpointing, t
 from trainer.rollout.base import Rollout, SamplingParams
 from trainer.rollout.batching import collate, sequence_logprobs
 from trainer.rollout.embedded import EmbeddedEngine
+from trainer.core.losses import Aggregation
 from trainer.embedded.update import policy_logprobs, policy_update, shared_prompt_logprobs, shares_prompts
 
 V, BOS, EOS, PAD = 20, 1, 2, 0
@@ -83,7 +84,7 @@ def test_policy_update_is_the_same_update_either_way():
     base = small_model()
     rollouts = ragged_rollouts(base)
     adv = torch.randn(len(rollouts), generator=torch.Generator().manual_seed(2))
-    kw = dict(pad_id=PAD, temperature=1.0, eps_low=0.2, eps_high=0.2, loss_agg="seq-mean-token-mean",
+    kw = dict(pad_id=PAD, temperature=1.0, eps_low=0.2, eps_high=0.2, agg=Aggregation("seq-mean-token-mean"),
               entropy_coef=1e-3, kl_coef=0.1, grad_clip=1.0, epochs=2, mini_batches=2)
     results = []
     for force_padded in (False, True):

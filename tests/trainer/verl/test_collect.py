@@ -1,7 +1,7 @@
 """AERO and DAPO step collection on real verl DataProto batches: rescue rounds as per-prompt
 repeated batches padded to the agent-loop divisor and unpadded, curation with the shared core,
-masked padding of the training batch, and the registered estimator on the result. The vLLM
-agent loop is the scripted stand-in of conftest.py; everything else is verl's own code."""
+the step's own advantages on the training rows, and the update layout with masked padding. The
+vLLM agent loop is the scripted stand-in of conftest.py; everything else is verl's own code."""
 
 import math
 
@@ -13,7 +13,7 @@ pytest.importorskip("verl")
 
 from trainer.config import parse_run_config  # noqa: E402
 from trainer.verl.collect import collect_aero, collect_dapo  # noqa: E402
-from trainer.verl.rows import pad_masked, real_rows, unpad_masked  # noqa: E402
+from trainer.verl.rows import ADV_COLUMN, pad_for_update, real_rows, split_sizes, unpad_masked  # noqa: E402
 
 AERO = {"preset": None, "model_path": "/m", "task": "math", "train_data": "/d.jsonl", "engine": "verl",
         "method": "aero", "batch_prompts": 4, "n_total": 6,
@@ -58,9 +58,10 @@ def test_curated_rows_match_the_hand_computed_groups(vr):
     # the rows are the generated ones, identified by their response tokens (10 + row within the call)
     first_tokens = train.batch["responses"][:, 0].tolist()
     assert first_tokens == [10, 10, 14, 15, 16, 17, 18, 19, 22, 13]
-    base = train.batch["reward_baselines"].tolist()
-    assert all(math.isnan(b) for i, b in enumerate(base) if i not in (2, 3, 4, 5))
-    assert base[2:6] == pytest.approx([5 / 6] * 4)
+    a = 0.5 / (math.sqrt(0.5) + 1e-6)  # GRPO on a {0, 1} pair: mean 1/2, unbiased std sqrt(1/2)
+    bayes = (1 - 5 / 6) / math.sqrt(5 / 6 * 1 / 6)  # S2 on the all-correct group: (r - u~) / sqrt(u~ (1 - u~))
+    assert train.batch[ADV_COLUMN].tolist() == pytest.approx([-a, a, bayes, bayes, bayes, bayes, a, -a, -a, a], abs=1e-5)
+    assert col.advantages.tolist() == pytest.approx(train.batch[ADV_COLUMN].tolist())
     s = col.stats
     assert (s["rescue/rescued"], s["rescue/rounds"], s["rescue/calls"], s["rescue/generated"], s["rescue/unused"]) == (
         2, 3, 3, 8, 0)
@@ -86,48 +87,34 @@ def test_ablation_without_s2_s3_keeps_whole_groups(vr):
     _, col, _ = run_aero(vr, {"method": "aero-s1"})
     assert col.train.non_tensor_batch["uid"].tolist().count("u1") == 4  # zero group: all kept, no baseline
     assert col.train.non_tensor_batch["uid"].tolist().count("u2") == 4  # low group: S3 off
-    assert all(math.isnan(b) for b in col.train.batch["reward_baselines"].tolist())
+    adv = dict(zip(col.train.non_tensor_batch["uid"].tolist(), col.advantages.tolist()))
+    assert adv["u1"] == 0.0  # no Bayesian baseline: the all-correct group has no signal
 
 
-def test_masked_padding_never_duplicates_real_rows(vr):
+def test_update_layout_matches_the_embedded_mini_batches(vr):
+    """10 curated rows, 3 mini-batches, 2 ranks: the embedded update's split is 4, 3, 3 rows; each
+    verl mini-batch is padded to 4 (a multiple of dp) with masked rows, and dealt so that rank r's
+    j-th local mini-batch is piece r of mini-batch j."""
     _, col, _ = run_aero(vr)
-    padded, n_pad = pad_masked(col.train, 4, vr.PAD)
-    assert (len(padded), n_pad) == (12, 2)
-    pad = ~real_rows(padded)
-    assert pad.sum() == 2
-    assert padded.batch["response_mask"][torch.as_tensor(pad)].sum() == 0
-    assert padded.batch["attention_mask"][torch.as_tensor(pad)].sum(-1).tolist() == [2, 2]
-    assert padded.batch["rm_scores"][torch.as_tensor(pad)].abs().sum() == 0
+    assert split_sizes(10, 3) == [4, 3, 3] and split_sizes(2, 4) == [1, 1]
+    padded, layout = pad_for_update(col.train, 3, 2, vr.PAD)
+    assert (len(padded), layout.n_pad, layout.mini_batch_size, layout.mini_batches) == (12, 2, 4, 3)
+    assert layout.rows_per_mini_batch == pytest.approx(10 / 3)
+    first = padded.batch["responses"][:, 0].tolist()  # identifies each real row (conftest: 10 + row)
+    real = real_rows(padded)
+    pad = torch.as_tensor(~real)
+    expect = [10, 10, 14, 15, 16, 17, 18, 19, 22, 13]  # the curated rows in order
+    chunks = [expect[0:4], expect[4:7], expect[7:10]]
+    for j, chunk in enumerate(chunks):  # mini-batch j = rank 0's local j + rank 1's local j
+        rows = [r * 6 + j * 2 + i for r in range(2) for i in range(2)]
+        assert [first[p] for p in rows if real[p]] == chunk
+    assert padded.batch["response_mask"][pad].sum() == 0 and padded.batch[ADV_COLUMN][pad].abs().sum() == 0
+    assert padded.batch["attention_mask"][pad].sum(-1).tolist() == [2, 2]
+    assert padded.batch["rm_scores"][pad].abs().sum() == 0
     uids = padded.non_tensor_batch["uid"]
-    assert len(set(uids[pad])) == 2 and not set(uids[pad]) & set(uids[~pad])  # singleton groups
-    # pads spread: with 2 pads in 12 rows, one in each half (each of 2 mini-batches keeps real rows)
-    assert pad[:6].sum() == 1 and pad[6:].sum() == 1
+    assert len(set(uids[~real])) == 2 and not set(uids[~real]) & set(uids[real])  # singleton groups
     back = unpad_masked(padded)
-    assert back.non_tensor_batch["uid"].tolist() == col.train.non_tensor_batch["uid"].tolist()
-    assert torch.equal(back.batch["responses"], col.train.batch["responses"])
-    assert pad_masked(back, 5, vr.PAD)[1] == 0  # already a multiple: nothing added
-
-
-def test_registered_estimator_on_the_curated_batch(vr):
-    from verl.trainer.ppo.ray_trainer import compute_advantage
-
-    from trainer.verl.estimator import register
-
-    register()
-    cfg, col, _ = run_aero(vr)
-    batch, _ = pad_masked(col.train, 4, vr.PAD)
-    batch.batch["token_level_rewards"] = batch.batch["rm_scores"]
-    out = compute_advantage(batch, adv_estimator="aero", num_repeat=4, config=None)
-    mask = out.batch["response_mask"].float()
-    adv = ((out.batch["advantages"] * mask).sum(-1) / mask.sum(-1).clamp(min=1)).tolist()
-    real = real_rows(out)
-    a = 0.5 / (math.sqrt(0.5) + 1e-6)  # GRPO on a {0, 1} pair: mean 1/2, unbiased std sqrt(1/2)
-    bayes = (1 - 5 / 6) / math.sqrt(5 / 6 * 1 / 6)  # S2: (r - u~) / sqrt(u~ (1 - u~)) = 1/sqrt(5)
-    expect = [-a, a, bayes, bayes, bayes, bayes, a, -a, -a, a]
-    assert np.allclose(np.array(adv)[real], expect, atol=1e-5)
-    assert np.array(adv)[~real].tolist() == [0.0, 0.0]
-    # the advantage is broadcast over the response tokens only
-    assert torch.equal(out.batch["advantages"] != 0, (out.batch["response_mask"] > 0) & (out.batch["advantages"] != 0))
+    assert sorted(back.batch["responses"][:, 0].tolist()) == sorted(expect)
 
 
 def test_dapo_group_filter_keeps_varied_groups_and_stops_at_the_cap(vr):

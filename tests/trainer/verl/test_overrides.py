@@ -21,11 +21,12 @@ def as_dict(ovs):
     return dict(o.split("=", 1) for o in ovs)
 
 
-def test_aero_explores_with_n_explore_and_uses_the_registered_estimator():
+def test_aero_explores_with_n_explore_on_the_verifier_reward():
     o = as_dict(overrides(method="aero"))
     assert o["actor_rollout_ref.rollout.n"] == "8"
-    assert o["algorithm.adv_estimator"] == "aero"
+    assert o["reward.reward_manager.name"] == "naive"  # the curated loop trains on the step's advantages
     assert o["actor_rollout_ref.actor.loss_agg_mode"] == "seq-mean-token-mean"
+    assert o["actor_rollout_ref.actor.loss_scale_factor"] == "1536"  # Dr.GRPO's constant: the generation budget
     assert (o["actor_rollout_ref.actor.clip_ratio_low"], o["actor_rollout_ref.actor.clip_ratio_high"]) == ("0.2", "0.2")
     assert o["trainer.use_v1"] == "false"  # the RayPPOTrainer path
     assert o["+aero_lab.out_dir"] == "/runs/7"
@@ -38,10 +39,35 @@ def test_grpo_and_dapo_settings():
     d = as_dict(overrides(method="dapo", dapo={"max_gen_rounds": 3, "overlong_buffer": 256}))
     assert (d["actor_rollout_ref.actor.clip_ratio_low"], d["actor_rollout_ref.actor.clip_ratio_high"]) == ("0.2", "0.28")
     assert d["actor_rollout_ref.actor.loss_agg_mode"] == "token-mean"
-    assert d["reward.reward_manager.name"] == "dapo"
-    assert d["+reward.reward_kwargs.overlong_buffer_cfg.len"] == "256"
-    assert d["+reward.reward_kwargs.max_resp_len"] == "1536"
-    assert (d["algorithm.filter_groups.enable"], d["algorithm.filter_groups.max_num_gen_batches"]) == ("true", "3")
+    # dynamic sampling and overlong shaping are the DAPO step's (as on the embedded engine), not verl's
+    assert d["reward.reward_manager.name"] == "naive"
+    assert not [k for k in d if "filter_groups" in k or "overlong_buffer" in k]
+
+
+def test_rollout_engine_and_cpu_settings():
+    o = as_dict(overrides(method="aero"))
+    assert o["actor_rollout_ref.rollout.name"] == "aero_hf" and "trainer.device" not in o
+    assert as_dict(overrides(method="aero", rollout_engine="vllm"))["actor_rollout_ref.rollout.name"] == "vllm"
+    cfg = parse_run_config({**BASE, "method": "aero"})
+    cpu = as_dict(to_overrides(cfg, out_dir="/o", train_file="/t", val_files=[], device="cpu"))
+    assert (cpu["trainer.device"], cpu["actor_rollout_ref.actor.strategy"], cpu["reward.num_workers"]) == ("cpu", "fsdp2",
+                                                                                                        "1")
+    assert cpu["actor_rollout_ref.model.use_remove_padding"] == "false"
+    assert cpu["actor_rollout_ref.rollout.agent.num_workers"] == "1"  # replaced, not given twice
+    assert cpu["+actor_rollout_ref.model.override_config.attn_implementation"] == "sdpa"
+
+
+def test_verl_rules_at_submit():
+    with pytest.raises(ConfigError, match="std_unbiased"):  # verl's own GRPO estimator is Bessel-corrected
+        parse_run_config({**BASE, "method": "grpo", "std_unbiased": False})
+    parse_run_config({**BASE, "method": "aero", "std_unbiased": False})  # the curated loop honours it
+    parse_run_config({**BASE, "method": "drgrpo", "std_unbiased": False})  # Dr.GRPO never divides by the std
+    with pytest.raises(ConfigError, match="rollout_engine"):
+        parse_run_config({**BASE, "device": "cpu", "rollout_engine": "vllm"})
+    with pytest.raises(ConfigError, match="task"):
+        parse_run_config({**BASE, "task": "code"})
+    tiny = parse_run_config({"engine": "verl", "method": "aero"})  # the tiny preset on the arithmetic task
+    assert tiny.preset == "tiny" and tiny.task == "arithmetic"
 
 
 def test_shared_settings_follow_the_run_config():
@@ -89,9 +115,7 @@ def test_hydra_compose_validates(method):
     assert config.custom_reward_function.path is None and config.reward_model.reward_manager is None
     assert config.actor_rollout_ref.rollout.n == (8 if method.startswith("aero") else 16)
     assert config.aero_lab.out_dir == "/runs/7"
-    if method == "dapo":
-        assert config.reward.reward_kwargs.overlong_buffer_cfg.enable is True
-        assert config.algorithm.filter_groups.enable is True
+    assert config.actor_rollout_ref.actor.loss_scale_factor == 1536
 
 
 def test_compose_refuses_a_legacy_reward_value():

@@ -59,4 +59,4 @@ def test_build_verl_config_writes_data_and_validates(model_dir, tmp_path):
     assert (out / "verl_data" / "train.parquet").is_file() and (out / "verl_data" / "val_0.parquet").is_file()
     assert list(config.data.val_files) == [str(out / "verl_data" / "val_0.parquet")]
     assert config.actor_rollout_ref.model.path == str(model_dir)
-    assert config.trainer.n_gpus_per_node == 2 and config.algorithm.adv_estimator == "aero"
+    assert config.trainer.n_gpus_per_node == 2 and config.actor_rollout_ref.rollout.n == 8

@@ -3,11 +3,10 @@ masks, per-benchmark eval results, the logger verl's Tracking calls, the launche
 
 import json
 
-import numpy as np
 import pytest
 import torch
 
-from trainer.sinks import MemorySink
+from trainer.sinks import JsonlSink, MemorySink
 
 from trainer.flops import rollout_flops, train_flops
 from trainer.verl.step_metrics import JsonlRelay, PlatformLogger, StopRequested, eval_results, translate
@@ -124,39 +123,35 @@ def test_relay_forwards_complete_lines_idempotently(tmp_path):
     assert again.steps == dst.steps
 
 
-def test_estimator_is_registered_per_process_by_name():
-    """compute_advantage looks 'aero' up in the registry of the process it runs in: a fresh
-    process (a Ray actor is one) does not have it until register() runs there."""
-    pytest.importorskip("verl")
-    import subprocess
-    import sys
-
-    code = ("from verl.trainer.ppo import core_algos as c\n"
-            "print('aero' in c.ADV_ESTIMATOR_REGISTRY)\n"
-            "from trainer.verl.estimator import register, aero_outcome_advantage\n"
-            "register(); register()\n"
-            "print(c.get_adv_estimator_fn('aero') is aero_outcome_advantage)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.stdout.split() == ["False", "True"], out.stderr[-2000:]
 
 
-def test_estimator_math_on_a_dataproto():
-    pytest.importorskip("verl")
-    from verl.trainer.ppo.ray_trainer import compute_advantage
+class _CheckpointSink(MemorySink):
+    def __init__(self):
+        super().__init__()
+        self.events = []
 
-    from trainer.verl.estimator import register
+    def log(self, step, metrics):
+        super().log(step, metrics)
+        self.events.append(("log", step))
 
-    register()
-    b = _batch([2] * 5, [3, 1, 2, 2, 3], [1, 0, 0, 0, 1])
-    b.non_tensor_batch["uid"] = np.array(["g", "g", "z", "z", "h"], dtype=object)
-    b.batch["token_level_rewards"] = b.batch["rm_scores"]
-    nan = float("nan")
-    b.batch["reward_baselines"] = torch.tensor([nan, nan, 0.1, 0.1, nan])  # group z: all-fail, u~ = 1/10
-    out = compute_advantage(b, adv_estimator="aero", num_repeat=1, config={"norm_adv_by_std_in_grpo": True})
-    row = out.batch["advantages"].sum(-1) / out.batch["response_mask"].sum(-1)
-    a = 0.5 / (2 ** -0.5 + 1e-6)
-    assert row.tolist() == pytest.approx([a, -a, -1 / 3, -1 / 3, 0.0], abs=1e-5)  # (0 - .1)/sqrt(.09) = -1/3
-    assert torch.equal(out.batch["advantages"] == 0, (out.batch["response_mask"] == 0) | (row[:, None] == 0))
-    drgrpo = compute_advantage(b, adv_estimator="aero", num_repeat=1, config={"norm_adv_by_std_in_grpo": False})
-    row = drgrpo.batch["advantages"].sum(-1) / drgrpo.batch["response_mask"].sum(-1)
-    assert row.tolist() == pytest.approx([0.5, -0.5, -0.1, -0.1, 0.0], abs=1e-6)
+    def before_checkpoint(self, step):
+        self.events.append(("before", step))
+
+    def on_checkpoint(self, step, path):
+        self.events.append(("checkpoint", step, path.name))
+
+
+def test_relay_announces_a_checkpoint_after_the_steps_it_covers(tmp_path):
+    """verl saves step N's checkpoint before it logs step N: the announcement waits for the step."""
+    from trainer.verl.step_metrics import CHECKPOINTS_FILE
+
+    src, dst = JsonlSink(tmp_path), _CheckpointSink()
+    relay = JsonlRelay(tmp_path, dst)
+    src.log(1, {"a": 1.0})
+    (tmp_path / CHECKPOINTS_FILE).write_text(json.dumps({"step": 2, "path": str(tmp_path / "global_step_2")}) + "\n")
+    relay.pump()
+    assert dst.events == [("log", 1)] and relay.pending  # step 2 not forwarded yet: not announced
+    src.log(2, {"a": 2.0})
+    relay.pump()
+    assert dst.events == [("log", 1), ("log", 2), ("before", 2), ("checkpoint", 2, "global_step_2")]
+    assert relay.announced == [2] and not relay.pending

@@ -58,11 +58,9 @@ class Replicas:
 
 
 def make_trainer(vr, tmp_path, **overrides):
-    from trainer.verl.estimator import register
     from trainer.verl.overrides import compose, to_overrides
     from trainer.verl.trainer import AEROTrainer
 
-    register()
     cfg = parse_run_config({**CFG, **overrides})
     config = compose(to_overrides(cfg, out_dir=tmp_path, train_file="t.parquet", val_files=[], n_gpus_per_node=2)
                      + ["trainer.save_freq=-1", "trainer.test_freq=-1", "trainer.val_before_train=false"])
@@ -70,7 +68,8 @@ def make_trainer(vr, tmp_path, **overrides):
     rollout = vr.ScriptedRollout(SCRIPT)
     sink = MemorySink()
     tr.config, tr.run_cfg, tr.model_shape = config, cfg, (1000, 2, 16)
-    tr._extra, tr._eval, tr.stopped, tr.global_steps = {}, None, False, 1
+    tr._extra, tr._eval, tr.stopped, tr.global_steps, tr._layout = {}, None, False, 1, None
+    tr.curation_rng = np.random.default_rng(cfg.seed)
     tr.use_reference_policy, tr.use_critic, tr.ref_in_actor = False, False, False
     tr.tokenizer = SimpleNamespace(pad_token_id=vr.PAD, eos_token_id=vr.EOS)
     tr.async_rollout_manager = SimpleNamespace(generate_sequences=rollout, agent_loop_workers=[0, 1, 2])
