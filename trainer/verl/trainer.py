@@ -96,6 +96,7 @@ class AEROTrainer(RayPPOTrainer):
         self._extra: dict[str, float] = {}
         self._eval: dict | None = None
         self._layout = None  # the curated batch's mini-batch layout, for _update_actor
+        self._saved_step = -1
         self.curation_rng = np.random.default_rng(run_cfg.seed)  # as the embedded loop's; checkpointed
         self.stopped = False
         self.platform_logger = PlatformLogger(sink, extra=self._pop_extra, pending_eval=self._pop_eval,
@@ -118,7 +119,8 @@ class AEROTrainer(RayPPOTrainer):
 
     def _checkpoint_on_stop(self, step: int) -> None:
         self.stopped = True
-        self._save_checkpoint()
+        if self._saved_step != self.global_steps:  # the step's own save_freq checkpoint may have run
+            self._save_checkpoint()
 
     def _step_folder(self) -> Path:
         return Path(self.config.trainer.default_local_dir) / f"global_step_{self.global_steps}"
@@ -127,6 +129,7 @@ class AEROTrainer(RayPPOTrainer):
         """verl's checkpoint, plus the curation RNG (``aero_state.json`` beside it) and a line in
         OUT/verl/checkpoints.jsonl that the launcher relays to the platform's sink."""
         out = super()._save_checkpoint()
+        self._saved_step = self.global_steps
         folder = self._step_folder()
         (folder / STATE_FILE).write_text(json.dumps({"curation_rng": numpy_rng_state(self.curation_rng)}))
         with (Path(self.config.aero_lab.out_dir) / "verl" / CHECKPOINTS_FILE).open("a") as f:

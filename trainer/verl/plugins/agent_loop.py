@@ -12,9 +12,14 @@ file the tiny model's export writes (trainer/verl/model_dir.py) and chosen with
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
+
+# verl warns at every agent-loop construction (once per sample) that no model-specific builder is
+# registered for the dropped model type; that is the point here, so the warning is silenced
+logging.getLogger("verl.utils.tokenizer.continuous_token_wiring").setLevel(logging.ERROR)
 
 
 class CharSingleTurnAgentLoop(SingleTurnAgentLoop):
