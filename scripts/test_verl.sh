@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# Run the verl-backend tests in their own virtualenv (.venv-verl, gitignored).
+# Run the verl-backend tests in their own virtualenv (.venv-verl, gitignored): the driver-side
+# unit tests, verl's real RayPPOTrainer on the CPU (tests/trainer/verl/test_real_fit.py: GRPO, DAPO,
+# AERO, stop and resume) and a verl run through the platform (tests/worker/test_verl_e2e.py: REST,
+# a Celery worker, SIGKILL and resume, cancel), which needs PostgreSQL and Redis (scripts/services.sh).
 #
 # verl 0.9.1 pins transformers < 5.11 and pulls ray, so it cannot share the main .venv
 # (transformers 5.2x). Its wheel also installs top-level `tests` and `scripts` packages; our
@@ -13,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${AERO_VERL_VENV:-.venv-verl}"
 
-if ! "$VENV/bin/python" -c "import verl, math_verify, pytest" >/dev/null 2>&1; then
+if ! "$VENV/bin/python" -c "import verl, math_verify, pytest, celery, sqlalchemy, typer" >/dev/null 2>&1; then
   echo "test_verl: creating $VENV (torch 2.13 CPU, verl 0.9.1)" >&2
   python3 -m venv "$VENV"
   # torch first, pinned, from the CPU index (TORCH_INDEX / TORCH_SPEC as for scripts/install.sh):
@@ -24,8 +27,12 @@ if ! "$VENV/bin/python" -c "import verl, math_verify, pytest" >/dev/null 2>&1; t
   # the rest is what our trainer and tests need
   "$VENV/bin/pip" install -q cachetools uvicorn fastapi "math-verify>=0.7" "pydantic>=2.7" pydantic-settings \
     pyarrow pytest pytest-timeout
+  # the platform, for the worker end-to-end test (API, store, broker, CLI)
+  "$VENV/bin/pip" install -q "sqlalchemy>=2.0" "alembic>=1.13" "celery[redis]>=5.4" "httpx>=0.27" "psycopg[binary]>=3.1" \
+    "orjson>=3.9" "sse-starlette>=2" "typer>=0.12" "rich>=13" scipy
   "$VENV/bin/pip" install -q --no-deps -e .
 fi
 
-exec "$VENV/bin/python" -m pytest tests/trainer/verl tests/trainer/rollout/test_vllm.py \
+bash scripts/services.sh >/dev/null
+exec "$VENV/bin/python" -m pytest tests/trainer/verl tests/trainer/rollout/test_vllm.py tests/worker/test_verl_e2e.py \
   -p no:cacheprovider -W ignore::UserWarning -W ignore::FutureWarning -q "$@"

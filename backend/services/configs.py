@@ -81,8 +81,10 @@ def validate_config(data: dict[str, Any] | RunConfig, policy: RunPolicy | None =
 
 
 def queue_for(cfg: RunConfig, cpu_queue: str = "cpu", gpu_queue: str = "gpu") -> str:
-    """GPU queue for ``device="cuda"`` or the verl engine; CPU queue otherwise. ``device="auto"``
-    (vLLM rollouts included, which fall back to the embedded engine without CUDA) goes to the
-    CPU queue, so the embedded single-worker setup, which consumes only that queue, runs it;
-    set ``device="cuda"`` to route a run to GPU workers."""
-    return gpu_queue if cfg.device == "cuda" or cfg.engine == "verl" else cpu_queue
+    """GPU queue for ``device="cuda"``, and for the verl engine unless ``device="cpu"`` (verl on
+    the CPU, docs/engines.md: a CPU worker with the verl extra runs it); CPU queue otherwise.
+    ``device="auto"`` on the embedded engine (vLLM rollouts included, which fall back to the
+    embedded engine without CUDA) goes to the CPU queue, so the embedded single-worker setup,
+    which consumes only that queue, runs it; set ``device="cuda"`` to route a run to GPU workers."""
+    gpu = cfg.device == "cuda" or (cfg.engine == "verl" and cfg.device != "cpu")
+    return gpu_queue if gpu else cpu_queue

@@ -37,6 +37,7 @@ def test_queue_for():
     assert queue_for(RunConfig(engine="verl", preset=None, model_path="/m"), "c", "g") == "g"
     assert queue_for(RunConfig(rollout_engine="vllm")) == "cpu"  # device auto: falls back without CUDA
     assert queue_for(RunConfig(rollout_engine="vllm", device="cuda")) == "gpu"
+    assert queue_for(RunConfig(engine="verl", device="cpu"), "c", "g") == "c"  # verl on the CPU: a CPU worker
 
 
 def test_enqueue_over_redis(tmp_path):

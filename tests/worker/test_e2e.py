@@ -26,23 +26,13 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
-from backend.db.models import Checkpoint, Run, StepMetric
+from backend.db.models import Checkpoint
 from backend.db.session import session_scope
+from tests.worker.runs import run_row, stored_steps
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 STEPS = 4
-
-
-def run_row(url: str, run_id: int) -> Run:
-    with session_scope(url) as s:
-        return s.get(Run, run_id)
-
-
-def stored_steps(url: str, run_id: int) -> list[tuple[int, object]]:
-    with session_scope(url) as s:
-        return list(s.execute(select(StepMetric.step, StepMetric.logged_at).where(StepMetric.run_id == run_id)
-                              .order_by(StepMetric.step)).all())
 
 
 def read_sse(url: str, out: list[tuple[str, dict]]) -> None:

@@ -18,15 +18,17 @@ The actor may run on another node: OUT must be on a filesystem every node sees.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
 from trainer.config import ConfigError, RunConfig, parse_run_config
 from trainer.sinks import JsonlSink, MetricSink
 
-POLL_S = 2.0
+POLL_S = 0.5  # how often the launcher relays metrics and looks for a stop request
 
 
 def model_shape(model_path: str | Path) -> tuple[int, int, int]:
@@ -162,7 +164,25 @@ def start_ray(config, env: dict[str, str], device: str) -> None:
         # task runner, agent-loop and reward workers; threads are capped by OMP_NUM_THREADS
         kwargs["num_gpus"] = int(config.trainer.n_gpus_per_node) * int(config.trainer.nnodes)
         kwargs["num_cpus"] = max(os.cpu_count() or 1, 16)
-    ray.init(**kwargs)
+    with real_std_streams():
+        ray.init(**kwargs)
+
+
+@contextlib.contextmanager
+def real_std_streams():
+    """The process's own stdout/stderr while Ray connects: a Celery worker replaces them with
+    logging proxies that have no file descriptor, and Ray's ``faulthandler.enable()`` needs one."""
+    saved = sys.stdout, sys.stderr
+    try:
+        for name in ("stdout", "stderr"):
+            stream = getattr(sys, name)
+            try:
+                stream.fileno()
+            except (AttributeError, OSError, ValueError):
+                setattr(sys, name, getattr(sys, f"__{name}__"))
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
 
 
 def release(runner) -> None:
@@ -224,6 +244,8 @@ def run_verl(cfg: RunConfig, out_dir: str | Path, sink: MetricSink,
     finally:
         release(runner)
     relay.pump()
+    if progress is not None and relay.last_step > seen:
+        progress(relay.last_step, cfg.steps, relay.last_metrics)
     sink.close()
     return {"status": result["status"], "last_step": max(result["last_step"], relay.last_step),
             "final_eval": relay.final_eval if result["status"] == "completed" else None,
