@@ -23,6 +23,7 @@ import numpy as np
 import common.metric_keys as mk
 from trainer.core.aero import is_correct
 from trainer.flops import rollout_flops, train_flops
+from trainer.verl.rows import ADV_COLUMN
 
 # verl metric name -> platform key (docs/metrics.md). Anything else verl logs is dropped,
 # except the keys already in the platform's namespace (the AERO trainer writes those).
@@ -106,8 +107,13 @@ def step_accounting(generated, train, shape: tuple[int, int, int], *, extra_forw
             mk.FLOPS_TRAIN: train_flops(*shape, tr_len.tolist(), extra_forwards),
             mk.REWARD_TRAINED_MEAN: float(train.batch["rm_scores"].sum(-1).float().mean()),
         })
-        if "advantages" in train.batch.keys():
+        if ADV_COLUMN in train.batch.keys():  # the curated loop's, one per row
+            adv = train.batch[ADV_COLUMN].float()
+        elif "advantages" in train.batch.keys():  # verl's estimator (stock fit), per token
             adv = (train.batch["advantages"].float() * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+        else:
+            adv = None
+        if adv is not None:
             m[mk.ADV_ABS_MEAN] = float(adv.abs().mean())
             m[mk.ADV_ZERO_FRAC] = float((adv.abs() < 1e-8).float().mean())
     m[mk.FLOPS_TOTAL] = m[mk.FLOPS_ROLLOUT] + m[mk.FLOPS_TRAIN]

@@ -4,6 +4,7 @@ padding conversions, Tracking). Only what needs GPUs stands in: the vLLM agent l
 (conftest's scripted rollout), the FSDP actor worker group (returns log-probs of the right
 shape, records what the update received) and the checkpoint engine (records sleep/wake)."""
 
+import json
 import math
 from types import SimpleNamespace
 
@@ -152,3 +153,29 @@ def test_grpo_accounting_and_per_benchmark_eval(vr, tmp_path):
     assert any(k.startswith("val-core/AIME24/") for k in val)
     ev = tr._pop_eval()
     assert ev["AIME24"]["per_problem"] == [[2, 1], [2, 0]] and ev["MATH-500"]["per_problem"] == [[2, 2]]
+
+
+def test_checkpoint_saves_and_restores_the_curation_rng(vr, tmp_path, monkeypatch):
+    """The curation RNG (S3's random draws) goes into aero_state.json beside verl's checkpoint and
+    comes back on load, so a resumed run draws what an uninterrupted one would; each save is
+    listed for the launcher's relay. verl's own save/load (which need the workers) stand aside."""
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+    from trainer.verl.step_metrics import CHECKPOINTS_FILE
+
+    tr, _, _ = make_trainer(vr, tmp_path)
+    (tmp_path / "verl").mkdir()
+    monkeypatch.setattr(RayPPOTrainer, "_save_checkpoint", lambda self: None)
+    monkeypatch.setattr(RayPPOTrainer, "_load_checkpoint", lambda self: None)
+    tr.global_steps = 3
+    (tmp_path / "verl_checkpoints" / "global_step_3").mkdir(parents=True)
+    tr.curation_rng.random(5)
+    tr._save_checkpoint()
+    expected = tr.curation_rng.random(4)
+    tr.curation_rng = np.random.default_rng(123)  # a fresh process
+    tr._load_checkpoint()
+    assert np.array_equal(tr.curation_rng.random(4), expected)
+    lines = (tmp_path / "verl" / CHECKPOINTS_FILE).read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == [3]
+    tr._checkpoint_on_stop(3)  # a stop right after the step's own checkpoint saves nothing more
+    assert len((tmp_path / "verl" / CHECKPOINTS_FILE).read_text().splitlines()) == 1 and tr.stopped
