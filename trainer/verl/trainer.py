@@ -97,6 +97,7 @@ class AEROTrainer(RayPPOTrainer):
         self._eval: dict | None = None
         self._layout = None  # the curated batch's mini-batch layout, for _update_actor
         self._saved_step = -1
+        self._server_seen: dict[str, float] | None = None
         self.curation_rng = np.random.default_rng(run_cfg.seed)  # as the embedded loop's; checkpointed
         self.stopped = False
         self.platform_logger = PlatformLogger(sink, extra=self._pop_extra, pending_eval=self._pop_eval,
@@ -191,7 +192,27 @@ class AEROTrainer(RayPPOTrainer):
         m.update(strata_stats(correct, cfg.n_total, cfg))
         m[mk.ZERO_ACC_AFTER_RESCUE] = m[mk.ZERO_ACC_AFTER_EXPLORE]
         m["prompts/used"] = float(len(correct))
+        m["rollout/gen_calls"] = 1.0  # the stock loop generates the batch in one call
+        m.update(self._rollout_server_stats())
         return m
+
+    def _rollout_server_stats(self) -> dict[str, float]:
+        """Since the previous call: the HF rollout servers' batched sampler calls
+        (``rollout/engine_calls``) and sampling seconds (``time/engine_generate_s``); what
+        ``time/rollout_s`` holds beyond them is the agent loop's, the reward loop's and Ray's.
+        Validation requests between steps count too. Only for rollout ``aero_hf``."""
+        from trainer.verl.plugins import ROLLOUT_NAME
+
+        manager = getattr(self, "llm_server_manager", None)
+        if manager is None or self.config.actor_rollout_ref.rollout.name != ROLLOUT_NAME:
+            return {}
+        import ray
+
+        stats = ray.get([s.stats.remote() for r in manager.get_replicas() for s in r.servers])
+        now = {k: float(sum(st[k] for st in stats)) for k in ("calls", "generate_s")}
+        before, self._server_seen = self._server_seen or {k: 0.0 for k in now}, now
+        return {"rollout/engine_calls": now["calls"] - before["calls"],
+                "time/engine_generate_s": now["generate_s"] - before["generate_s"]}
 
     # ------------------------------------------------------------------ fit
 
@@ -270,7 +291,7 @@ class AEROTrainer(RayPPOTrainer):
         extra.update({mk.STEP_S: t2 - t0, mk.ROLLOUT_S: t1 - t0, mk.TRAIN_S: t2 - t1,
                       mk.REWARD_S: 0.0,  # the reward loop scores inside generation (streamed)
                       "rollout/gen_calls": float(col.gen.calls), "rollout/pad_rows": float(col.gen.pad_rows),
-                      "prompts/used": float(col.prompts_used)})
+                      "prompts/used": float(col.prompts_used), **self._rollout_server_stats()})
         if train is not None:
             extra["train/pad_rows"] = float((~real_rows(train)).sum())
         if col.ledger is not None and extra[mk.TOKENS_TRAINED] > 0:

@@ -70,6 +70,7 @@ def make_trainer(vr, tmp_path, **overrides):
     sink = MemorySink()
     tr.config, tr.run_cfg, tr.model_shape = config, cfg, (1000, 2, 16)
     tr._extra, tr._eval, tr.stopped, tr.global_steps, tr._layout, tr._saved_step = {}, None, False, 1, None, -1
+    tr._server_seen = None
     tr.curation_rng = np.random.default_rng(cfg.seed)
     tr.use_reference_policy, tr.use_critic, tr.ref_in_actor = False, False, False
     tr.tokenizer = SimpleNamespace(pad_token_id=vr.PAD, eos_token_id=vr.EOS)

@@ -124,6 +124,7 @@ class HFRolloutServer:
         self._worker: asyncio.Task | None = None
         self._arrival: asyncio.Event | None = None
         self.calls = self.requests = self.weight_syncs = 0
+        self.generate_s = 0.0
         self.awake = True
 
     # -- the interface verl calls --------------------------------------------------------------
@@ -172,8 +173,10 @@ class HFRolloutServer:
         from trainer.rollout.base import SamplingParams
 
         temperature, top_p, max_new, logprobs = key
+        t0 = time.perf_counter()
         rollouts = self.engine.generate(prompts, 1, SamplingParams(temperature=temperature, top_p=top_p,
                                                                    max_new_tokens=max_new), self.generator)
+        self.generate_s += time.perf_counter() - t0
         self.calls += 1
         self.requests += len(prompts)
         return [TokenOutput(token_ids=r.response_ids, log_probs=r.logprobs if logprobs else None,
@@ -189,9 +192,10 @@ class HFRolloutServer:
         self.weight_syncs += 1
         return {"tensors": len(state)}
 
-    def stats(self) -> dict[str, int]:
-        """Batched generation calls, requests served and weight syncs so far."""
-        return {"calls": self.calls, "requests": self.requests, "weight_syncs": self.weight_syncs}
+    def stats(self) -> dict[str, float]:
+        """Batched sampler calls, requests served, seconds spent sampling and weight syncs so far."""
+        return {"calls": self.calls, "requests": self.requests, "generate_s": self.generate_s,
+                "weight_syncs": self.weight_syncs}
 
     async def set_global_steps(self, global_steps: int) -> None:
         """Reseed per step from (seed, step), so a resumed run samples fresh draws at its step."""
