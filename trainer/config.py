@@ -91,10 +91,12 @@ class AEROConfig(_Strict):
     )
     rounds_per_call: int = Field(
         1,
-        ge=1,
+        ge=0,
+        le=1_000,
         description="Rescue rounds generated per engine call. 1 = the paper's sequential rounds. R > 1 generates R rounds "
         "speculatively in one batched call and replays them in generation order, so the curated groups equal "
-        "sequential rounds on the same samples; rollouts after a prompt's rescue are generated but not trained.",
+        "sequential rounds on the same samples whenever the budget does not bind; rollouts after a prompt's rescue are "
+        "generated (and charged) but not trained. 0 = every remaining round (up to k_max) in one call.",
     )
 
 

@@ -61,6 +61,7 @@ class _Sampler:
 
     def __init__(self, ctx: StepContext):
         self.ctx, self.t_gen, self.t_rew, self.calls, self.scored = ctx, 0.0, 0.0, 0, 0
+        self.t_first = 0.0  # the step's first generation call (AERO: exploration)
         self.failures: dict[str, float] = {"errors": 0, "timeouts": 0}
 
     def __call__(self, prompts: list[list[int]], problems: list[Problem], n, round_: int = 0) -> list[Rollout]:
@@ -73,6 +74,8 @@ class _Sampler:
         for r, rew in zip(rollouts, rewards):
             r.reward, r.round = float(rew), round_
         self.t_gen += t1 - t0
+        if self.calls == 0:
+            self.t_first = t1 - t0
         self.t_rew += time.perf_counter() - t1
         self.calls += 1
         self.scored += len(rollouts)
@@ -82,6 +85,9 @@ class _Sampler:
 
     def finish(self, c: Collected) -> Collected:
         c.time_rollout, c.time_reward, c.gen_calls = self.t_gen, self.t_rew, self.calls
+        # the generation split: the first call (AERO's exploration, DAPO's first batch) and the rest
+        c.stats["time/first_call_s"] = self.t_first
+        c.stats["time/more_calls_s"] = self.t_gen - self.t_first
         c.stats["verifier/errors"] = self.failures["errors"]
         c.stats["verifier/timeouts"] = self.failures["timeouts"]
         # Code task: sandbox outcome counts, and the mean per-response test pass rate.

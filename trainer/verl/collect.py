@@ -19,6 +19,7 @@ group std with or without Bessel's correction) and carried to the update in the 
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -66,6 +67,7 @@ class VerlSampler:
     def __init__(self, next_batch: Callable, generate: Callable, divisor: int):
         self.next_batch, self.generate, self.divisor = next_batch, generate, divisor
         self.count, self.chunks, self.n_rows = GenCount(), [], 0
+        self.call_s: list[float] = []  # seconds of each generate call
         self.batch = self.gen_batch = None
 
     def next_prompts(self) -> int:
@@ -74,7 +76,9 @@ class VerlSampler:
 
     def sample(self, counts: Sequence[int], round_: int) -> Samples:
         idx = np.repeat(np.arange(len(self.batch)), np.asarray(counts, dtype=np.int64))
+        t0 = time.perf_counter()
         out = _union(self.batch, idx, generate_rows(self.generate, self.gen_batch, idx, self.divisor, self.count))
+        self.call_s.append(time.perf_counter() - t0)
         self.chunks.append(out)
         s = Samples.build(self.n_rows, idx, row_reward(out), response_lengths(out),
                           out.batch["attention_mask"].sum(-1).float().cpu().numpy(), correct=row_correct(out))
@@ -97,11 +101,13 @@ def collect(cfg: RunConfig, next_batch: Callable, generate: Callable, divisor: i
     res = get_step(cfg.method)(cfg, sampler, rng)
     generated = sampler.generated()
     adv = advantages(cfg, res, row_reward(generated)).to(torch.float32)
+    stats = {**res.stats, "time/first_call_s": sampler.call_s[0],  # as the embedded adapter splits generation
+             "time/more_calls_s": float(sum(sampler.call_s[1:]))}
     train = generated.select_idxs(res.rows) if len(res.rows) else None
     if train is not None:
         train.batch[ADV_COLUMN] = adv
     return VerlCollected(train=train, generated=generated, prompts_used=res.prompts_used, gen=sampler.count,
-                         advantages=adv.numpy(), stats=res.stats, ledger=res.ledger)
+                         advantages=adv.numpy(), stats=stats, ledger=res.ledger)
 
 
 def collect_aero(cfg: RunConfig, batch, gen_batch, generate: Callable, divisor: int,

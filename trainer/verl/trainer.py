@@ -256,7 +256,7 @@ class AEROTrainer(RayPPOTrainer):
         self._load_checkpoint()
         self.checkpoint_manager.update_weights(self.global_steps)
         if c.trainer.get("val_before_train", True) and self.global_steps == 0:
-            logger.log(data=self._validate(), step=0)
+            logger.log(data=self._timed_validate(), step=0)
         self.global_steps += 1
         batches = self._batches()
         while self.global_steps <= self.total_training_steps:
@@ -265,10 +265,17 @@ class AEROTrainer(RayPPOTrainer):
             if c.trainer.save_freq > 0 and (is_last or self.global_steps % c.trainer.save_freq == 0):
                 self._save_checkpoint()
             if c.trainer.test_freq > 0 and (is_last or self.global_steps % c.trainer.test_freq == 0):
-                metrics.update(self._validate())
+                metrics.update(self._timed_validate())
             metrics["training/global_step"] = self.global_steps
             logger.log(data=metrics, step=self.global_steps)
             self.global_steps += 1
+
+    def _timed_validate(self) -> dict[str, Any]:
+        """verl's validation, timed as the stock loop times it (``timing_s/testing`` -> time/eval_s)."""
+        timing: dict[str, float] = {}
+        with marked_timer("testing", timing):
+            out = self._validate()
+        return {**out, "timing_s/testing": timing["testing"]}
 
     def train_step(self, batches) -> dict[str, Any]:
         """One AERO / DAPO step; returns verl-style metrics, platform ones go to ``self._extra``."""

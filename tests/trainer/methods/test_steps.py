@@ -56,7 +56,7 @@ def reference_aero(cfg, fake, rng):
     state = start_rescue(strata if s1 else np.full(P, int(Stratum.HIGH)), a.n_explore, cfg.n_total, P)
     calls = 1
     while s1:
-        plan = plan_rounds(state, a.rounds_per_call, delta_n=a.delta_n, n_max=a.n_max, k_max=a.k_max,
+        plan = plan_rounds(state, a.rounds_per_call or a.k_max, delta_n=a.delta_n, n_max=a.n_max, k_max=a.k_max,
                            split=a.budget_split)
         if len(plan) == 0:
             break
@@ -132,6 +132,7 @@ AERO_CASES = [
     {"method": "aero", "aero": {"negative_selection": "random", "rescue_negative": "random",
                                 "zero_variance_selection": "random"}},
     {"method": "aero", "aero": {"rounds_per_call": 3, "budget_split": "round-robin", "negative_selection": "longest"}},
+    {"method": "aero", "aero": {"rounds_per_call": 0}},  # every round in one call
     {"method": "aero", "n_total": 10, "aero": {"n_explore": 4, "S": 1, "k": 2.0, "delta_n": 3}},
     {"method": "aero-s1"},
     {"method": "aero-s1s2", "adv_estimator": "drgrpo", "std_unbiased": False},

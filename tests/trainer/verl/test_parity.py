@@ -193,6 +193,7 @@ OPTIONS = [
     ("negatives random", {"aero": {"negative_selection": "random", "zero_variance_selection": "random",
                                    "rescue_negative": "random"}}),
     ("rounds_per_call", {"aero": {"rounds_per_call": 3}}),
+    ("rounds all in one call", {"aero": {"rounds_per_call": 0}}),
     ("budget round-robin", {"aero": {"budget_split": "round-robin", "k": 2.0}}),
     ("dapo rounds", {"dapo": {"max_gen_rounds": 2, "overlong_buffer": 3}}),
 ]
@@ -217,7 +218,9 @@ def test_same_rows_advantages_and_accounting(method, option, kw):
         emb, ver = engines.step(s)
         assert verl_rows(ver) == embedded_rows(emb), f"step {s}: trained rows differ"
         assert np.allclose(ver.advantages, emb.advantages.numpy(), atol=1e-6), f"step {s}: advantages differ"
-        assert ver.stats == pytest.approx({k: emb.stats[k] for k in ver.stats}), f"step {s}: method metrics differ"
+        counts = {k: v for k, v in ver.stats.items() if not k.startswith("time/")}  # timings differ, of course
+        assert counts == pytest.approx({k: emb.stats[k] for k in counts}), f"step {s}: method metrics differ"
+        assert {"time/first_call_s", "time/more_calls_s"} <= set(ver.stats) & set(emb.stats)
         assert ver.prompts_used == emb.prompts_used
         e = step_metrics(cfg, setup, emb, {}, time_collect=0.0, time_train=0.0, extra_forwards=1)
         v = step_accounting(ver.generated, ver.train, SHAPE, extra_forwards=1, max_new_tokens=cfg.max_new_tokens)
