@@ -62,17 +62,17 @@ class _Strict(BaseModel):
 class AEROConfig(_Strict):
     """AERO allocation and curation (paper §4, Algorithm 1, Table 9 'AERO Sampling')."""
 
-    n_explore: int = Field(8, ge=1, description="Stage I exploration rollouts per prompt (paper: 8).")
+    n_explore: int = Field(8, ge=1, le=4096, description="Stage I exploration rollouts per prompt (paper: 8).")
     n_max: int = Field(32, ge=1, description="Cap on rollouts per prompt, exploration included (paper: 32).")
     delta_n: int = Field(2, ge=1, description="Extra rollouts per rescue prompt per rescue round (paper: 2 math, 4 code).")
     k_max: int = Field(10, ge=0, description="Maximum rescue rounds K_max (paper: 10 math, 3 code).")
     tau: float = Field(0.5, gt=0.0, le=1.0, description="Success-rate threshold between low- and high-success strata (paper: 0.5).")
-    S: int = Field(0, ge=0, description="Rescue threshold on correct count: prompts with c <= S are rescued (paper: 0).")
+    S: int = Field(0, ge=0, le=4096, description="Rescue threshold on correct count: prompts with c <= S are rescued (paper: 0).")
     k: float = Field(1.0, allow_inf_nan=False, le=1e6, description="Negatives kept per positive in low-success groups, "
                      "m = min(k*c, #incorrect) (paper: 1; Thm 4.1 optimum).")
     alpha0: float = Field(1.0, description="Beta prior alpha for the Bayesian baseline (paper: 1).")
     beta0: float = Field(1.0, description="Beta prior beta for the Bayesian baseline (paper: 1).")
-    zero_variance_keep: int = Field(4, ge=1, description="Rollouts kept from a zero-variance group under S2 (paper §4.4: 4).")
+    zero_variance_keep: int = Field(4, ge=1, le=4096, description="Rollouts kept from a zero-variance group under S2 (paper §4.4: 4).")
     negative_selection: Literal["random", "first", "longest", "shortest"] = Field(
         "random",
         description="Which incorrect rollouts S3 keeps. The paper says 'top-m most informative' without a definition; "
@@ -111,7 +111,7 @@ class AEROMemConfig(_Strict):
                          "from-scratch view. The prior is aero.alpha0 / aero.beta0.")
     adapt_explore: bool = Field(True, description="(a) Explore confidently solved prompts with n_explore_min rollouts "
                                 "instead of aero.n_explore.")
-    n_explore_min: int = Field(4, ge=1, description="(a) The floor: rollouts for a confidently solved prompt, so a "
+    n_explore_min: int = Field(4, ge=1, le=4096, description="(a) The floor: rollouts for a confidently solved prompt, so a "
                                "regression is still seen (capped at aero.n_explore).")
     solved_tau: float = Field(0.75, gt=0.0, lt=1.0, description="(a) A prompt is confidently solved when "
                               "P(p > solved_tau) > solved_conf under its posterior.")
@@ -120,7 +120,7 @@ class AEROMemConfig(_Strict):
                               "with the exploration, so their rescue does not start from zero.")
     hard_mean: float = Field(0.15, gt=0.0, lt=1.0, description="(b) Known hard: a seen prompt whose posterior mean is "
                              "below this (Beta(1, 1) after 0/8: 0.1).")
-    reserve: int = Field(4, ge=1, description="(b) Rescue rollouts reserved per known-hard prompt, charged to AERO's "
+    reserve: int = Field(4, ge=1, le=4096, description="(b) Rescue rollouts reserved per known-hard prompt, charged to AERO's "
                          "rescue budget (n_total - n_explore) * P; capped at aero.n_max.")
     skip: bool = Field(False, description="(c) Skip prompts confidently all-correct (no rollouts this step), each "
                        "revisited with probability 'revisit'.")
@@ -133,7 +133,7 @@ class AEROMemConfig(_Strict):
     hope_tau: float = Field(0.05, gt=0.0, lt=1.0, description="(d) Hopeless when P(p > hope_tau) < 1 - hope_conf "
                             "under the prompt's posterior (Beta(1, 1) after 0/32: 0.18 at 0.05).")
     hope_conf: float = Field(0.8, gt=0.0, lt=1.0, description="(d) Confidence for 'hopeless' (see hope_tau).")
-    hope_visits: int = Field(2, ge=1, description="(d) Give up only after the prompt was sampled in at least this "
+    hope_visits: int = Field(2, ge=1, le=1_000_000, description="(d) Give up only after the prompt was sampled in at least this "
                              "many steps (observed epochs), so one failed rescue is not enough.")
     hope_revisit: float = Field(0.1, ge=0.0, le=1.0, description="(d) Probability that a hopeless prompt is rescued "
                                 "anyway (seeded by run seed, step and prompt id, independent of (c)'s draws).")
@@ -154,7 +154,7 @@ class DAPOConfig(_Strict):
         "equal-budget comparisons); DAPO's paper keeps sampling (e.g. 3). When the cap is hit the step trains on the "
         "groups it has and counts it.",
     )
-    overlong_buffer: int = Field(4, ge=0, description="Soft overlong punishment buffer L_cache in tokens (0 = off).")
+    overlong_buffer: int = Field(4, ge=0, le=1_048_576, description="Soft overlong punishment buffer L_cache in tokens (0 = off).")
     overlong_penalty: float = Field(1.0, ge=0.0, description="Maximum overlong penalty subtracted from the reward.")
 
 
@@ -200,7 +200,7 @@ class CodeConfig(_Strict):
         return None
 
     workers: int = Field(0, ge=0, le=1024, description="Sandboxes run at once when scoring a batch (0 = min(8, CPUs)).")
-    max_tests: int = Field(0, ge=0, description="Keep the first N tests of each problem (0 = all).")
+    max_tests: int = Field(0, ge=0, le=1_000_000, description="Keep the first N tests of each problem (0 = all).")
 
 
 class OptimConfig(_Strict):
@@ -243,7 +243,7 @@ class RunConfig(_Strict):
     gradient_checkpointing: bool = Field(
         False, description="Recompute activations in the backward pass (HF gradient checkpointing): less memory for "
         "long responses on real models, ~30% more train time. The verl engine maps it to enable_gradient_checkpointing.")
-    seed: int = Field(0, ge=0)
+    seed: int = Field(0, ge=0, le=2**32 - 1, description="Run seed: sampling, curation and data order.")
     steps: int = Field(60, ge=1, le=1_000_000)
     batch_prompts: int = Field(64, ge=1, le=65_536, description="Prompts per step P (paper: 256; tiny preset: 64, chosen by "
                                "the sweep in BENCHMARKS.md).")
@@ -264,7 +264,7 @@ class RunConfig(_Strict):
     std_unbiased: bool = Field(True, description="Group std with Bessel's correction (as verl/torch.std).")
     ppo_epochs: int = Field(1, ge=1, le=16, description="Passes over each step's batch (paper: 1).")
     mini_batches: int = Field(1, ge=1, le=1024, description="Optimizer steps per pass.")
-    eval_every: int = Field(5, ge=0, description="Evaluate every K steps, and at step 0 (the base) and the end (0 = only "
+    eval_every: int = Field(5, ge=0, le=1_000_000, description="Evaluate every K steps, and at step 0 (the base) and the end (0 = only "
                             "at the end). Evaluation time is not counted in a run's training time.")
     eval_n: int = Field(8, ge=1, le=1024, description="Samples per eval problem (Avg@k / Pass@k with k <= eval_n).")
     eval_temperature: float = Field(1.0, ge=0.0, le=10.0, description="Sampling temperature of held-out evaluation, "
@@ -272,7 +272,7 @@ class RunConfig(_Strict):
                                     "draws are seeded by the eval's step only, so every run of the same base is "
                                     "evaluated on paired draws.")
     eval_problems: int = Field(64, ge=1, description="Problems per benchmark at eval.")
-    checkpoint_every: int = Field(20, ge=0, description="Checkpoint every K steps (0 = only at the end).")
+    checkpoint_every: int = Field(20, ge=0, le=1_000_000, description="Checkpoint every K steps (0 = only at the end).")
     device: Literal["auto", "cpu", "cuda"] = "auto"
     dtype: Literal["auto", "float32", "bfloat16"] = Field("auto", description="auto: bfloat16 on CUDA, float32 on CPU. On CUDA, "
                                                              "bfloat16 is bf16 compute (autocast) over float32 master weights, so small "

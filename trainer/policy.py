@@ -67,6 +67,9 @@ class RunPolicy(BaseModel):
     max_aero_n_max: int = Field(1024, ge=1, description="Cap on aero.n_max.")
     max_aero_k_max: int = Field(100, ge=0, description="Cap on aero.k_max.")
     max_aero_k: float = Field(1000.0, ge=1, allow_inf_nan=False, description="Cap on aero.k (always finite).")
+    max_aero_delta_n: int = Field(1024, ge=1, description="Cap on aero.delta_n (rescue rollouts per prompt per round).")
+    max_dapo_gen_rounds: int = Field(64, ge=1, description="Cap on dapo.max_gen_rounds (prompt batches generated "
+                                     "per step: each one costs a GRPO step's generation).")
     data_roots: tuple[Path, ...] | None = Field(None, description="Directories model_path, train_data and "
                                                 "benchmarks must resolve under (symlinks followed).")
     denied: tuple[str, ...] = Field((), description="fnmatch patterns of resolved paths refused even under a root "
@@ -108,6 +111,8 @@ ENV: dict[str, str] = {
     "max_aero_n_max": "AERO_MAX_AERO_N_MAX",
     "max_aero_k_max": "AERO_MAX_AERO_K_MAX",
     "max_aero_k": "AERO_MAX_AERO_K",
+    "max_aero_delta_n": "AERO_MAX_AERO_DELTA_N",
+    "max_dapo_gen_rounds": "AERO_MAX_DAPO_GEN_ROUNDS",
     "data_roots": "AERO_DATA_ROOTS",
 }
 
@@ -123,6 +128,8 @@ CAPS: tuple[tuple[str, str], ...] = (
     ("aero.n_max", "max_aero_n_max"),
     ("aero.k_max", "max_aero_k_max"),
     ("aero.k", "max_aero_k"),
+    ("aero.delta_n", "max_aero_delta_n"),
+    ("dapo.max_gen_rounds", "max_dapo_gen_rounds"),
     ("code.memory_mb", "sandbox_memory_mb"),
     ("code.max_processes", "sandbox_max_processes"),
     ("code.max_output_bytes", "sandbox_max_output_bytes"),

@@ -30,6 +30,45 @@ def test_defaults_accept_the_default_config_and_refuse_the_reported_attacks():
     assert got["code.memory_mb"] == "at most 4096 (operator cap AERO_SANDBOX_MAX_MEMORY_MB)"
 
 
+def test_work_multipliers_are_capped():
+    """The two fields a hostile-input suite found uncapped (4611686018427387904 was accepted)."""
+    got = fields({"aero": {"delta_n": 4611686018427387904}, "dapo": {"max_gen_rounds": 4611686018427387904}},
+                 RunPolicy())
+    assert got == {"aero.delta_n": "at most 1024 (operator cap AERO_MAX_AERO_DELTA_N)",
+                   "dapo.max_gen_rounds": "at most 64 (operator cap AERO_MAX_DAPO_GEN_ROUNDS)"}
+    tight = RunPolicy(max_aero_delta_n=4, max_dapo_gen_rounds=2)
+    assert parse_run_config({"aero": {"delta_n": 4}, "dapo": {"max_gen_rounds": 2}}, tight).aero.delta_n == 4
+
+
+def _int_fields(model, prefix=""):
+    import types
+    import typing
+
+    for name, f in model.model_fields.items():
+        if hasattr(f.annotation, "model_fields"):
+            yield from _int_fields(f.annotation, f"{prefix}{name}.")
+            continue
+        ann = f.annotation
+        args = [a for a in typing.get_args(ann) if a is not type(None)] \
+            if typing.get_origin(ann) in (typing.Union, types.UnionType) else [ann]
+        if args and all(a is int for a in args):
+            yield f"{prefix}{name}", f
+
+
+def test_every_integer_field_is_bounded_by_the_schema_or_an_operator_cap():
+    """Walks the run-config schema: an integer field with neither an upper bound of its own nor
+    an operator cap (trainer.policy.CAPS) lets a token holder ask for unbounded work."""
+    from trainer.config import RunConfig
+    from trainer.policy import CAPS
+
+    capped = {field for field, _ in CAPS}
+    unbounded = [path for path, f in _int_fields(RunConfig)
+                 if path not in capped and not any(getattr(m, "le", None) is not None or getattr(m, "lt", None)
+                                                   is not None for m in f.metadata)]
+    assert unbounded == [], f"integer fields with no upper bound and no operator cap: {unbounded}"
+    assert len(list(_int_fields(RunConfig))) > 25  # the walk reached the nested sections
+
+
 def test_aero_k_must_be_finite_and_sane_even_without_a_policy():
     for k in (1e308, float("inf"), float("nan")):
         with pytest.raises(ConfigError) as e:
