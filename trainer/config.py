@@ -90,13 +90,14 @@ class AEROConfig(_Strict):
         "full delta_n shares in batch order (the last share may be partial); 'round-robin' deals one rollout at a time.",
     )
     rounds_per_call: int = Field(
-        1,
+        0,
         ge=0,
         le=1_000,
-        description="Rescue rounds generated per engine call. 1 = the paper's sequential rounds. R > 1 generates R rounds "
-        "speculatively in one batched call and replays them in generation order, so the curated groups equal "
-        "sequential rounds on the same samples whenever the budget does not bind; rollouts after a prompt's rescue are "
-        "generated (and charged) but not trained. 0 = every remaining round (up to k_max) in one call.",
+        description="Rescue rounds generated per engine call. 0 (default) = every round (up to k_max) in ONE call, "
+        "replayed in generation order: the curated groups equal the paper's sequential rounds on the same samples "
+        "whenever the budget does not bind (rescue/budget_left > 0); rollouts after a prompt's rescue are generated "
+        "(and charged in FLOPs) but not trained. 1 = the paper's sequential rounds, one engine call each (slower by "
+        "one call per round). R > 1: R rounds per call.",
     )
 
 

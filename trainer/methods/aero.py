@@ -83,7 +83,7 @@ def aero_step(cfg: RunConfig, sampler: Sampler, rng: np.random.Generator, *, fir
         mk.ZERO_ACC_AFTER_RESCUE: float((cur.correct == 0).mean()),
         "rescue/rescued": float(state.rescued.sum()), "rescue/rounds": float(state.rounds_used),
         "rescue/calls": float(calls - 1), "rescue/generated": float(len(log) - len(explore)),
-        "rescue/unused": float(state.unused),
+        "rescue/unused": float(state.unused), "rescue/budget_left": float(state.budget_left),
         **{f"groups/{kind}": float(cur.kinds.count(kind)) for kind in ("rescued", "bayes", "low", "high", "zero")},
     })
     ledger = dict(strata=strata, rescued=np.array([k == "rescued" for k in cur.kinds]), produced=cur.produced,

@@ -81,6 +81,7 @@ def reference_aero(cfg, fake, rng):
         "zero_acc/after_rescue": float((curated.correct == 0).mean()),
         "rescue/rescued": float(state.rescued.sum()), "rescue/rounds": float(state.rounds_used),
         "rescue/calls": float(calls - 1), "rescue/generated": float(len(generated) - len(explore)),
+        "rescue/budget_left": float(state.budget_left),
         "rescue/unused": float(state.unused),
         **{f"groups/{kind}": float(curated.kinds.count(kind)) for kind in ("rescued", "bayes", "low", "high", "zero")},
     })

@@ -17,7 +17,7 @@ from trainer.verl.rows import ADV_COLUMN, pad_for_update, real_rows, split_sizes
 
 AERO = {"preset": None, "model_path": "/m", "task": "math", "train_data": "/d.jsonl", "engine": "verl",
         "method": "aero", "batch_prompts": 4, "n_total": 6,
-        "aero": {"n_explore": 4, "n_max": 10, "delta_n": 2, "negative_selection": "first"}}
+        "aero": {"n_explore": 4, "n_max": 10, "delta_n": 2, "negative_selection": "first", "rounds_per_call": 1}}
 # per prompt: outcomes per engine call (explore, rescue call 1, 2, 3)
 SCRIPT = {
     0: [[0, 0, 0, 0], [0, 0], [0, 0], [1, 0]],  # rescue set; rescued in round 3 at position 8
