@@ -60,7 +60,7 @@ def train(
     preset: Annotated[Optional[str], typer.Option(help="Embedded preset (default tiny).")] = None,
     model_path: Annotated[Optional[str], typer.Option(help="Local HF model directory instead of a preset.")] = None,
     engine: Annotated[Optional[str], typer.Option(help="embedded (default: this process) or verl (verl's RayPPOTrainer "
-                                                       "on a local Ray; extra aero-lab[verl]; runs on the CPU too).")] = None,
+                                                       "on a local Ray; extra: pip install aero-lab with verl; runs on the CPU too).")] = None,
     steps: Annotated[Optional[int], typer.Option(help="Training steps.")] = None,
     seed: Annotated[Optional[int], typer.Option()] = None,
     out: Annotated[Path, typer.Option(help="Run directory: metrics.jsonl, evals.jsonl, config.json, checkpoints/.")] = Path("runs/latest"),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -63,7 +64,11 @@ class JsonlSink(MetricSink):
 
     def _keep(self, path: Path, keep) -> None:
         lines = [ln for ln in self._lines(path) if keep(json.loads(ln)["step"])]
-        path.write_text("".join(ln + "\n" for ln in lines))
+        # A new file swapped in atomically, never rewritten in place: a reader that follows the
+        # file by byte offset (JsonlRelay) sees a new inode and starts again from the top.
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text("".join(ln + "\n" for ln in lines))
+        os.replace(tmp, path)
         self._steps[path] = {json.loads(ln)["step"] for ln in lines}
 
     def _append(self, path: Path, step: int, row: dict) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any, Callable
 
@@ -204,6 +205,7 @@ class JsonlRelay:
         self.paths = {"metrics": Path(directory) / "metrics.jsonl", "evals": Path(directory) / "evals.jsonl",
                       "checkpoints": Path(directory) / CHECKPOINTS_FILE}
         self.offsets = {k: 0 for k in self.paths}
+        self.inodes: dict[str, int] = {}
         self.sink = sink
         self.last_step = 0
         self.last_metrics: dict[str, float] = {}
@@ -218,6 +220,10 @@ class JsonlRelay:
             if not path.exists():
                 continue
             with path.open("rb") as f:
+                st = os.fstat(f.fileno())
+                if self.inodes.get(kind, st.st_ino) != st.st_ino or st.st_size < self.offsets[kind]:
+                    self.offsets[kind] = 0  # replaced or truncated (a re-logged step): read it all again
+                self.inodes[kind] = st.st_ino
                 f.seek(self.offsets[kind])
                 chunk = f.read()
             done = chunk.rfind(b"\n") + 1  # a line being written is left for the next pump
