@@ -17,6 +17,7 @@ from backend.db.migrate import migrate
 from backend.db.session import get_engine, make_sessionmaker
 from backend.queue import Enqueuer, celery_enqueuer
 from backend.services.cache import ByteLRU
+from backend.services.live import RunChangeListener
 from backend.settings import Settings, ensure_data_dir, get_settings
 
 API_PREFIX = "/api"
@@ -33,6 +34,7 @@ def create_app(settings: Settings | None = None, *, enqueue: Enqueuer | None = N
         if settings.migrate_on_start:
             migrate(settings.database_url)
         yield
+        await app.state.run_changes.close()
 
     app = FastAPI(
         title="AERO Lab API",
@@ -44,6 +46,7 @@ def create_app(settings: Settings | None = None, *, enqueue: Enqueuer | None = N
     app.state.settings = settings
     app.state.sessionmaker = make_sessionmaker(get_engine(settings.database_url))
     app.state.enqueue = enqueue or celery_enqueuer(settings)
+    app.state.run_changes = RunChangeListener(settings.database_url)  # wakes SSE streams on PostgreSQL
     app.state.metrics_cache = ByteLRU(int(settings.metrics_cache_mb * 2**20)) if settings.metrics_cache_mb > 0 else None
     install_error_handlers(app)
     for router in (runs.router, metrics.router, sweeps.router, compare.router, methods.router, health.router,

@@ -6,7 +6,8 @@ progress to the run row, as ``worker/runner.py`` does. Against a real ``uvicorn`
 chosen store, it measures, per step, the time from the step's end to
 
 1. its ``metrics`` event arriving on ``GET /api/runs/{id}/metrics/stream`` (SSE; the API polls
-   the store every ``AERO_SSE_POLL_S``, ``--poll-s`` here);
+   the store every ``AERO_SSE_POLL_S``, ``--poll-s`` here, and on PostgreSQL wakes on the
+   store's change notices);
 2. its point being drawn on the dashboard's Run detail page (a real ``streamlit run`` and
    Debian's chromium through Playwright; the page's live fragment re-polls every 2 s): the
    largest step among the page's Plotly curves, read every 50 ms;
@@ -263,7 +264,7 @@ def main() -> None:
     ap.add_argument("--db", nargs="+", default=["postgresql"])
     ap.add_argument("--steps", type=int, default=40, help="steps of the live run")
     ap.add_argument("--step-s", type=float, default=1.5, help="seconds per step (the tiny preset: ~1-2 s)")
-    ap.add_argument("--flush-s", type=float, default=1.0, help="DbSink flush interval (AERO_SINK_FLUSH_S)")
+    ap.add_argument("--flush-s", type=float, default=0.25, help="DbSink flush interval (AERO_SINK_FLUSH_S)")
     ap.add_argument("--poll-s", type=float, default=1.0, help="the API's SSE store polling (AERO_SSE_POLL_S)")
     ap.add_argument("--no-browser", action="store_true", help="SSE only")
     ap.add_argument("--no-compare", action="store_true")

@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 
 from backend.db import series
 from backend.db.models import Checkpoint, EvalResult, Run, StepMetric, utcnow
+from backend.db.notify import notify_run_changed
 from backend.db.upsert import BATCH_ROWS as BATCH_ROWS  # re-exported: tests size their batches with it
 from backend.db.upsert import upsert as _upsert
 
@@ -74,6 +75,7 @@ def upsert_step_metrics(
 def bump_metrics_version(session: Session, run_id: int) -> None:
     """Invalidate cached metric answers of a run (call after changing its step rows directly)."""
     session.execute(update(Run).where(Run.id == run_id).values(metrics_version=Run.metrics_version + 1))
+    notify_run_changed(session, run_id)  # every step write and truncation passes here
 
 
 def delete_steps_after(session: Session, run_id: int, step: int) -> int:

@@ -30,6 +30,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
 from backend.db.models import FINISHED_STATUSES, RUN_STATUSES, Checkpoint, EvalResult, Run, StepMetric, utcnow
+from backend.db.notify import notify_run_changed
 
 TRANSITIONS: dict[str, frozenset[str]] = {
     "queued": frozenset({"running", "cancelled", "failed"}),
@@ -87,7 +88,10 @@ def _move(session: Session, run_id: int, dst: str, sources: Sequence[str], *wher
     if bad:
         raise ValueError(f"transition {bad} -> {dst} is not in TRANSITIONS")
     stmt = update(Run).where(Run.id == run_id, Run.status.in_(list(sources)), *where)
-    return session.execute(stmt.values(status=dst, **_side_effects(dst), **fields)).rowcount == 1
+    moved = session.execute(stmt.values(status=dst, **_side_effects(dst), **fields)).rowcount == 1
+    if moved:
+        notify_run_changed(session, run_id)
+    return moved
 
 
 # ---------------------------------------------------------------- worker-side transitions
@@ -125,6 +129,8 @@ def record_progress(session: Session, run_id: int, step: int | None = None, tota
             values["progress"], values["total_steps"] = min(1.0, step / total_steps), total_steps
     where = [Run.id == run_id, Run.status == "running"] + ([Run.worker == worker] if worker is not None else [])
     row = session.execute(update(Run).where(*where).values(**values).returning(Run.cancel_requested)).first()
+    if row is not None and step is not None:
+        notify_run_changed(session, run_id)  # progress moved: live views show it
     return None if row is None else bool(row[0])
 
 
@@ -304,6 +310,7 @@ def request_cancel(session: Session, run_id: int) -> Run:
         if current is None:
             raise RunNotFound(run_id)
         raise RunConflict(run_id, current, "cancel a finished run")
+    notify_run_changed(session, run_id)
     return get_run(session, run_id, refresh=True)
 
 

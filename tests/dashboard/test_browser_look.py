@@ -107,6 +107,7 @@ def test_overview_address_and_method_coloured_progress_bars(page, dashboard):
     assert pg.locator('[data-testid="stException"]').count() == 0
     # the running AERO run comes first, before the five newer queued runs
     first = pg.locator('[data-testid="stPageLink"]').filter(has_text=f"#{ids['aero']} aero-training")
+    first.first.wait_for(timeout=30_000)  # the list renders after the headings: wait for it, not for network idle
     assert first.count() == 1 and pg.locator('[data-testid="stPageLink"]').filter(has_text="#").first.inner_text().strip().endswith(
         f"#{ids['aero']} aero-training")
     # and "/" still works: it opens the Overview at its own address

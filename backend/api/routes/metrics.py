@@ -17,6 +17,7 @@ from backend.db.models import FINISHED_STATUSES
 from backend.db.runs import get_run
 from backend.schemas import EvalPublic, EvalsPublic, MetricsPublic
 from backend.services import export
+from backend.services.live import wait_for_change
 from backend.services.metric_reads import MAX_METRIC_KEYS, TooManyKeys, dumps, metrics_body, poll_new_steps
 from backend.services.metric_reads import parse_keys as _parse_keys
 
@@ -68,10 +69,12 @@ async def stream_metrics(
     keys: Keys = None,
     since_step: Step = None,
     last_event_id: Annotated[str | None, Header(include_in_schema=False)] = None,
-    poll_s: Annotated[float | None, Query(gt=0, le=60, description="Store polling interval; default AERO_SSE_POLL_S.")] = None,
+    poll_s: Annotated[float | None, Query(gt=0, le=60, description="Store polling interval (on PostgreSQL a fallback: change notices "
+                                                             "wake the stream at once); default AERO_SSE_POLL_S.")] = None,
 ):
-    """Server-sent events with new steps as they land (polls the store); ends when the run has finished.
-    Reconnecting clients resume after their ``Last-Event-ID``."""
+    """Server-sent events with new steps as they land; ends when the run has finished. On PostgreSQL
+    the stream wakes on the store's change notice (LISTEN/NOTIFY) and also polls every ``poll_s``;
+    on SQLite it polls. Reconnecting clients resume after their ``Last-Event-ID``."""
     factory = get_sessionmaker(request)
     wanted = parse_keys(keys)
     after = since_step
@@ -88,21 +91,23 @@ async def stream_metrics(
     async def events():
         nonlocal after
         result, last_info = first, None
-        while True:
-            status, info, rows = result
-            for step, metrics in rows:
-                yield ServerSentEvent(data=_dumps({"step": step, "metrics": metrics}), event="metrics", id=str(step))
-                after = step
-            if info != last_info:
-                yield ServerSentEvent(data=_dumps(info), event="status")
-                last_info = info
-            if status in FINISHED_STATUSES:
-                yield ServerSentEvent(data=_dumps({"status": status, "last_step": after}), event="end")
-                return
-            await anyio.sleep(interval)
-            if await request.is_disconnected():
-                return
-            result = await anyio.to_thread.run_sync(poll, after)
+        with request.app.state.run_changes.subscribe(run_id) as changed:
+            while True:
+                status, info, rows = result
+                for step, metrics in rows:
+                    yield ServerSentEvent(data=_dumps({"step": step, "metrics": metrics}), event="metrics", id=str(step))
+                    after = step
+                if info != last_info:
+                    yield ServerSentEvent(data=_dumps(info), event="status")
+                    last_info = info
+                if status in FINISHED_STATUSES:
+                    yield ServerSentEvent(data=_dumps({"status": status, "last_step": after}), event="end")
+                    return
+                await wait_for_change(changed, interval)  # a PostgreSQL notice, or the poll interval
+                if await request.is_disconnected():
+                    return
+                changed.clear()  # before the read: a change committed during it wakes the next wait
+                result = await anyio.to_thread.run_sync(poll, after)
 
     return EventSourceResponse(events(), ping=15)
 

@@ -18,9 +18,7 @@ from backend.main import create_app
 from trainer.config import RunConfig
 
 
-@pytest.fixture
-def server(make_settings, enqueued):
-    app = create_app(make_settings(sse_poll_s=0.05), enqueue=enqueued)
+def serve(app):
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     srv = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
@@ -30,9 +28,16 @@ def server(make_settings, enqueued):
     while not srv.started and time.time() < deadline:
         time.sleep(0.02)
     assert srv.started
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    srv.should_exit = True
-    t.join(10)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        srv.should_exit = True
+        t.join(10)
+
+
+@pytest.fixture
+def server(make_settings, enqueued):
+    yield from serve(create_app(make_settings(sse_poll_s=0.05), enqueue=enqueued))
 
 
 def read_events(response):
@@ -106,3 +111,42 @@ def test_stream_resumes_after_last_event_id_and_ends_at_once_for_finished_runs(s
         with c.stream("GET", f"/api/runs/{run.id}/metrics/stream?since_step=4") as r:
             assert [e["id"] for e in read_events(r) if e.get("event") == "metrics"] == ["5"]
         assert c.get("/api/runs/999999/metrics/stream").status_code == 404
+
+
+def test_postgres_notices_wake_the_stream_without_waiting_for_its_poll(make_settings, enqueued, db):
+    """PostgreSQL LISTEN/NOTIFY: with a 30 s poll, only the store's change notice can deliver a
+    step within seconds; each step, the progress and the final status arrive promptly."""
+    if not db.startswith("postgresql"):
+        pytest.skip("change notices are PostgreSQL's (SQLite streams poll)")
+    sm = make_sessionmaker(get_engine(db))
+    with sm() as s:
+        run = repo.create_run(s, RunConfig(steps=4).model_dump(mode="json"), queue="cpu")
+        repo.claim_run(s, run.id, "w")
+        s.commit()
+        run_id = run.id
+    lag: list[float] = []
+    written: dict[int, float] = {}
+
+    def worker():
+        time.sleep(0.5)  # the stream has subscribed and read the store once
+        with sm() as s:
+            for step in range(1, 5):
+                upsert_step_metrics(s, run_id, {step: {"loss": 1.0 / step}})
+                repo.record_progress(s, run_id, step, 4)
+                written[step] = time.monotonic()  # before the commit: its event cannot come sooner
+                s.commit()
+                time.sleep(0.3)
+            repo.mark_succeeded(s, run_id)
+            s.commit()
+
+    started = time.monotonic()
+    for url in serve(create_app(make_settings(sse_poll_s=30), enqueue=enqueued)):
+        with httpx.Client(base_url=url, timeout=20) as c, c.stream("GET", f"/api/runs/{run_id}/metrics/stream") as r:
+            threading.Thread(target=worker, daemon=True).start()
+            for ev in read_events(r):
+                if ev.get("event") == "metrics":
+                    lag.append(time.monotonic() - written[int(ev["id"])])
+                if ev.get("event") == "end":
+                    break
+    assert len(lag) == 4 and max(lag) < 5, lag  # a poll would have taken 30 s
+    assert time.monotonic() - started < 20

@@ -1,0 +1,100 @@
+"""Wake live streams when a run changes, instead of at their next poll.
+
+On PostgreSQL one listener per API process holds a ``LISTEN aero_runs`` connection (psycopg,
+async, autocommit) and sets the event of every stream subscribed to the run a notice names
+(``backend/db/notify.py`` sends them with each step, status and progress write). A stream
+still polls the store every ``AERO_SSE_POLL_S``, so a lost notice or a dropped listener
+connection costs latency, never data; on SQLite, which has no notices, that poll is all there
+is. The listener connects on the first subscription and reconnects after errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from sqlalchemy.engine import make_url
+
+from backend.db.notify import CHANNEL
+
+log = logging.getLogger(__name__)
+
+RECONNECT_S = 2.0
+
+
+def libpq_dsn(database_url: str) -> str | None:
+    """The libpq connection string of a PostgreSQL SQLAlchemy URL (None for any other store)."""
+    url = make_url(database_url)
+    if url.get_backend_name() != "postgresql":
+        return None
+    return url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+class RunChangeListener:
+    """Per-run wake-ups from PostgreSQL notices. ``subscribe(run_id)`` yields an event the
+    listener sets on each notice for that run; the stream clears it before reading the store,
+    so a change committed during the read wakes the next wait at once."""
+
+    def __init__(self, database_url: str):
+        self.dsn = libpq_dsn(database_url)
+        self.events: dict[int, set[asyncio.Event]] = defaultdict(set)
+        self.task: asyncio.Task | None = None
+        self.notices = 0
+
+    @contextmanager
+    def subscribe(self, run_id: int) -> Iterator[asyncio.Event]:
+        event = asyncio.Event()
+        self.events[run_id].add(event)
+        loop = asyncio.get_running_loop()
+        # (re)start on this loop: a test client runs each request in a loop of its own
+        if self.dsn is not None and (self.task is None or self.task.done() or self.task.get_loop() is not loop):
+            self.task = loop.create_task(self._listen(), name="aero-run-listener")
+        try:
+            yield event
+        finally:
+            self.events[run_id].discard(event)
+            if not self.events[run_id]:
+                del self.events[run_id]
+
+    def dispatch(self, payload: str) -> None:
+        self.notices += 1
+        if payload.isdigit():
+            for event in self.events.get(int(payload), ()):
+                event.set()
+
+    async def _listen(self) -> None:
+        import psycopg  # the PostgreSQL driver the store already uses
+
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
+                    await conn.execute(f"LISTEN {CHANNEL}")
+                    for events in list(self.events.values()):  # changes while disconnected: look again
+                        for event in events:
+                            event.set()
+                    async for notice in conn.notifies():
+                        self.dispatch(notice.payload)
+            except (psycopg.Error, OSError) as e:  # the streams keep polling meanwhile
+                log.warning("run-change listener: %s; reconnecting in %.0f s", e, RECONNECT_S)
+                await asyncio.sleep(RECONNECT_S)
+
+    async def close(self) -> None:
+        if self.task is not None and self.task.get_loop() is asyncio.get_running_loop():
+            self.task.cancel()
+            try:
+                await self.task
+            except asyncio.CancelledError:
+                pass
+        self.task = None
+
+
+async def wait_for_change(event: asyncio.Event, timeout_s: float) -> bool:
+    """Wait until ``event`` is set or ``timeout_s`` passes; True when it was set."""
+    try:
+        await asyncio.wait_for(event.wait(), timeout_s)
+        return True
+    except TimeoutError:
+        return False
