@@ -16,10 +16,14 @@ lint: .venv/.installed
 	.venv/bin/ruff check .
 	.venv/bin/mypy
 
+# Two passes: the in-process tests in two pytest workers (pytest-xdist; they use one core each),
+# then the tests on real processes or wall-clock budgets (marked slow / timing) one at a time, so
+# nothing beside them skews their deadlines. `pytest` alone runs everything in one process.
 test: .venv/.installed
 	bash scripts/install_browser.sh
 	bash scripts/services.sh
-	.venv/bin/python -m pytest -q
+	.venv/bin/python -m pytest -q -n 2 -m "not slow and not timing"
+	.venv/bin/python -m pytest -q -m "slow or timing"
 
 bench: .venv/.installed
 	.venv/bin/aero bench --preset tiny --steps 60 --seed 0 --ablations --json runs/bench.json

@@ -59,6 +59,10 @@ def fake_api(monkeypatch):
     def client(api, token, timeout=30.0):
         return httpx.Client(base_url="http://api/api", transport=httpx.MockTransport(_Api()))
     monkeypatch.setattr(pc, "client", client)
+    # consoles of a fixed width and no colour, whatever terminal the module was imported under (a
+    # pytest-xdist worker has none: 80 columns cut the names): any ESC then came from a run's name
+    monkeypatch.setattr(pc, "out", Console(color_system=None, width=250))
+    monkeypatch.setattr(pc, "err", Console(stderr=True, color_system=None, width=250))
 
 
 def test_aero_runs_survives_markup_and_escapes_in_names(fake_api):

@@ -15,6 +15,8 @@ from cli.main import app  # noqa: F401  (registers the command modules first)
 from cli.platform_cmds import Child, Supervisor, dashboard_env, is_loopback
 from dashboard.client import token_from_env
 
+pytestmark = pytest.mark.timing  # wall-clock budgets: `make test` runs these one at a time
+
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
 
 

@@ -94,7 +94,7 @@ def screenshot(pg, name: str) -> Path:
     SHOTS.mkdir(parents=True, exist_ok=True)
     height = pg.evaluate("() => (document.querySelector('[data-testid=\"stMainBlockContainer\"]') || document.body).scrollHeight")
     pg.set_viewport_size({"width": 1400, "height": max(900, int(height) + 160)})
-    pg.wait_for_timeout(1500)  # let Plotly and the data grid redraw at the new size
+    pg.wait_for_timeout(500)  # let Plotly and the data grid redraw at the new size (an artifact: no assertion reads it)
     path = SHOTS / f"{name}.png"
     pg.screenshot(path=str(path), full_page=True)
     pg.set_viewport_size({"width": 1400, "height": 900})

@@ -53,7 +53,11 @@ def test_make_install_and_up_install_no_browser_and_no_system_packages():
 def test_make_test_installs_the_browser_before_the_tests():
     commands = make_dry_run("test").splitlines()
     assert "bash scripts/install_browser.sh" in commands
-    assert commands.index("bash scripts/install_browser.sh") < commands.index(".venv/bin/python -m pytest -q")
+    pytest_runs = [i for i, c in enumerate(commands) if c.startswith(".venv/bin/python -m pytest -q")]
+    assert len(pytest_runs) == 2 and commands.index("bash scripts/install_browser.sh") < pytest_runs[0]
+    # the two passes cover every test: the parallel one excludes exactly what the serial one selects
+    assert commands[pytest_runs[0]].endswith('-n 2 -m "not slow and not timing"')
+    assert commands[pytest_runs[1]].endswith('-m "slow or timing"')
 
 
 # ---------------------------------------------------------------- torch: real pip, local wheel

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from worker.heartbeat import Heartbeat
+
+pytestmark = pytest.mark.timing  # wall-clock budgets: `make test` runs these one at a time
 
 
 def test_beats_survives_errors_and_stops():

@@ -115,7 +115,8 @@ def sft_phase(model, task: ArithmeticTask, steps: int, batch: int, lr: float, se
     return loss_val
 
 
-def describe_base(model, task: ArithmeticTask, k: int = 8, n: int = 32, problems: int = 64, seed: int = 0) -> dict[str, Any]:
+def describe_base(model, task: ArithmeticTask, k: int = 8, n: int = 32, problems: int = 64, seed: int = 0,
+                  strata_prompts: int = 256) -> dict[str, Any]:
     """What BENCHMARKS.md reports for a base, per held-out level: Avg@k and Pass@k at T=1 (from
     n >= k samples, unbiased), greedy accuracy (the answer the policy 'knows'), and the share of
     problems with no correct answer in 8, 16 and 32 samples: after AERO's exploration, under
@@ -133,14 +134,17 @@ def describe_base(model, task: ArithmeticTask, k: int = 8, n: int = 32, problems
         nn, cc = np.array(r["per_problem"]).T
         levels[name] = {"avg_at_k": r["avg_at_k"], "pass_at_k": float(pass_at_k(nn, cc, k)), "greedy": greedy[name]["avg_at_k"],
                         **{f"zero_at_{m}": float(1 - pass_at_k(nn, cc, m)) for m in (8, 16, 32) if m <= n}}
-    return {"k": k, "n": n, "problems": problems, "levels": levels, "strata": measure_strata(model, task, n=k, seed=seed)}
+    return {"k": k, "n": n, "problems": problems, "levels": levels, "strata": measure_strata(model, task, n=k, count=strata_prompts, seed=seed)}
 
 
 def pretrain(out_dir: str | Path, steps: int = 900, batch: int = 256, lr: float = 2e-3, seed: int = 0,
              level_weights: dict[str, float] | None = None, noisy_steps: int = 150, noisy_lr: float = 1e-3,
-             label_noise: float = 0.3, progress: Callable[[int, float], None] | None = None) -> dict[str, Any]:
+             label_noise: float = 0.3, progress: Callable[[int, float], None] | None = None,
+             describe: dict[str, int] | None = None) -> dict[str, Any]:
     """Train the tiny policy from scratch (clean phase, then the noisy-label phase) and save it
-    (HF format + tokenizer + ``pretrain.json``: recipe, command, measured base) to ``out_dir``."""
+    (HF format + tokenizer + ``pretrain.json``: recipe, command, measured base) to ``out_dir``.
+    ``describe``: sizes of the base's measurement (``describe_base``'s ``problems``, ``n``,
+    ``strata_prompts``; its defaults when None)."""
     if not 0.0 <= label_noise <= 1.0:
         raise ValueError(f"label_noise must be in [0, 1]; got {label_noise}")
     torch.manual_seed(seed)
@@ -157,7 +161,7 @@ def pretrain(out_dir: str | Path, steps: int = 900, batch: int = 256, lr: float 
     tok.save(out)
     recipe = {"steps": steps, "batch": batch, "lr": lr, "seed": seed, "level_weights": weights,
               "noisy_steps": noisy_steps, "noisy_lr": noisy_lr, "label_noise": label_noise}
-    report = {"final_loss": clean_loss, "noisy_final_loss": noisy_loss, **describe_base(model.eval(), task)}
+    report = {"final_loss": clean_loss, "noisy_final_loss": noisy_loss, **describe_base(model.eval(), task, **(describe or {}))}
     (out / "pretrain.json").write_text(json.dumps(
         {"command": pretrain_command(out, recipe), "recipe": recipe, "torch": torch.__version__, "base": report},
         indent=2) + "\n")

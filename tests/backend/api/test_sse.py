@@ -17,6 +17,8 @@ from backend.db.session import get_engine, make_sessionmaker
 from backend.main import create_app
 from trainer.config import RunConfig
 
+pytestmark = pytest.mark.timing  # wall-clock budgets: `make test` runs these one at a time
+
 
 def serve(app):
     sock = socket.socket()

@@ -48,10 +48,11 @@ def test_sft_batch_masks_prompt_tokens():
 
 
 def test_pretrain_saves_a_loadable_policy(tmp_path):
-    report = pretrain(tmp_path, steps=3, batch=16, seed=1, noisy_steps=2)
+    report = pretrain(tmp_path, steps=3, batch=16, seed=1, noisy_steps=2, describe={"problems": 4, "strata_prompts": 16})
     assert set(report) >= {"final_loss", "noisy_final_loss", "strata", "levels"}
     assert set(report["levels"]["overall"]) == {"avg_at_k", "pass_at_k", "greedy", "zero_at_8", "zero_at_16", "zero_at_32"}
     assert json.loads((tmp_path / "pretrain.json").read_text())["recipe"]["noisy_steps"] == 2
     model = load_policy(tmp_path)
     assert CharTokenizer.load(tmp_path).vocab_size == model.config.vocab_size
     assert torch.isfinite(torch.tensor(report["final_loss"]))
+    assert report["problems"] == 4 and report["n"] == 32

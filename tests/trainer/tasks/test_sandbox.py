@@ -16,6 +16,8 @@ import pytest
 from trainer.tasks.sandbox import (Limits, TestSuite, isolation, judge, namespace_prefix, outputs_match, run_candidate,
                                    run_many, uid_processes, uid_slot, values_match)
 
+pytestmark = pytest.mark.timing  # wall-clock budgets: `make test` runs these one at a time
+
 MARKER = b"Child side of the code sandbox"  # in the harness source, so in every sandbox process's argv
 LIMITS = Limits(test_timeout_s=1.0, timeout_s=6.0, memory_mb=512, max_processes=32, max_output_bytes=64 * 1024)
 HAS_NS = namespace_prefix(LIMITS.run_as_uid) is not None

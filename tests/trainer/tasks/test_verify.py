@@ -11,6 +11,8 @@ from trainer.tasks.base import Problem
 from trainer.tasks.math import score_math
 from trainer.tasks.verify import resolve_isolation, safe_score, score_batch, stuck_threads
 
+pytestmark = pytest.mark.timing  # wall-clock budgets: `make test` runs these one at a time
+
 P = Problem("1+1=", "2")
 
 
