@@ -4,8 +4,10 @@ On PostgreSQL one listener per API process holds a ``LISTEN aero_runs`` connecti
 async, autocommit) and sets the event of every stream subscribed to the run a notice names
 (``backend/db/notify.py`` sends them with each step, status and progress write). A stream
 still polls the store every ``AERO_SSE_POLL_S``, so a lost notice or a dropped listener
-connection costs latency, never data; on SQLite, which has no notices, that poll is all there
-is. The listener connects on the first subscription and reconnects after errors.
+connection costs latency, never data. SQLite has no notices: there one watcher per API process
+reads ``PRAGMA data_version`` (it changes when another connection commits) every
+``SQLITE_WATCH_S`` and wakes every stream, each of which then reads its run. The listener
+starts on the first subscription and reconnects after errors.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from backend.db.notify import CHANNEL
 log = logging.getLogger(__name__)
 
 RECONNECT_S = 2.0
+SQLITE_WATCH_S = 0.05  # one PRAGMA per tick per API process, not per stream
 
 
 def libpq_dsn(database_url: str) -> str | None:
@@ -33,13 +36,21 @@ def libpq_dsn(database_url: str) -> str | None:
     return url.set(drivername="postgresql").render_as_string(hide_password=False)
 
 
+def sqlite_file(database_url: str) -> str | None:
+    """The file of a SQLite SQLAlchemy URL (None for any other store, or an in-memory one)."""
+    url = make_url(database_url)
+    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        return None
+    return url.database
+
+
 class RunChangeListener:
-    """Per-run wake-ups from PostgreSQL notices. ``subscribe(run_id)`` yields an event the
+    """Per-run wake-ups from PostgreSQL notices (on SQLite: every stream, on any commit). ``subscribe(run_id)`` yields an event the
     listener sets on each notice for that run; the stream clears it before reading the store,
     so a change committed during the read wakes the next wait at once."""
 
     def __init__(self, database_url: str):
-        self.dsn = libpq_dsn(database_url)
+        self.dsn, self.sqlite_path = libpq_dsn(database_url), sqlite_file(database_url)
         self.events: dict[int, set[asyncio.Event]] = defaultdict(set)
         self.task: asyncio.Task | None = None
         self.notices = 0
@@ -50,14 +61,20 @@ class RunChangeListener:
         self.events[run_id].add(event)
         loop = asyncio.get_running_loop()
         # (re)start on this loop: a test client runs each request in a loop of its own
-        if self.dsn is not None and (self.task is None or self.task.done() or self.task.get_loop() is not loop):
-            self.task = loop.create_task(self._listen(), name="aero-run-listener")
+        watch = self._listen if self.dsn is not None else self._watch_sqlite if self.sqlite_path is not None else None
+        if watch is not None and (self.task is None or self.task.done() or self.task.get_loop() is not loop):
+            self.task = loop.create_task(watch(), name="aero-run-listener")
         try:
             yield event
         finally:
             self.events[run_id].discard(event)
             if not self.events[run_id]:
                 del self.events[run_id]
+
+    def wake_all(self) -> None:
+        for events in list(self.events.values()):
+            for event in events:
+                event.set()
 
     def dispatch(self, payload: str) -> None:
         self.notices += 1
@@ -72,13 +89,33 @@ class RunChangeListener:
             try:
                 async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
                     await conn.execute(f"LISTEN {CHANNEL}")
-                    for events in list(self.events.values()):  # changes while disconnected: look again
-                        for event in events:
-                            event.set()
+                    self.wake_all()  # changes while disconnected: look again
                     async for notice in conn.notifies():
                         self.dispatch(notice.payload)
             except (psycopg.Error, OSError) as e:  # the streams keep polling meanwhile
                 log.warning("run-change listener: %s; reconnecting in %.0f s", e, RECONNECT_S)
+                await asyncio.sleep(RECONNECT_S)
+
+    async def _watch_sqlite(self) -> None:
+        import sqlite3
+
+        assert self.sqlite_path is not None
+        while True:
+            try:
+                conn = sqlite3.connect(self.sqlite_path, check_same_thread=False)
+                try:
+                    last = None
+                    while True:
+                        version = await asyncio.to_thread(lambda: conn.execute("PRAGMA data_version").fetchone()[0])
+                        if last is not None and version != last:
+                            self.notices += 1
+                            self.wake_all()
+                        last = version
+                        await asyncio.sleep(SQLITE_WATCH_S)
+                finally:
+                    conn.close()
+            except sqlite3.Error as e:  # the streams keep polling meanwhile
+                log.warning("run-change watcher: %s; retrying in %.0f s", e, RECONNECT_S)
                 await asyncio.sleep(RECONNECT_S)
 
     async def close(self) -> None:

@@ -72,9 +72,9 @@ async def stream_metrics(
     poll_s: Annotated[float | None, Query(gt=0, le=60, description="Store polling interval (on PostgreSQL a fallback: change notices "
                                                              "wake the stream at once); default AERO_SSE_POLL_S.")] = None,
 ):
-    """Server-sent events with new steps as they land; ends when the run has finished. On PostgreSQL
-    the stream wakes on the store's change notice (LISTEN/NOTIFY) and also polls every ``poll_s``;
-    on SQLite it polls. Reconnecting clients resume after their ``Last-Event-ID``."""
+    """Server-sent events with new steps as they land; ends when the run has finished. The stream
+    wakes on the store's change signal (PostgreSQL LISTEN/NOTIFY; SQLite's data_version, watched)
+    and also polls every ``poll_s``. Reconnecting clients resume after their ``Last-Event-ID``."""
     factory = get_sessionmaker(request)
     wanted = parse_keys(keys)
     after = since_step

@@ -115,11 +115,9 @@ def test_stream_resumes_after_last_event_id_and_ends_at_once_for_finished_runs(s
         assert c.get("/api/runs/999999/metrics/stream").status_code == 404
 
 
-def test_postgres_notices_wake_the_stream_without_waiting_for_its_poll(make_settings, enqueued, db):
-    """PostgreSQL LISTEN/NOTIFY: with a 30 s poll, only the store's change notice can deliver a
-    step within seconds; each step, the progress and the final status arrive promptly."""
-    if not db.startswith("postgresql"):
-        pytest.skip("change notices are PostgreSQL's (SQLite streams poll)")
+def test_store_changes_wake_the_stream_without_waiting_for_its_poll(make_settings, enqueued, db):
+    """With a 30 s poll, only a change signal can deliver a step within seconds: PostgreSQL's
+    LISTEN/NOTIFY, SQLite's data_version watcher. Each step and the final status arrive promptly."""
     sm = make_sessionmaker(get_engine(db))
     with sm() as s:
         run = repo.create_run(s, RunConfig(steps=4).model_dump(mode="json"), queue="cpu")
