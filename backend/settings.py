@@ -12,7 +12,7 @@ DATABASE_URL           SQLAlchemy URL of the store                      ``sqlite
 REDIS_URL              Celery broker; unset = embedded SQLite broker    unset
 AUTH_PROTECT_READS     also require a token for GET endpoints           ``false``
 AERO_MAX_BODY_BYTES    request bodies above this answer 413             ``1048576``
-AERO_SSE_POLL_S        SSE poll of the store (PostgreSQL: a fallback)   ``1.0``
+AERO_SSE_POLL_S        SSE fallback poll (change signals wake streams)  ``1.0``
 AERO_METRICS_CACHE_MB  per-process cache of metric responses (0 = off)  ``64``
 AERO_MIGRATE_ON_START  run Alembic ``upgrade head`` when the app starts  ``true``
 AERO_DATA_ROOTS        where run configs may read models and data       the data directory

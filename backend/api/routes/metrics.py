@@ -69,8 +69,8 @@ async def stream_metrics(
     keys: Keys = None,
     since_step: Step = None,
     last_event_id: Annotated[str | None, Header(include_in_schema=False)] = None,
-    poll_s: Annotated[float | None, Query(gt=0, le=60, description="Store polling interval (on PostgreSQL a fallback: change notices "
-                                                             "wake the stream at once); default AERO_SSE_POLL_S.")] = None,
+    poll_s: Annotated[float | None, Query(gt=0, le=60, description="Store polling interval, a fallback: the store's change signal "
+                                                             "wakes the stream at once; default AERO_SSE_POLL_S.")] = None,
 ):
     """Server-sent events with new steps as they land; ends when the run has finished. The stream
     wakes on the store's change signal (PostgreSQL LISTEN/NOTIFY; SQLite's data_version, watched)
