@@ -27,6 +27,7 @@ The floor: the step's model FLOPs (trainer/flops.py: rollout + training, from th
 sequence lengths) over this CPU's measured fp32 matmul rate with the same threads.
 
     /work/venv-bench/bin/python benchmarks/trl_compare.py --steps 20 --json trl_compare.json
+    /work/venv-bench/bin/python benchmarks/trl_compare.py --steps 20 --trl-gradient-checkpointing  # TRL's default
 """
 
 from __future__ import annotations
@@ -257,8 +258,9 @@ def hf_tokenizer(chars: str, specials: tuple[str, ...]):
     return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=specials[0], bos_token=specials[1], eos_token=specials[2])
 
 
-def build_trl(cfg: RunConfig, steps: int, out_dir: str, callbacks):
-    """TRL's GRPOTrainer on the same policy, stream, sizes and optimizer settings as ``cfg``."""
+def build_trl(cfg: RunConfig, steps: int, out_dir: str, callbacks, gradient_checkpointing: bool = False):
+    """TRL's GRPOTrainer on the same policy, stream, sizes and optimizer settings as ``cfg``
+    (activation checkpointing off unless asked: TRL's GRPOConfig turns it on by default)."""
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
@@ -283,6 +285,8 @@ def build_trl(cfg: RunConfig, steps: int, out_dir: str, callbacks):
         adam_beta1=cfg.optim.beta1, adam_beta2=cfg.optim.beta2, max_grad_norm=cfg.optim.grad_clip, optim="adamw_torch",
         epsilon=cfg.clip_eps, epsilon_high=cfg.clip_eps, loss_type="grpo", scale_rewards="group",
         entropy_coef=cfg.entropy_coef, shuffle_dataset=False, dataloader_num_workers=0, log_completions=False,
+        # off for identical work (ours never recomputes activations); TRL's own default turns it on
+        gradient_checkpointing=gradient_checkpointing,
     )
     model = load_policy(PRESETS["tiny"])
     model.generation_config.pad_token_id = tok.pad_id
@@ -382,7 +386,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-aero", action="store_true", help="GRPO against TRL only")
-    ap.add_argument("--aero-rounds-per-call", type=int, help="aero.rounds_per_call (default: the config's, 1)")
+    ap.add_argument("--aero-rounds-per-call", type=int, help="aero.rounds_per_call (default: the config's, 0 = all in one call)")
+    ap.add_argument("--trl-gradient-checkpointing", action="store_true",
+                    help="TRL with its default activation checkpointing (ours never checkpoints: not identical work)")
     ap.add_argument("--json", type=Path, help="write the report here")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -395,7 +401,7 @@ def main(argv=None) -> dict:
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
-        trainer = build_trl(tiny_config(args), args.steps + 1, tmp, [])
+        trainer = build_trl(tiny_config(args), args.steps + 1, tmp, [], args.trl_gradient_checkpointing)
         trainer.add_callback(make_interleaver(ours, clock, rows))
         trl_timers(trainer, clock)
         trainer.train()
@@ -419,7 +425,8 @@ def build_report(args, rows: dict[str, list[dict]]) -> dict:
     for part in PARTS:
         ratios[f"ours_grpo/trl {part}"] = ratio(rows["ours_grpo"], rows["trl"], part)
     meta = {"steps": len(rows["trl"]), "prompts": args.prompts, "n": args.n, "max_new_tokens": args.max_new_tokens,
-            "lr": args.lr, "threads": args.threads, "threads_seen_in_trl_steps": sorted({r["threads"] for r in rows["trl"]}),
+            "lr": args.lr, "threads": args.threads, "trl_gradient_checkpointing": args.trl_gradient_checkpointing,
+            "threads_seen_in_trl_steps": sorted({r["threads"] for r in rows["trl"]}),
             "seed": args.seed, "torch": torch.__version__,
             "python": platform.python_version(), "machine": platform.machine(), "processor": platform.processor()}
     try:
