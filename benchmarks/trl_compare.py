@@ -103,7 +103,7 @@ def tiny_config(args, method: str = "grpo") -> RunConfig:
                      max_new_tokens=args.max_new_tokens, device="cpu", dtype="float32", kl_coef=0.0,
                      entropy_coef=args.entropy_coef, seed=args.seed,
                      optim={"lr": args.lr, "warmup_steps": 0, "grad_clip": 1.0},
-                     **({"aero": {"rounds_per_call": rounds}} if rounds else {}))
+                     **({"aero": {"rounds_per_call": rounds}} if rounds is not None else {}))
 
 
 class OursStep:

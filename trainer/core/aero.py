@@ -178,7 +178,8 @@ def plan_rounds(
     would reach if every active prompt failed again (produced += counts, budget -= counts).
     The window stops early at K_max rounds in total, or when a round would be empty (no active
     prompt, every active prompt at n_max, or budget exhausted). ``rounds=1`` is the paper's
-    sequential rescue; an empty result means the rescue phase is over.
+    sequential rescue, ``rounds=0`` every remaining round (``aero.rounds_per_call=0``); an empty
+    result means the rescue phase is over.
 
     The caller generates ``plan[:, p].sum()`` rollouts for prompt p in one engine call and
     lists them in round order (round 1's block first); samples are i.i.d. given the policy,
@@ -189,7 +190,8 @@ def plan_rounds(
     """
     P = len(state.active)
     plans, produced, budget = [], state.produced.copy(), state.budget_left
-    for _ in range(min(rounds, k_max - state.rounds_used)):
+    left = k_max - state.rounds_used
+    for _ in range(left if rounds == 0 else min(rounds, left)):
         counts = plan_rescue_round(state.active, produced, budget, delta_n, n_max, split)
         if counts.sum() == 0:
             break

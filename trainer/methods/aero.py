@@ -60,7 +60,7 @@ def aero_step(cfg: RunConfig, sampler: Sampler, rng: np.random.Generator, *, fir
         state = replace(state, active=state.active & ~np.asarray(no_rescue, dtype=bool))
     calls = 1
     while s1:
-        plan = plan_rounds(state, a.rounds_per_call or a.k_max, delta_n=a.delta_n, n_max=a.n_max, k_max=a.k_max,
+        plan = plan_rounds(state, a.rounds_per_call, delta_n=a.delta_n, n_max=a.n_max, k_max=a.k_max,
                            split=a.budget_split)
         if len(plan) == 0:
             break

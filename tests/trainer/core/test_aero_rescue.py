@@ -141,6 +141,14 @@ def test_speculative_window_by_hand():
     assert st2.budget_left == (100 - 8) * 2 - 12  # charged for what was generated
 
 
+def test_zero_rounds_per_call_plans_every_remaining_round():
+    st = start_rescue([R, R], n_explore=8, n_total=100)
+    assert plan_rounds(st, 0, **KW).tolist() == plan_rounds(st, KW["k_max"], **KW).tolist()
+    assert len(plan_rounds(st, 0, **KW)) == 10  # K_max rounds of delta_n each: the budget does not bind
+    st3, _ = replay(st, plan_rounds(st, 3, **KW), [np.zeros(6), np.zeros(6)])
+    assert len(plan_rounds(st3, 0, **KW)) == KW["k_max"] - 3  # what is left of K_max
+
+
 def _run(strata, streams, R_per_call, n_explore, n_total, split="prompt-order", **kw):
     """Drive the rescue with R rounds per engine call, drawing each prompt's samples from a fixed stream."""
     st = start_rescue(strata, n_explore, n_total)

@@ -56,7 +56,7 @@ def reference_aero(cfg, fake, rng):
     state = start_rescue(strata if s1 else np.full(P, int(Stratum.HIGH)), a.n_explore, cfg.n_total, P)
     calls = 1
     while s1:
-        plan = plan_rounds(state, a.rounds_per_call or a.k_max, delta_n=a.delta_n, n_max=a.n_max, k_max=a.k_max,
+        plan = plan_rounds(state, a.rounds_per_call, delta_n=a.delta_n, n_max=a.n_max, k_max=a.k_max,
                            split=a.budget_split)
         if len(plan) == 0:
             break
