@@ -28,7 +28,7 @@ if ! "$VENV/bin/python" -c "import verl, math_verify, pytest, celery, sqlalchemy
   "$VENV/bin/pip" install -q cachetools uvicorn fastapi "math-verify>=0.7" "pydantic>=2.7" pydantic-settings \
     pyarrow pytest pytest-timeout
   # the platform, for the worker end-to-end test (API, store, broker, CLI)
-  "$VENV/bin/pip" install -q "sqlalchemy>=2.0" "alembic>=1.13" "celery[redis]>=5.4" "httpx>=0.27" "psycopg[binary]>=3.1" \
+  "$VENV/bin/pip" install -q "sqlalchemy>=2.0" "alembic>=1.13" "celery[redis]>=5.4" "httpx>=0.27" "psycopg[binary]>=3.2" \
     "orjson>=3.9" "sse-starlette>=2" "typer>=0.12" "rich>=13" scipy
   "$VENV/bin/pip" install -q --no-deps -e .
 fi

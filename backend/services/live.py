@@ -7,7 +7,7 @@ still polls the store every ``AERO_SSE_POLL_S``, so a lost notice or a dropped l
 connection costs latency, never data. SQLite has no notices: there one watcher per API process
 reads ``PRAGMA data_version`` (it changes when another connection commits) every
 ``SQLITE_WATCH_S`` and wakes every stream, each of which then reads its run. The listener
-starts on the first subscription and reconnects after errors.
+starts with the first subscription, reconnects after errors and stops when the last stream ends.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 
 RECONNECT_S = 2.0
 SQLITE_WATCH_S = 0.05  # one PRAGMA per tick per API process, not per stream
+IDLE_CHECK_S = 1.0  # how often a quiet listener looks whether any stream is left
 
 
 def libpq_dsn(database_url: str) -> str | None:
@@ -45,15 +46,15 @@ def sqlite_file(database_url: str) -> str | None:
 
 
 class RunChangeListener:
-    """Per-run wake-ups from PostgreSQL notices (on SQLite: every stream, on any commit). ``subscribe(run_id)`` yields an event the
-    listener sets on each notice for that run; the stream clears it before reading the store,
-    so a change committed during the read wakes the next wait at once."""
+    """Per-run wake-ups from PostgreSQL notices (on SQLite: every stream, on any commit).
+    ``subscribe(run_id)`` yields an event the listener sets on each notice for that run; the
+    stream clears it before reading the store, so a change committed during the read wakes the
+    next wait at once. The listener runs while any stream is subscribed."""
 
     def __init__(self, database_url: str):
         self.dsn, self.sqlite_path = libpq_dsn(database_url), sqlite_file(database_url)
         self.events: dict[int, set[asyncio.Event]] = defaultdict(set)
         self.task: asyncio.Task | None = None
-        self.notices = 0
 
     @contextmanager
     def subscribe(self, run_id: int) -> Iterator[asyncio.Event]:
@@ -77,7 +78,6 @@ class RunChangeListener:
                 event.set()
 
     def dispatch(self, payload: str) -> None:
-        self.notices += 1
         if payload.isdigit():
             for event in self.events.get(int(payload), ()):
                 event.set()
@@ -90,11 +90,15 @@ class RunChangeListener:
                 async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
                     await conn.execute(f"LISTEN {CHANNEL}")
                     self.wake_all()  # changes while disconnected: look again
-                    async for notice in conn.notifies():
-                        self.dispatch(notice.payload)
+                    while self.events:  # the last stream gone: hang up (the next one reconnects)
+                        async for notice in conn.notifies(timeout=IDLE_CHECK_S):
+                            self.dispatch(notice.payload)
             except (psycopg.Error, OSError) as e:  # the streams keep polling meanwhile
                 log.warning("run-change listener: %s; reconnecting in %.0f s", e, RECONNECT_S)
                 await asyncio.sleep(RECONNECT_S)
+                continue
+            if not self.events:  # checked after the close: a stream that came during it keeps us
+                return
 
     async def _watch_sqlite(self) -> None:
         import sqlite3
@@ -105,10 +109,9 @@ class RunChangeListener:
                 conn = sqlite3.connect(self.sqlite_path, check_same_thread=False)
                 try:
                     last = None
-                    while True:
+                    while self.events:
                         version = await asyncio.to_thread(lambda: conn.execute("PRAGMA data_version").fetchone()[0])
                         if last is not None and version != last:
-                            self.notices += 1
                             self.wake_all()
                         last = version
                         await asyncio.sleep(SQLITE_WATCH_S)
@@ -117,6 +120,9 @@ class RunChangeListener:
             except sqlite3.Error as e:  # the streams keep polling meanwhile
                 log.warning("run-change watcher: %s; retrying in %.0f s", e, RECONNECT_S)
                 await asyncio.sleep(RECONNECT_S)
+                continue
+            if not self.events:
+                return
 
     async def close(self) -> None:
         if self.task is not None and self.task.get_loop() is asyncio.get_running_loop():

@@ -103,7 +103,7 @@ async def stream_metrics(
                 if status in FINISHED_STATUSES:
                     yield ServerSentEvent(data=_dumps({"status": status, "last_step": after}), event="end")
                     return
-                await wait_for_change(changed, interval)  # a PostgreSQL notice, or the poll interval
+                await wait_for_change(changed, interval)  # the store's change signal, or the poll interval
                 if await request.is_disconnected():
                     return
                 changed.clear()  # before the read: a change committed during it wakes the next wait

@@ -140,7 +140,8 @@ def test_store_changes_wake_the_stream_without_waiting_for_its_poll(make_setting
             s.commit()
 
     started = time.monotonic()
-    for url in serve(create_app(make_settings(sse_poll_s=30), enqueue=enqueued)):
+    app = create_app(make_settings(sse_poll_s=30), enqueue=enqueued)
+    for url in serve(app):
         with httpx.Client(base_url=url, timeout=20) as c, c.stream("GET", f"/api/runs/{run_id}/metrics/stream") as r:
             threading.Thread(target=worker, daemon=True).start()
             for ev in read_events(r):
@@ -148,5 +149,10 @@ def test_store_changes_wake_the_stream_without_waiting_for_its_poll(make_setting
                     lag.append(time.monotonic() - written[int(ev["id"])])
                 if ev.get("event") == "end":
                     break
+        listener = app.state.run_changes.task  # the last stream has ended: the listener stops
+        deadline = time.monotonic() + 10
+        while not listener.done() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert listener.done()
     assert len(lag) == 4 and max(lag) < 5, lag  # a poll would have taken 30 s
-    assert time.monotonic() - started < 20
+    assert time.monotonic() - started < 30
