@@ -46,7 +46,7 @@ def create_app(settings: Settings | None = None, *, enqueue: Enqueuer | None = N
     app.state.settings = settings
     app.state.sessionmaker = make_sessionmaker(get_engine(settings.database_url))
     app.state.enqueue = enqueue or celery_enqueuer(settings)
-    app.state.run_changes = RunChangeListener(settings.database_url)  # wakes SSE streams on PostgreSQL
+    app.state.run_changes = RunChangeListener(settings.database_url)  # wakes SSE streams when their run changes
     app.state.metrics_cache = ByteLRU(int(settings.metrics_cache_mb * 2**20)) if settings.metrics_cache_mb > 0 else None
     install_error_handlers(app)
     for router in (runs.router, metrics.router, sweeps.router, compare.router, methods.router, health.router,

@@ -2,7 +2,7 @@
 steps, status, progress) also sends ``NOTIFY aero_runs, '<run id>'`` in its own transaction, so
 the notice is delivered when the write commits and never before it is visible. The API's SSE
 streams wake on it (``backend/services/live.py``) instead of waiting for their next poll.
-SQLite has no notification channel: there the streams poll."""
+SQLite has no notification channel: there the listener watches ``PRAGMA data_version``."""
 
 from __future__ import annotations
 
