@@ -12,10 +12,12 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.table import Table
 
-from cli.main import app
 from cli.common import safe
 from cli.platform_cmds import ApiOpt, TokenOpt, _csv, call, client, out
 import common.metric_keys as mk
+
+# cli/main.py merges this into the `aero` app; this module never imports it.
+commands = typer.Typer()
 
 # (metric part, key, column title, format)
 COST_COLUMNS = (
@@ -170,7 +172,7 @@ def reach_table(cmp: Mapping[str, Any]) -> Table | str:
     return t
 
 
-@app.command("compare")
+@commands.command("compare")
 def compare_cmd(
     sweep: Annotated[Optional[int], typer.Option("--sweep", help="Compare every run of this sweep.")] = None,
     runs: Annotated[Optional[str], typer.Option("--runs", help="Run ids, comma-separated (grouped by config without seed).")] = None,

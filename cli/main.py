@@ -1,12 +1,22 @@
 """The `aero` command line. Trainer commands live in cli/train_cmds.py, platform commands in
-cli/platform_cmds.py, `aero compare` in cli/compare_cmds.py; all register on this one Typer app."""
+cli/platform_cmds.py, `aero compare` in cli/compare_cmds.py; each module collects its commands
+on a Typer of its own and this module, the only one that imports them all, merges them into
+the one app. They never import this module back, so importing one for its helpers (as the
+tests do) needs no particular import order."""
 
 import typer
+
+from cli import compare_cmds, platform_cmds, train_cmds
 
 app = typer.Typer(help="AERO Lab: GRPO, DAPO and AERO post-training runs, on a laptop or a cluster.",
                   no_args_is_help=True, pretty_exceptions_show_locals=False)
 
-from cli import compare_cmds, platform_cmds, train_cmds  # noqa: E402,F401  (register commands)
+# Added without a name, a Typer's commands join the top level. The order here is the order of
+# `aero --help`; `aero token` comes last, where Typer lists a group after the plain commands.
+app.add_typer(platform_cmds.commands)
+app.add_typer(compare_cmds.commands)
+app.add_typer(train_cmds.commands)
+app.add_typer(platform_cmds.token_app, name="token")
 
 if __name__ == "__main__":
     app()

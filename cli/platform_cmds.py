@@ -28,7 +28,6 @@ from rich.table import Table
 
 from cli.common import parse_sets, safe
 from trainer.methods.spec import method_names
-from cli.main import app
 
 out = Console()
 err = Console(stderr=True)
@@ -36,8 +35,9 @@ ROOT = Path(__file__).resolve().parent.parent
 TOKEN_FILE = "admin.token"
 DEMO_METHODS = ("grpo", "dapo", "aero")
 
+# cli/main.py merges these into the `aero` app, token_app as `aero token`; this module never imports it.
+commands = typer.Typer()
 token_app = typer.Typer(help="API tokens (stored hashed; each is printed once).", no_args_is_help=True)
-app.add_typer(token_app, name="token")
 
 # Help texts are Rich markup: "[env ...]" would be read as a style tag and vanish, so the
 # environment variables and defaults go in parentheses.
@@ -126,7 +126,7 @@ def _csv(text: str | None) -> list[str]:
     return [x.strip() for x in (text or "").split(",") if x.strip()]
 
 
-@app.command()
+@commands.command()
 def submit(
     method: Annotated[list[str], typer.Option("--method", "-m", help=f"{'|'.join(method_names())}; repeat or comma-separate for a sweep.")] = ["aero"],  # noqa: B006
     seeds: Annotated[Optional[str], typer.Option("--seeds", help="Comma-separated seeds, e.g. 0,1,2.")] = None,
@@ -147,7 +147,7 @@ def submit(
     out.print(runs_table(runs, title))
 
 
-@app.command("runs")
+@commands.command("runs")
 def list_runs_cmd(
     status: Annotated[Optional[list[str]], typer.Option("--status", "-s", help="queued|running|succeeded|failed|cancelled; repeatable.")] = None,
     method: Annotated[Optional[list[str]], typer.Option("--method", "-m")] = None,
@@ -218,7 +218,7 @@ def worker_argv(queues: list[str], concurrency: int, embedded: bool, hostname: s
     return argv
 
 
-@app.command()
+@commands.command()
 def worker(
     queues: Annotated[Optional[str], typer.Option("--queues", "-Q", help="Comma-separated queues (env AERO_WORKER_QUEUES; "
                                                   "default cpu, plus gpu with CUDA).")] = None,
@@ -236,7 +236,7 @@ def worker(
     os.execv(argv[0], argv)
 
 
-@app.command()
+@commands.command()
 def reaper(interval: Annotated[Optional[float], typer.Option(help="Seconds between sweeps (env AERO_REAPER_INTERVAL_S; default 10).")] = None):
     """Re-queue or fail runs whose worker vanished ('aero up' starts one for you)."""
     from worker.reaper import main
@@ -454,7 +454,7 @@ def demo_sweep(steps: int = 60) -> dict:
             "base": {"preset": "tiny", "steps": steps, "checkpoint_every": 10}}
 
 
-@app.command()
+@commands.command()
 def up(
     demo: Annotated[bool, typer.Option("--demo", help="Also submit a GRPO/DAPO/AERO sweep on the tiny preset.")] = False,
     host: Annotated[str, typer.Option(help="Interface the API and dashboard listen on.")] = "127.0.0.1",

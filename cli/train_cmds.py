@@ -11,11 +11,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from cli.common import console, fail_config, parse_sets, safe
-from cli.main import app
 import common.metric_keys as mk
 from trainer.config import METHODS, ConfigError, parse_run_config
 from common.dotted import merge
 from trainer.core.reach import single_seed_reach
+
+# cli/main.py merges these into the `aero` app; this module never imports it.
+commands = typer.Typer()
 
 SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Config override key=value, dotted for nested (aero.k=2). Repeatable.")]
 
@@ -30,7 +32,7 @@ def _step_info(m: dict) -> str:
             f"step {m.get('time/step_s', 0):.2f}s")
 
 
-@app.command()
+@commands.command()
 def pretrain(
     out: Annotated[Path, typer.Option(help="Output directory (HF model + char tokenizer + pretrain.json).")] = Path("trainer/assets/tiny"),
     steps: Annotated[int, typer.Option(help="Clean supervised steps.")] = 900,
@@ -54,7 +56,7 @@ def pretrain(
     console.print(f"saved to {out} (recipe and measured base in {out / 'pretrain.json'})")
 
 
-@app.command()
+@commands.command()
 def train(
     method: Annotated[Optional[str], typer.Option(help=f"One of {', '.join(METHODS)} (default aero).")] = None,
     preset: Annotated[Optional[str], typer.Option(help="Embedded preset (default tiny).")] = None,
@@ -93,7 +95,7 @@ def train(
     console.print(f"{summary['status']} at step {summary['last_step']}; metrics in {out / 'metrics.jsonl'}")
 
 
-@app.command("eval")
+@commands.command("eval")
 def eval_cmd(
     preset: Annotated[Optional[str], typer.Option(help="Evaluate a preset's base checkpoint.")] = "tiny",
     run_dir: Annotated[Optional[Path], typer.Option(help="Evaluate a run's latest checkpoint instead.")] = None,
@@ -132,7 +134,7 @@ def eval_cmd(
     console.print(table)
 
 
-@app.command()
+@commands.command()
 def bench(
     preset: Annotated[str, typer.Option(help="Embedded preset every method starts from (--set model_path=DIR for a "
                                              "local model instead).")] = "tiny",

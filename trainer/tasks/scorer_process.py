@@ -26,7 +26,6 @@ import subprocess
 import sys
 import threading
 import time
-import warnings
 from collections import deque
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -148,7 +147,10 @@ class _Worker:
 
 _idle: dict[tuple[str, ...], list[_Worker]] = {}
 _lock = threading.Lock()
-_warned_fallback = False
+
+
+class WorkersUnavailable(RuntimeError):
+    """Not one verifier worker could be started (no subprocesses here, or they die at start-up)."""
 
 
 def _take(preload: tuple[str, ...], n: int) -> list[_Worker]:
@@ -200,14 +202,15 @@ def run_isolated(
 ) -> list[tuple[Any, str | None]]:
     """``fn(*items[i])`` for every i on up to ``workers`` subprocesses, each call limited to
     ``timeout_s`` seconds from when its worker received it. Returns ``(value, None)``,
-    ``(None, "error")`` or ``(None, "timeout")`` per item, in order. If no worker can be
-    started at all, falls back to the (softer) watchdog thread with a warning."""
+    ``(None, "error")`` or ``(None, "timeout")`` per item, in order. Raises
+    :class:`WorkersUnavailable` if no worker can be started at all (the caller,
+    :mod:`trainer.tasks.verify`, then falls back to its softer watchdog threads)."""
     if not items:
         return []
     try:
         pool = _take(preload, max(1, min(workers, len(items))))
     except (OSError, RuntimeError) as e:
-        return _fallback(fn, items, timeout_s, e)
+        raise WorkersUnavailable(str(e)) from e
     results: list[tuple[Any, str | None] | None] = [None] * len(items)
     busy: dict[int, tuple[_Worker, int, float]] = {}  # fd -> (worker, item, deadline)
     idle: list[_Worker] = []
@@ -258,13 +261,3 @@ def run_isolated(
             w.kill()
         _give(idle)
     return results  # type: ignore[return-value]
-
-
-def _fallback(fn, items, timeout_s, error: Exception) -> list[tuple[Any, str | None]]:
-    global _warned_fallback
-    if not _warned_fallback:
-        warnings.warn(f"verifier subprocesses unavailable ({error}); using watchdog threads", RuntimeWarning)
-        _warned_fallback = True
-    from trainer.tasks.verify import call_in_thread
-
-    return [call_in_thread(fn, tuple(args), timeout_s) for args in items]

@@ -32,6 +32,7 @@ import math
 import os
 import queue
 import threading
+import warnings
 from typing import Any, Callable, Literal, Sequence
 
 from trainer.tasks.base import Problem, Task
@@ -82,6 +83,7 @@ class _ThreadWorker:
 _idle: list[_ThreadWorker] = []
 _abandoned: list[threading.Thread] = []
 _lock = threading.Lock()
+_warned_fallback = False
 
 
 def _interrupt(thread: threading.Thread) -> None:
@@ -163,9 +165,7 @@ def safe_score(
         return _direct(task, response, problem)
     if mode == "thread":
         return _as_reward(*call_in_thread(task.score, (response, problem), timeout_s))
-    from trainer.tasks.scorer_process import run_isolated
-
-    return _as_reward(*run_isolated(task.isolated_scorer, [(response, problem)], timeout_s, 1, _preload(task))[0])
+    return _as_reward(*_run_isolated(task, [(response, problem)], timeout_s, 1)[0])
 
 
 def score_batch(
@@ -193,11 +193,8 @@ def score_batch(
     elif mode == "thread":
         scored = [_as_reward(*call_in_thread(task.score, (r, p), timeout_s)) for r, p in zip(responses, problems)]
     else:
-        from trainer.tasks.scorer_process import run_isolated
-
         n = workers or min(4, os.cpu_count() or 1)
-        raw = run_isolated(task.isolated_scorer, list(zip(responses, problems)), timeout_s, n, _preload(task))
-        scored = [_as_reward(v, f) for v, f in raw]
+        scored = [_as_reward(v, f) for v, f in _run_isolated(task, list(zip(responses, problems)), timeout_s, n)]
     counts = {"errors": 0, "timeouts": 0}
     for _, failure in scored:
         if failure:
@@ -205,5 +202,17 @@ def score_batch(
     return [r for r, _ in scored], counts
 
 
-def _preload(task: Task) -> tuple[str, ...]:
-    return tuple(task.isolated_preload)
+def _run_isolated(task: Task, items: list[tuple], timeout_s: float, workers: int) -> list[tuple[Any, str | None]]:
+    """``task.isolated_scorer`` over ``items`` in verifier subprocesses; where not one can start,
+    on watchdog threads (no hard stop for a GIL-holding hang), with a warning the first time."""
+    # Imported on first use: it registers exit and at-fork hooks only subprocess scoring needs.
+    from trainer.tasks.scorer_process import WorkersUnavailable, run_isolated
+
+    global _warned_fallback
+    try:
+        return run_isolated(task.isolated_scorer, items, timeout_s, workers, tuple(task.isolated_preload))
+    except WorkersUnavailable as e:
+        if not _warned_fallback:
+            warnings.warn(f"verifier subprocesses unavailable ({e}); using watchdog threads", RuntimeWarning)
+            _warned_fallback = True
+        return [call_in_thread(task.isolated_scorer, tuple(args), timeout_s) for args in items]
