@@ -22,7 +22,9 @@ def aggregate(values: Tensor, mask: Tensor, mode: str, max_len: int | None = Non
       mean over the N sequences of each sequence's token mean.
     - 'seq-mean-token-sum-norm' (Dr.GRPO): 1/N sum_i (sum_t v m) / max_len, a constant
       normaliser so no length bias: the generation budget (``max_new_tokens``, as Dr.GRPO and
-      verl's ``loss_scale_factor``; default T = values.shape[-1]).
+      verl's ``loss_scale_factor``). Required: the only width at hand, T = values.shape[-1], is
+      the padded batch's (prompt tokens included), which changes from mini-batch to
+      mini-batch and would bring back the length dependence the mode exists to remove.
 
     ``n_seqs`` replaces N in the sequence means: the update passes (rows of the step) /
     (mini-batches), the same for every mini-batch, as verl's ``global_batch_size`` (equal to N
@@ -40,18 +42,28 @@ def aggregate(values: Tensor, mask: Tensor, mode: str, max_len: int | None = Non
         per_seq = (values * m).sum(-1) / m.sum(-1).clamp(min=1)
         return per_seq.sum() / N
     if mode == "seq-mean-token-sum-norm":
-        L = values.shape[-1] if max_len is None else max_len
-        return ((values * m).sum(-1) / L).sum() / N
+        if max_len is None:
+            raise ValueError("seq-mean-token-sum-norm needs max_len, the generation budget (max_new_tokens)")
+        return ((values * m).sum(-1) / max_len).sum() / N
     raise ValueError(f"loss aggregation must be one of {AGG_MODES}; got {mode!r}")
 
 
 @dataclass(frozen=True)
 class Aggregation:
-    """How the update reduces per-token losses (:func:`aggregate`'s mode and constants)."""
+    """How the update reduces per-token losses (:func:`aggregate`'s mode and constants).
+
+    Refused at construction when a constant the mode needs is missing (``max_len`` for
+    'seq-mean-token-sum-norm'), so a run fails before its first step, not inside it."""
 
     mode: str = "seq-mean-token-mean"
     max_len: int | None = None
     n_seqs: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in AGG_MODES:
+            raise ValueError(f"loss aggregation must be one of {AGG_MODES}; got {self.mode!r}")
+        if self.mode == "seq-mean-token-sum-norm" and (self.max_len is None or self.max_len <= 0):
+            raise ValueError("seq-mean-token-sum-norm needs max_len > 0, the generation budget (max_new_tokens)")
 
     def __call__(self, values: Tensor, mask: Tensor) -> Tensor:
         return aggregate(values, mask, self.mode, self.max_len, self.n_seqs)

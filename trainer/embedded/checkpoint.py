@@ -1,6 +1,10 @@
 """Checkpoints for exact resume: model, optimizer, LR schedule, every RNG, data position, step,
 and a method's own state across steps (aero-mem's prompt memory, as plain data).
 
+:class:`TrainingState` is everything a run carries from one step to the next; it owns the
+checkpoint format (:meth:`TrainingState.state_dict`, :meth:`TrainingState.load_state_dict`) and
+resuming (:meth:`TrainingState.resume`).
+
 Layout: OUT/checkpoints/step_000020/state.pt and OUT/checkpoints/latest (a text file naming the
 newest complete directory, written last, so a crash mid-save never points at a partial one).
 """
@@ -10,11 +14,15 @@ from __future__ import annotations
 import os
 import random
 import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from trainer.embedded.update import Updater
 
 
 def _dir(out_dir: str | Path) -> Path:
@@ -57,3 +65,62 @@ def numpy_rng_from_state(state: dict) -> np.random.Generator:
     rng = np.random.default_rng()
     rng.bit_generator.state = state
     return rng
+
+
+@dataclass
+class TrainingState:
+    """What a run carries from step to step, saved whole so a resumed run reproduces, step for
+    step, one that never stopped.
+
+    The RNGs and ``method_state`` are shared objects (the step context and the updater hold the
+    same ones), so :meth:`load_state_dict` restores them in place rather than replacing them.
+
+    Checkpoints written before the mini-batch reshuffle have no ``"shuffle_rng"``; they load with
+    the shuffle RNG at its seed. A run with one mini-batch never draws from it (it resumes
+    exactly); one with several was never reshuffled before its checkpoint, so its resumed steps
+    match no single-version run."""
+
+    updater: Updater  # model, optimizer, LR schedule, KL reference, mini-batch shuffle RNG
+    sampling_rng: torch.Generator  # the rollout engine's draws
+    curation_rng: np.random.Generator  # the method step's draws (AERO's S3)
+    method_state: dict = field(default_factory=dict)  # a method's plain data across steps (aero-mem)
+    step: int = 0  # the last completed step
+    data_pos: int = 0  # problems of the training stream consumed
+    elapsed_s: float = 0.0  # training time summed over steps (timings survive a resume)
+
+    def state_dict(self) -> dict[str, Any]:
+        u = self.updater
+        return {
+            "model": u.model.state_dict(), "optimizer": u.optimizer.state_dict(), "scheduler": u.scheduler.state_dict(),
+            "ref_model": u.ref_model.state_dict() if u.ref_model is not None else None,
+            "sampling_rng": self.sampling_rng.get_state(), "curation_rng": numpy_rng_state(self.curation_rng),
+            "shuffle_rng": numpy_rng_state(u.shuffle) if u.shuffle is not None else None,
+            "method_state": self.method_state, "data_pos": self.data_pos, "elapsed_s": self.elapsed_s,
+        }
+
+    def load_state_dict(self, ckpt: dict[str, Any]) -> None:
+        """Restore from a checkpoint's dict (this version's or an earlier one's, see the class doc)."""
+        u = self.updater
+        u.model.load_state_dict(ckpt["model"])
+        u.optimizer.load_state_dict(ckpt["optimizer"])
+        u.scheduler.load_state_dict(ckpt["scheduler"])
+        if u.ref_model is not None:
+            u.ref_model.load_state_dict(ckpt["ref_model"])
+        self.sampling_rng.set_state(ckpt["sampling_rng"])
+        self.curation_rng.bit_generator.state = ckpt["curation_rng"]
+        if u.shuffle is not None and ckpt.get("shuffle_rng") is not None:
+            u.shuffle.bit_generator.state = ckpt["shuffle_rng"]
+        self.method_state.clear()
+        self.method_state.update(ckpt.get("method_state") or {})
+        self.step, self.data_pos, self.elapsed_s = ckpt["step"], ckpt["data_pos"], ckpt.get("elapsed_s", 0.0)
+
+    def save(self, out_dir: str | Path) -> Path:
+        """Checkpoint at ``self.step``; returns its directory."""
+        return save_checkpoint(out_dir, self.step, self.state_dict())
+
+    def resume(self, out_dir: str | Path) -> bool:
+        """Load OUT/checkpoints/latest if there is one (global Python/torch RNGs too); whether it did."""
+        ckpt = load_latest_checkpoint(out_dir)
+        if ckpt is not None:
+            self.load_state_dict(ckpt)
+        return ckpt is not None

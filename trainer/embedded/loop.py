@@ -1,20 +1,20 @@
 """The training loop: one readable loop for GRPO, DAPO and AERO (and its ablations).
 
     for step in 1..steps:
-        problems  <- next batch_prompts problems of the seeded training stream
-        collected <- collect(problems)              # the method's step: rollouts, curation, advantages
-        stats     <- policy_update(collected)       # clipped surrogate on variable-size groups
+        collected <- collect(next batch_prompts problems)  # the method's step: rollouts, curation, advantages
+        stats     <- updater.step(collected)               # clipped surrogate on variable-size groups
         log step metrics (time, rollouts, tokens, FLOPs, strata, savings); eval; checkpoint
 
-Everything method-specific lives in trainer/methods/ (run through trainer/embedded/collect.py); the math in
-trainer/core/.
-A run resumes from OUT/checkpoints/latest and then reproduces, step for step, the metrics
-of a run that never stopped (timings aside).
+Everything method-specific lives in trainer/methods/ (run through trainer/embedded/collect.py);
+the math in trainer/core/. The update (model, optimizer, LR schedule, loss settings) is an
+``Updater`` built once from the config (trainer/embedded/update.py); what a step hands the next
+(RNGs, data position, step, method state) is a ``TrainingState`` (trainer/embedded/checkpoint.py),
+which saves and resumes the run. A run resumes from OUT/checkpoints/latest and then reproduces,
+step for step, the metrics of a run that never stopped (timings aside).
 """
 
 from __future__ import annotations
 
-import copy
 import time
 from pathlib import Path
 from typing import Any, Callable, Generator
@@ -24,13 +24,11 @@ import torch
 
 import common.metric_keys as mk
 from trainer.config import ConfigError, RunConfig
-from trainer.core.losses import Aggregation
-from trainer.embedded.checkpoint import load_latest_checkpoint, numpy_rng_from_state, numpy_rng_state, save_checkpoint
+from trainer.embedded.checkpoint import TrainingState
 from trainer.embedded.collect import StepContext, collect, step_metrics
-from trainer.embedded.presets import load_setup
-from trainer.embedded.update import policy_update, warmup_constant_lr, warmup_length
+from trainer.embedded.presets import Setup, load_setup
+from trainer.embedded.update import Updater
 from trainer.evaluate import eval_sampling, eval_seed, evaluate
-from trainer.methods.spec import get_method
 from trainer.policy import RunPolicy
 from trainer.rollout.base import SamplingParams
 from trainer.sinks import MetricSink
@@ -68,6 +66,46 @@ def run_training(cfg: RunConfig, out_dir: str | Path, sink: MetricSink,
             progress(step, total, metrics)
 
 
+def due(step: int, every: int) -> bool:
+    """Whether a periodic action (eval, checkpoint) falls on ``step``; ``every = 0`` means never."""
+    return every > 0 and step % every == 0
+
+
+def initial_state(cfg: RunConfig, setup: Setup) -> TrainingState:
+    """Step 0 of a run: the updater built from the config and every RNG seeded from ``cfg.seed``."""
+    updater = Updater.from_config(cfg, setup.model, pad_id=setup.task.tokenizer.pad_id, device=setup.device)
+    return TrainingState(updater=updater, sampling_rng=torch.Generator(device=setup.device).manual_seed(cfg.seed),
+                         curation_rng=np.random.default_rng(cfg.seed))
+
+
+def step_context(cfg: RunConfig, setup: Setup, state: TrainingState) -> StepContext:
+    """What the method's step runs against; it shares the state's RNGs and method state, so
+    the checkpoint sees every draw and update the step makes."""
+    return StepContext(cfg=cfg, task=setup.task, engine=setup.engine,
+                       sampling=SamplingParams(cfg.temperature, cfg.top_p, cfg.max_new_tokens),
+                       gen=state.sampling_rng, rng=state.curation_rng, method_state=state.method_state)
+
+
+def train_step(cfg: RunConfig, setup: Setup, ctx: StepContext, state: TrainingState) -> dict[str, float]:
+    """One step: collect (the method's step), update, hand the new weights to the engine.
+    Advances the state's data position and elapsed time (not its step: the loop does, once the
+    step is logged). Returns the step's metrics."""
+    t0 = time.perf_counter()
+    collected = collect(ctx, state.data_pos)
+    state.data_pos += collected.prompts_used
+    t1 = time.perf_counter()
+    train_stats = {}
+    if collected.train:  # DAPO may keep no group
+        with setup.autocast():  # bf16 compute over fp32 master weights on CUDA; no-op on CPU
+            train_stats = state.updater.step(collected.train, collected.advantages)
+    setup.engine.sync_weights(state.updater.model)
+    t2 = time.perf_counter()
+    state.elapsed_s += t2 - t0
+    metrics = step_metrics(cfg, setup, collected, train_stats, time_collect=t1 - t0, time_train=t2 - t1,
+                           extra_forwards=state.updater.extra_forwards)
+    return {**metrics, "optim/lr": state.updater.lr, mk.ELAPSED_S: state.elapsed_s}
+
+
 def iter_training(cfg: RunConfig, out_dir: str | Path, sink: MetricSink,
                   should_stop: Callable[[], bool] | None = None,
                   policy: RunPolicy | None = None) -> Generator[tuple[int, int, dict], None, dict]:
@@ -78,89 +116,39 @@ def iter_training(cfg: RunConfig, out_dir: str | Path, sink: MetricSink,
     (out_dir / "config.json").write_text(cfg.model_dump_json(indent=2))
     setup = load_setup(cfg, policy)
     validate_lengths(cfg, setup.model)
-    model, task = setup.model, setup.task
-    ref_model = copy.deepcopy(model).eval().requires_grad_(False) if cfg.kl_coef > 0 else None
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.optim.lr, betas=(cfg.optim.beta1, cfg.optim.beta2),
-                                  weight_decay=cfg.optim.weight_decay)
-    per_step = cfg.ppo_epochs * cfg.mini_batches
-    warmup = warmup_length(cfg.steps * per_step, cfg.optim.warmup_ratio, cfg.optim.warmup_steps, per_step)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: warmup_constant_lr(s, warmup))
-    gen = torch.Generator(device=setup.device).manual_seed(cfg.seed)
-    rng = np.random.default_rng(cfg.seed)
-    start_step, data_pos, elapsed = 0, 0, 0.0
-
-    ckpt = load_latest_checkpoint(out_dir)
-    if ckpt is not None:
-        model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        scheduler.load_state_dict(ckpt["scheduler"])
-        gen.set_state(ckpt["sampling_rng"])
-        rng = numpy_rng_from_state(ckpt["curation_rng"])
-        if ref_model is not None:
-            ref_model.load_state_dict(ckpt["ref_model"])
-        start_step, data_pos, elapsed = ckpt["step"], ckpt["data_pos"], ckpt.get("elapsed_s", 0.0)
-        sink.truncate_after(start_step)
-
-    sampling = SamplingParams(cfg.temperature, cfg.top_p, cfg.max_new_tokens)
-    ctx = StepContext(cfg=cfg, task=task, engine=setup.engine, sampling=sampling, gen=gen, rng=rng,
-                      method_state=dict(ckpt.get("method_state") or {}) if ckpt is not None else {})
-    eps_low, eps_high = get_method(cfg.method).clip_range(cfg)  # DAPO: clip-higher
-
-    def checkpoint(step: int) -> None:
-        sink.before_checkpoint(step)  # every step it covers is durable before it exists
-        path = save_checkpoint(out_dir, step, {
-            "model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-            "sampling_rng": gen.get_state(), "curation_rng": numpy_rng_state(ctx.rng), "data_pos": data_pos,
-            "elapsed_s": elapsed, "ref_model": ref_model.state_dict() if ref_model is not None else None,
-            "method_state": ctx.method_state})
-        sink.on_checkpoint(step, path)
+    state = initial_state(cfg, setup)
+    if state.resume(out_dir):
+        sink.truncate_after(state.step)  # steps past the checkpoint are re-run, and re-logged
+    ctx = step_context(cfg, setup, state)
 
     def run_eval(step: int) -> dict:
-        results = evaluate(setup.engine, task, eval_sampling(cfg), cfg.eval_n, cfg.eval_problems, seed=eval_seed(step),
-                           timeout_s=cfg.verifier_timeout_s)
+        results = evaluate(setup.engine, setup.task, eval_sampling(cfg), cfg.eval_n, cfg.eval_problems,
+                           seed=eval_seed(step), timeout_s=cfg.verifier_timeout_s)
         sink.log_eval(step, results)
         return results
 
-    if start_step == 0 and cfg.eval_every > 0:
+    def checkpoint() -> None:
+        sink.before_checkpoint(state.step)  # every step it covers is durable before it exists
+        sink.on_checkpoint(state.step, state.save(out_dir))
+
+    start, status = state.step, "completed"
+    if start == 0 and cfg.eval_every > 0:
         run_eval(0)
-    status, step = "completed", start_step
-    for step in range(start_step + 1, cfg.steps + 1):
+    for step in range(start + 1, cfg.steps + 1):
         if should_stop is not None and should_stop():
-            status, step = "stopped", step - 1
+            status = "stopped"
             break
-        t0 = time.perf_counter()
-        collected = collect(ctx, data_pos)
-        data_pos += collected.prompts_used
-        t1 = time.perf_counter()
-        train_stats = {}
-        if collected.train:
-            with setup.autocast():  # bf16 compute over fp32 master weights on CUDA; no-op on CPU
-                train_stats = policy_update(
-                    model, optimizer, scheduler, collected.train, collected.advantages, pad_id=task.tokenizer.pad_id,
-                    temperature=cfg.temperature, eps_low=eps_low, eps_high=eps_high,
-                    agg=Aggregation(cfg.effective_loss_agg, max_len=cfg.max_new_tokens),
-                    entropy_coef=cfg.entropy_coef, kl_coef=cfg.kl_coef, ref_model=ref_model, grad_clip=cfg.optim.grad_clip,
-                    epochs=cfg.ppo_epochs, mini_batches=cfg.mini_batches, device=setup.device)
-        setup.engine.sync_weights(model)
-        t2 = time.perf_counter()
-        elapsed += t2 - t0
-        metrics = step_metrics(cfg, setup, collected, train_stats, time_collect=t1 - t0, time_train=t2 - t1,
-                               extra_forwards=1 if ref_model is not None else 0)
-        metrics["optim/lr"] = optimizer.param_groups[0]["lr"]
-        metrics[mk.ELAPSED_S] = elapsed
+        metrics = train_step(cfg, setup, ctx, state)
+        state.step = step
         sink.log(step, metrics)
-        if cfg.eval_every > 0 and step % cfg.eval_every == 0 and step != cfg.steps:
+        if due(step, cfg.eval_every) and step != cfg.steps:  # the final eval runs below
             run_eval(step)
-        if cfg.checkpoint_every > 0 and step % cfg.checkpoint_every == 0:
-            checkpoint(step)
+        if due(step, cfg.checkpoint_every):
+            checkpoint()
         yield step, cfg.steps, metrics
-    final_eval = None
-    if status == "completed" and step == cfg.steps and start_step < cfg.steps:
-        final_eval = run_eval(cfg.steps)
-    if status == "completed" and (cfg.checkpoint_every == 0 or step % cfg.checkpoint_every != 0):
-        checkpoint(step)
-    elif status == "stopped":
-        checkpoint(step)
+    final_eval = run_eval(cfg.steps) if status == "completed" and start < cfg.steps else None
+    if status == "stopped" or not due(state.step, cfg.checkpoint_every):  # the end is always resumable
+        checkpoint()
     sink.close()
-    return {"status": status, "last_step": step, "final_eval": final_eval, "n_params": setup.n_params,
-            "data_pos": data_pos}
+    return {"status": status, "last_step": state.step, "final_eval": final_eval, "n_params": setup.n_params,
+            "data_pos": state.data_pos}

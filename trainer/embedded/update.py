@@ -1,19 +1,38 @@
 """The policy update shared by every method: clipped surrogate on variable-size groups,
-entropy bonus, optional k3 KL to a frozen reference, AdamW with warmup and grad clipping."""
+entropy bonus, optional k3 KL to a frozen reference, AdamW with warmup and grad clipping.
+
+:class:`Updater` is built once per run from its config (:meth:`Updater.from_config`): the
+model, its optimizer and LR schedule, the frozen reference, the loss settings
+(:class:`UpdateSettings`) and the RNG that reshuffles the mini-batches each PPO epoch. The loop
+calls ``updater.step(rollouts, advantages)`` once per training step.
+"""
 
 from __future__ import annotations
 
+import copy
 import math
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
-
-from dataclasses import replace
 
 from trainer.core.losses import Aggregation, clipped_surrogate, kl_k3
 from trainer.embedded.model import is_gradient_checkpointing
 from trainer.rollout.base import Rollout
 from trainer.rollout.batching import TrainBatch, collate, sequence_logprobs, token_logprobs_and_entropy
-from trainer.rollout.embedded import _forward_kwargs, _output_cache, left_pad
+from trainer.rollout.embedded import forward_kwargs, left_pad, output_cache
+
+if TYPE_CHECKING:  # the config (pydantic) stays out of torch-only users (scripts/gpu_check.py)
+    from trainer.config import RunConfig
+
+SHUFFLE_STREAM = 1
+"""Second word of the mini-batch shuffle RNG's seed, ``(seed, SHUFFLE_STREAM)``: a stream of its
+own, so shuffling never moves the curation RNG's draws (``default_rng(seed)``, which AERO's S3
+and the verl engine share) nor the sampling generator's."""
+
+STAT_KEYS = ("loss/policy", "loss/total", "train/entropy", "train/kl", "train/clip_frac", "train/approx_kl",
+             "train/grad_norm")
 
 
 def warmup_constant_lr(step: int, warmup: int) -> float:
@@ -57,7 +76,7 @@ def shared_prompt_logprobs(model, rollouts: list[Rollout], batch: TrainBatch, te
     rows = torch.tensor([slot.setdefault(tuple(r.prompt_ids), len(slot)) for r in rollouts], dtype=torch.long,
                         device=dev)
     ids, mask, pos = left_pad([list(p) for p in slot], pad_id, dev)
-    cache_kw, keep_kw = _forward_kwargs(model)
+    cache_kw, keep_kw = forward_kwargs(model)
     out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True,
                 **({keep_kw: 1} if keep_kw else {}))
     logits = out.logits[:, -1:][rows]  # [N, 1, V]: predicts each row's first response token
@@ -68,7 +87,7 @@ def shared_prompt_logprobs(model, rollouts: list[Rollout], batch: TrainBatch, te
     resp = batch.input_ids.gather(1, (p_len[:, None] + j).clamp(max=batch.input_ids.shape[1] - 1))
     resp = resp.masked_fill(~in_resp, pad_id)
     if width > 1:
-        cache = _output_cache(out)
+        cache = output_cache(out)
         cache.reorder_cache(rows)
         more = model(input_ids=resp[:, :-1], attention_mask=torch.cat([mask[rows], in_resp[:, :-1].long()], 1),
                      position_ids=pos[rows][:, -1:] + 1 + j[:-1], use_cache=True, **{cache_kw: cache}).logits
@@ -95,45 +114,141 @@ def policy_logprobs(model, rollouts: list[Rollout], batch: TrainBatch, temperatu
     return sequence_logprobs(model, batch, temperature, with_entropy)
 
 
-def policy_update(model, optimizer, scheduler, rollouts: list[Rollout], advantages: torch.Tensor, *, pad_id: int,
-                  temperature: float, eps_low: float, eps_high: float, agg: Aggregation, entropy_coef: float,
-                  kl_coef: float, ref_model=None, grad_clip: float, epochs: int = 1, mini_batches: int = 1,
-                  device="cpu") -> dict[str, float]:
-    """One step's update. The PPO ratio uses the engine's sampling log-probs as the behaviour
-    policy (no extra forward); with 1 epoch and 1 mini-batch the ratio is 1 up to numerics.
-    The forward runs once per distinct prompt where rows share prompts (``policy_logprobs``).
-    Mini-batches split the rows in order as ``torch.tensor_split`` does (never more than there
-    are rows), and the sequence means divide by rows / mini-batches in each (``agg.n_seqs``),
-    the layout and normaliser the verl engine uses too (trainer/verl/rows.py).
-    Returns mean stats over the optimizer steps."""
-    model.train()
-    stats: dict[str, list[float]] = {k: [] for k in ("loss/policy", "loss/total", "train/entropy", "train/kl",
-                                                    "train/clip_frac", "train/approx_kl", "train/grad_norm")}
-    order = torch.arange(len(rollouts))
-    k = max(1, min(mini_batches, len(rollouts)))
-    agg = replace(agg, n_seqs=len(rollouts) / k)
-    for _ in range(epochs):
-        for idx in order.tensor_split(k):
-            rows = [rollouts[i] for i in idx.tolist()]
-            mb = collate(rows, pad_id, device)
-            adv = advantages[idx].to(device)
-            logp, entropy = policy_logprobs(model, rows, mb, temperature, pad_id)
-            pg_loss, pg_stats = clipped_surrogate(logp, mb.old_logprobs, adv, mb.response_mask, eps_low, eps_high, agg)
-            ent = agg(entropy, mb.response_mask)
-            loss = pg_loss - entropy_coef * ent
-            kl = torch.zeros(())
-            if ref_model is not None and kl_coef > 0:
-                with torch.no_grad():
-                    ref_logp, _ = policy_logprobs(ref_model, rows, mb, temperature, pad_id, with_entropy=False)
-                kl = agg(kl_k3(logp, ref_logp), mb.response_mask)
-                loss = loss + kl_coef * kl
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-            optimizer.step()
-            scheduler.step()
-            for key, val in (("loss/policy", pg_loss), ("loss/total", loss), ("train/entropy", ent), ("train/kl", kl),
-                             ("train/clip_frac", pg_stats["clip_frac"]), ("train/approx_kl", pg_stats["approx_kl"]),
-                             ("train/grad_norm", grad_norm)):
-                stats[key].append(float(val.detach()) if torch.is_tensor(val) else float(val))
-    return {k: sum(v) / len(v) for k, v in stats.items()}
+@dataclass(frozen=True)
+class UpdateSettings:
+    """What the update's loss and optimizer steps read, fixed for a run.
+
+    ``agg`` carries the loss aggregation's constants: for Dr.GRPO's 'seq-mean-token-sum-norm'
+    the generation budget (``max_len = max_new_tokens``), never a mini-batch's padded width,
+    which would make the normaliser change from mini-batch to mini-batch."""
+
+    pad_id: int
+    temperature: float
+    eps_low: float
+    eps_high: float
+    agg: Aggregation
+    entropy_coef: float = 0.0
+    kl_coef: float = 0.0
+    grad_clip: float = 1.0
+    epochs: int = 1
+    mini_batches: int = 1
+    device: Any = "cpu"
+
+    @classmethod
+    def from_config(cls, cfg: RunConfig, pad_id: int, device: Any = "cpu") -> UpdateSettings:
+        from trainer.methods.spec import get_method
+
+        eps_low, eps_high = get_method(cfg.method).clip_range(cfg)  # DAPO: clip-higher
+        return cls(pad_id=pad_id, temperature=cfg.temperature, eps_low=eps_low, eps_high=eps_high,
+                   agg=Aggregation(cfg.effective_loss_agg, max_len=cfg.max_new_tokens),
+                   entropy_coef=cfg.entropy_coef, kl_coef=cfg.kl_coef, grad_clip=cfg.optim.grad_clip,
+                   epochs=cfg.ppo_epochs, mini_batches=cfg.mini_batches, device=device)
+
+
+def shuffle_rng(seed: int) -> np.random.Generator:
+    """The run's mini-batch shuffle RNG (seeded; checkpointed with the run, see :data:`SHUFFLE_STREAM`)."""
+    return np.random.default_rng((seed, SHUFFLE_STREAM))
+
+
+def mini_batch_indices(n_rows: int, mini_batches: int, rng: np.random.Generator | None) -> list[torch.Tensor]:
+    """One PPO epoch's mini-batches: row indices split as ``torch.tensor_split`` does (never
+    more mini-batches than rows), after a permutation drawn from ``rng``.
+
+    Reshuffled each epoch (cleanrl's ppo.py) so a second epoch does not replay the first one's
+    partition. With one mini-batch there is no partition to change: the rows stay in order and
+    ``rng`` is not drawn from, so such runs are bit-identical to the unshuffled update."""
+    k = max(1, min(mini_batches, n_rows))
+    if k == 1 or rng is None:
+        order = torch.arange(n_rows)
+    else:
+        order = torch.from_numpy(rng.permutation(n_rows))
+    return list(order.tensor_split(k))
+
+
+@dataclass
+class Updater:
+    """A run's policy update, built once (:meth:`from_config`) and stepped once per training step.
+
+    The PPO ratio uses the engine's sampling log-probs as the behaviour policy (no extra
+    forward); with 1 epoch and 1 mini-batch the ratio is 1 up to numerics. ``shuffle`` is
+    the RNG mini-batches are reshuffled from (:func:`mini_batch_indices`); None keeps them in order."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: Any  # torch.optim.lr_scheduler.LRScheduler
+    settings: UpdateSettings
+    ref_model: torch.nn.Module | None = None
+    shuffle: np.random.Generator | None = None
+
+    @classmethod
+    def from_config(cls, cfg: RunConfig, model: torch.nn.Module, pad_id: int, device: Any = "cpu") -> Updater:
+        """AdamW with linear warmup then a constant LR (paper Table 9), counted in optimizer
+        steps (epochs x mini-batches per training step); a frozen copy of the initial model as
+        the KL reference when ``kl_coef > 0``."""
+        ref_model = copy.deepcopy(model).eval().requires_grad_(False) if cfg.kl_coef > 0 else None
+        optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.optim.lr, betas=(cfg.optim.beta1, cfg.optim.beta2),
+                                      weight_decay=cfg.optim.weight_decay)
+        per_step = cfg.ppo_epochs * cfg.mini_batches
+        warmup = warmup_length(cfg.steps * per_step, cfg.optim.warmup_ratio, cfg.optim.warmup_steps, per_step)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: warmup_constant_lr(s, warmup))
+        return cls(model, optimizer, scheduler, UpdateSettings.from_config(cfg, pad_id, device), ref_model,
+                   shuffle_rng(cfg.seed))
+
+    @property
+    def lr(self) -> float:
+        return self.optimizer.param_groups[0]["lr"]
+
+    @property
+    def extra_forwards(self) -> int:
+        """Forward passes per trained token beyond the policy's own (the reference's), for FLOPs."""
+        return 1 if self.ref_model is not None else 0
+
+    def step(self, rollouts: list[Rollout], advantages: torch.Tensor) -> dict[str, float]:
+        """One training step's update: ``epochs`` passes over the rows, each split into
+        mini-batches (one optimizer step each). The sequence means divide by rows / mini-batches
+        in every mini-batch (``agg.n_seqs``), the layout and normaliser the verl engine uses too
+        (trainer/verl/rows.py). Returns the mean stats over the optimizer steps."""
+        s = self.settings
+        self.model.train()
+        k = max(1, min(s.mini_batches, len(rollouts)))
+        agg = replace(s.agg, n_seqs=len(rollouts) / k)
+        stats: dict[str, list[float]] = {key: [] for key in STAT_KEYS}
+        for _ in range(s.epochs):
+            for idx in mini_batch_indices(len(rollouts), s.mini_batches, self.shuffle):
+                rows = [rollouts[i] for i in idx.tolist()]
+                for key, val in self.mini_batch_step(rows, advantages[idx], agg).items():
+                    stats[key].append(val)
+        return {key: sum(v) / len(v) for key, v in stats.items()}
+
+    def mini_batch_step(self, rows: list[Rollout], advantages: torch.Tensor, agg: Aggregation) -> dict[str, float]:
+        """Loss, backward, clip, one AdamW step and one LR-schedule step on one mini-batch."""
+        s = self.settings
+        mb = collate(rows, s.pad_id, s.device)
+        logp, entropy = policy_logprobs(self.model, rows, mb, s.temperature, s.pad_id)
+        pg_loss, pg_stats = clipped_surrogate(logp, mb.old_logprobs, advantages.to(s.device), mb.response_mask,
+                                              s.eps_low, s.eps_high, agg)
+        ent = agg(entropy, mb.response_mask)
+        loss = pg_loss - s.entropy_coef * ent
+        kl = torch.zeros(())
+        if self.ref_model is not None and s.kl_coef > 0:
+            with torch.no_grad():
+                ref_logp, _ = policy_logprobs(self.ref_model, rows, mb, s.temperature, s.pad_id, with_entropy=False)
+            kl = agg(kl_k3(logp, ref_logp), mb.response_mask)
+            loss = loss + s.kl_coef * kl
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), s.grad_clip)
+        self.optimizer.step()
+        self.scheduler.step()
+        values = (pg_loss, loss, ent, kl, pg_stats["clip_frac"], pg_stats["approx_kl"], grad_norm)
+        return {key: float(v.detach()) if torch.is_tensor(v) else float(v) for key, v in zip(STAT_KEYS, values)}
+
+
+def policy_update(model, optimizer, scheduler, rollouts: list[Rollout], advantages: torch.Tensor, *,
+                  ref_model=None, shuffle: np.random.Generator | None = None, **settings) -> dict[str, float]:
+    """One update with the settings as keywords (:class:`UpdateSettings`' fields: pad_id,
+    temperature, eps_low, eps_high, agg, entropy_coef, kl_coef, grad_clip, epochs, mini_batches,
+    device), for callers that hold no :class:`Updater` (scripts/gpu_check.py,
+    benchmarks/trl_compare.py). Without ``shuffle`` the mini-batches stay in order."""
+    return Updater(model, optimizer, scheduler, UpdateSettings(**settings), ref_model, shuffle).step(rollouts,
+                                                                                                      advantages)

@@ -101,16 +101,21 @@ def sample_next(logits: torch.Tensor, sampling: SamplingParams,
     return tokens, logprobs
 
 
-def _forward_kwargs(model: torch.nn.Module) -> tuple[str, str | None]:
+def forward_kwargs(model: torch.nn.Module) -> tuple[str, str | None]:
     """Keyword names this transformers version uses for the KV cache and for last-k logits
-    (``cache``/``past_key_values``; ``logits_to_keep``/``num_logits_to_keep``/none)."""
+    (``cache``/``past_key_values``; ``logits_to_keep``/``num_logits_to_keep``/none).
+
+    Public because every cached forward needs them: the engine's decode and the update's
+    shared-prompt forward (trainer/embedded/update.py) feed a cache the same way."""
     params = inspect.signature(model.forward).parameters
     cache_kw = "cache" if "cache" in params else "past_key_values"
     keep_kw = next((k for k in ("logits_to_keep", "num_logits_to_keep") if k in params), None)
     return cache_kw, keep_kw
 
 
-def _output_cache(out):
+def output_cache(out):
+    """The KV cache of a forward's output, under whichever name this transformers version
+    returns it (``cache`` or ``past_key_values``)."""
     cache = getattr(out, "cache", None)
     return cache if cache is not None else out.past_key_values
 
@@ -144,7 +149,7 @@ class EmbeddedEngine:
         """The engine samples from the training model object itself, so new weights are
         visible immediately: this only (re)stores the reference."""
         self.model = model
-        self._cache_kw, self._keep_kw = _forward_kwargs(model)
+        self._cache_kw, self._keep_kw = forward_kwargs(model)
 
     @property
     def device(self) -> torch.device:
@@ -203,7 +208,7 @@ class EmbeddedEngine:
         ids, mask, pos = left_pad([list(prompts[i]) for i in uniq], self.pad_id, self.device)
         kw = {self._keep_kw: 1} if self._keep_kw else {}
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **kw)
-        cache, logits = _output_cache(out), out.logits[:, -1]
+        cache, logits = output_cache(out), out.logits[:, -1]
         if len(uniq) != len(row_prompt):
             slot = {p: u for u, p in enumerate(uniq)}
             expand = torch.tensor([slot[p] for p in row_prompt], dtype=torch.long, device=ids.device)
@@ -233,7 +238,7 @@ class EmbeddedEngine:
                 full_mask[:, L + t - 1] = (~done).long()  # the token fed now; finished rows are masked out
                 out = self.model(input_ids=tok[:, None], attention_mask=full_mask[:, :L + t],  # noqa: F821 (tok: step t-1's)
                                  position_ids=pos, use_cache=True, **{self._cache_kw: cache})
-                cache, logits = _output_cache(out), out.logits[:, -1]
+                cache, logits = output_cache(out), out.logits[:, -1]
                 pos = pos + 1
             tok, lp = sample_next(logits, sampling, generator)
             tok = tok.masked_fill(done, self.pad_id)

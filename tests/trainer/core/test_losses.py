@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from trainer.core.losses import aggregate, clipped_surrogate, entropy_from_logits, kl_k3
+from trainer.core.losses import Aggregation, aggregate, clipped_surrogate, entropy_from_logits, kl_k3
 
 V = torch.tensor([[1.0, 2.0, 3.0], [4.0, 9.0, 9.0]])
 M = torch.tensor([[1, 1, 1], [1, 0, 0]])
@@ -12,10 +12,27 @@ M = torch.tensor([[1, 1, 1], [1, 0, 0]])
 def test_aggregate_modes_by_hand():
     assert aggregate(V, M, "token-mean").item() == pytest.approx(10 / 4)
     assert aggregate(V, M, "seq-mean-token-mean").item() == pytest.approx((2 + 4) / 2)
-    assert aggregate(V, M, "seq-mean-token-sum-norm").item() == pytest.approx((6 / 3 + 4 / 3) / 2)
+    assert aggregate(V, M, "seq-mean-token-sum-norm", max_len=3).item() == pytest.approx((6 / 3 + 4 / 3) / 2)
     assert aggregate(V, M, "seq-mean-token-sum-norm", max_len=5).item() == pytest.approx(1.0)
     with pytest.raises(ValueError):
         aggregate(V, M, "nope")
+
+
+def test_dr_grpo_normaliser_is_the_budget_not_the_padded_width():
+    """Dr.GRPO's constant is max_len whatever the batch's width: padding the same rows wider
+    (a longer prompt or response elsewhere in the mini-batch) leaves the loss unchanged. Without
+    max_len the only width at hand is the padded one, so the mode refuses to guess."""
+    agg = Aggregation("seq-mean-token-sum-norm", max_len=12)
+    wider_v = torch.cat([V, torch.full((2, 7), 5.0)], 1)  # 7 more columns of padding (masked)
+    wider_m = torch.cat([M, torch.zeros((2, 7), dtype=M.dtype)], 1)
+    assert agg(V, M).item() == agg(wider_v, wider_m).item() == pytest.approx((6 / 12 + 4 / 12) / 2)
+    assert Aggregation("seq-mean-token-sum-norm", max_len=12, n_seqs=4)(V, M).item() == pytest.approx((6 + 4) / 12 / 4)
+    with pytest.raises(ValueError, match="max_len"):
+        aggregate(V, M, "seq-mean-token-sum-norm")
+    with pytest.raises(ValueError, match="max_len"):
+        Aggregation("seq-mean-token-sum-norm")
+    with pytest.raises(ValueError, match="one of"):
+        Aggregation("nope")
 
 
 def _hand_case(eps_low=0.2, eps_high=0.28):

@@ -76,8 +76,16 @@ class EventSink(MemorySink):
         self.events.append(("on_checkpoint", step))
 
 
-def test_resume_is_exact(tmp_path):
-    cfg = parse_run_config({**SMALL, "method": "aero", "steps": 4, "checkpoint_every": 2, "eval_every": 2})
+RESUMED = {
+    "aero": {"method": "aero", "eval_every": 2},
+    # several mini-batches: the reshuffle's RNG is checkpointed too (a resumed run draws the same partitions)
+    "grpo-reshuffled": {"method": "grpo", "eval_every": 2, "mini_batches": 2, "ppo_epochs": 2},
+}
+
+
+@pytest.mark.parametrize("name", sorted(RESUMED))
+def test_resume_is_exact(name, tmp_path):
+    cfg = parse_run_config({**SMALL, **RESUMED[name], "steps": 4, "checkpoint_every": 2})
     straight = JsonlSink(tmp_path / "a")
     run_training(cfg, tmp_path / "a", straight)
 
@@ -98,15 +106,47 @@ def test_resume_is_exact(tmp_path):
     assert ev1.events == [("log", 1), ("log", 2), *ckpt(2), *ckpt(2)]
     assert ev2.events == [("truncate_after", 2), ("log", 3), ("log", 4), *ckpt(4)]
 
-    def load(d):
-        rows = [json.loads(ln) for ln in (d / "metrics.jsonl").read_text().splitlines()]
-        return {r["step"]: {k: v for k, v in r.items() if not k.startswith(TIMING)} for r in rows}
-
-    a, b = load(tmp_path / "a"), load(tmp_path / "b")
+    a, b = _metrics(tmp_path / "a"), _metrics(tmp_path / "b")
     assert sorted(b) == [1, 2, 3, 4]
     assert a == b
     evals = lambda d: [json.loads(ln) for ln in (d / "evals.jsonl").read_text().splitlines()]  # noqa: E731
     assert evals(tmp_path / "a") == evals(tmp_path / "b")
+
+
+def _metrics(d):
+    rows = [json.loads(ln) for ln in (d / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: {k: v for k, v in r.items() if not k.startswith(TIMING)} for r in rows}
+
+
+def test_the_reshuffle_rng_is_checkpointed_and_drawn_only_with_several_mini_batches(tmp_path):
+    from trainer.embedded.checkpoint import load_latest_checkpoint
+    from trainer.embedded.update import shuffle_rng
+
+    seeded = shuffle_rng(0).bit_generator.state
+    for mb in (1, 2):
+        run_training(parse_run_config({**SMALL, "method": "grpo", "mini_batches": mb}), tmp_path / str(mb), MemorySink())
+        saved = load_latest_checkpoint(tmp_path / str(mb))["shuffle_rng"]
+        assert (saved == seeded) == (mb == 1)
+
+
+def test_a_checkpoint_from_before_the_reshuffle_still_resumes(tmp_path):
+    """Checkpoints written before the shuffle RNG existed have no "shuffle_rng": they load with
+    the RNG at its seed, and a run with one mini-batch (which never draws from it) resumes exactly."""
+    cfg = parse_run_config({**SMALL, "method": "grpo", "steps": 4, "checkpoint_every": 2})
+    run_training(cfg, tmp_path / "a", JsonlSink(tmp_path / "a"))
+    calls = {"n": 0}
+
+    def stop_after_two():
+        calls["n"] += 1
+        return calls["n"] > 2
+
+    run_training(cfg, tmp_path / "b", JsonlSink(tmp_path / "b"), should_stop=stop_after_two)
+    path = tmp_path / "b" / "checkpoints" / (tmp_path / "b" / "checkpoints" / "latest").read_text() / "state.pt"
+    old = torch.load(path, weights_only=False)
+    del old["shuffle_rng"]
+    torch.save(old, path)
+    assert run_training(cfg, tmp_path / "b", JsonlSink(tmp_path / "b"))["last_step"] == 4
+    assert _metrics(tmp_path / "a") == _metrics(tmp_path / "b")
 
 
 def test_bad_config_refused_before_compute(tmp_path):

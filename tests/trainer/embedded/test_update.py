@@ -1,7 +1,10 @@
 """The update's forward per distinct prompt (trainer.embedded.update.shared_prompt_logprobs) must give
-what one right-padded pass gives: log-probs, entropies and gradients, on ragged batches."""
+what one right-padded pass gives: log-probs, entropies and gradients, on ragged batches. The
+mini-batches are reshuffled each PPO epoch from the run's seeded RNG (only where there are
+several), and Dr.GRPO's normaliser is the generation budget in every mini-batch."""
 
 import copy
+from dataclasses import replace
 
 import pytest
 import torch
@@ -10,8 +13,11 @@ from trainer.embedded.model import build_model, enable_gradient_checkpointing, t
 from trainer.rollout.base import Rollout, SamplingParams
 from trainer.rollout.batching import collate, sequence_logprobs
 from trainer.rollout.embedded import EmbeddedEngine
+import trainer.core.losses as losses
+from trainer.config import parse_run_config
 from trainer.core.losses import Aggregation
-from trainer.embedded.update import policy_logprobs, policy_update, shared_prompt_logprobs, shares_prompts
+from trainer.embedded.update import (UpdateSettings, Updater, mini_batch_indices, policy_logprobs, policy_update,
+                                     shared_prompt_logprobs, shares_prompts, shuffle_rng)
 
 V, BOS, EOS, PAD = 20, 1, 2, 0
 SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2, intermediate_size=64)
@@ -113,3 +119,113 @@ def test_policy_logprobs_falls_back_to_the_padded_pass():
         logp, ent = policy_logprobs(model, rollouts, batch, 1.0, PAD)
         ref_logp, ref_ent = sequence_logprobs(model, batch, 1.0)
     assert torch.equal(logp, ref_logp) and torch.equal(ent, ref_ent)
+
+
+def test_one_mini_batch_keeps_the_order_and_draws_nothing():
+    """One mini-batch (asked for, or forced by a single row) has no partition to change: the
+    rows stay in order and the RNG is untouched, so such runs are what they were unshuffled."""
+    rng = shuffle_rng(0)
+    before = rng.bit_generator.state
+    for n, k in ((10, 1), (1, 4)):
+        [idx] = mini_batch_indices(n, k, rng)
+        assert idx.tolist() == list(range(n))
+    assert rng.bit_generator.state == before
+
+
+def test_mini_batches_are_reshuffled_each_epoch_reproducibly():
+    def partitions(rng, n=10, k=4, epochs=3):
+        return [[frozenset(i.tolist()) for i in mini_batch_indices(n, k, rng)] for _ in range(epochs)]
+
+    a, b, c = partitions(shuffle_rng(0)), partitions(shuffle_rng(0)), partitions(shuffle_rng(1))
+    assert a == b and a != c  # by seed
+    assert a[0] != a[1] != a[2]  # a new partition each epoch
+    for epoch in a:  # every row once, in tensor_split's sizes
+        assert [len(p) for p in epoch] == [3, 3, 2, 2] and frozenset().union(*epoch) == frozenset(range(10))
+    unshuffled = [frozenset(i.tolist()) for i in mini_batch_indices(10, 4, None)]
+    assert unshuffled == [frozenset(i.tolist()) for i in torch.arange(10).tensor_split(4)]
+
+
+def _updater(base, shuffle, **settings):
+    model = copy.deepcopy(base)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+    base_settings = UpdateSettings(pad_id=PAD, temperature=1.0, eps_low=0.2, eps_high=0.2,
+                                   agg=Aggregation("seq-mean-token-mean"), entropy_coef=1e-3, grad_clip=1.0)
+    return Updater(model, opt, sched, replace(base_settings, **settings), shuffle=shuffle)
+
+
+def _params(updater):
+    return [p.detach().clone() for p in updater.model.parameters()]
+
+
+def test_one_mini_batch_update_is_bit_identical_with_or_without_the_shuffle_rng():
+    base = small_model()
+    rollouts = ragged_rollouts(base)
+    adv = torch.randn(len(rollouts), generator=torch.Generator().manual_seed(2))
+    plain, seeded = _updater(base, None, epochs=2), _updater(base, shuffle_rng(3), epochs=2)
+    assert plain.step(rollouts, adv) == seeded.step(rollouts, adv)
+    assert all(torch.equal(a, b) for a, b in zip(_params(plain), _params(seeded)))
+    assert seeded.shuffle.bit_generator.state == shuffle_rng(3).bit_generator.state  # never drawn
+
+
+def test_several_mini_batches_train_on_a_new_partition_each_epoch(monkeypatch):
+    base = small_model()
+    rollouts = ragged_rollouts(base)
+    adv = torch.randn(len(rollouts), generator=torch.Generator().manual_seed(2))
+    adv_of = {id(r): float(a) for r, a in zip(rollouts, adv)}
+    seen: list[frozenset[int]] = []
+    step_one = Updater.mini_batch_step
+
+    def spy(self, rows, advantages, agg):
+        assert advantages.tolist() == pytest.approx([adv_of[id(r)] for r in rows])  # advantages follow their rows
+        assert agg.n_seqs == len(rollouts) / 3  # the same normaliser in every mini-batch
+        seen.append(frozenset(id(r) for r in rows))
+        return step_one(self, rows, advantages, agg)
+
+    monkeypatch.setattr(Updater, "mini_batch_step", spy)
+    runs = {}
+    for name, seed in (("a", 0), ("b", 0), ("c", 1)):
+        seen.clear()
+        u = _updater(base, shuffle_rng(seed), epochs=2, mini_batches=3)
+        runs[name] = (u.step(rollouts, adv), _params(u), list(seen))
+    first, second = runs["a"][2][:3], runs["a"][2][3:]
+    assert set(first) != set(second)  # the second epoch does not replay the first one's partition
+    assert frozenset().union(*first) == frozenset().union(*second) == frozenset(adv_of)
+    assert runs["a"][0] == runs["b"][0] and all(torch.equal(x, y) for x, y in zip(runs["a"][1], runs["b"][1]))
+    assert runs["a"][2] != runs["c"][2]  # another seed, other partitions
+
+
+def test_dr_grpo_divides_by_max_new_tokens_in_every_mini_batch(monkeypatch):
+    """The constant is the run's generation budget, whatever each mini-batch's padded width."""
+    cfg = parse_run_config({"preset": "tiny", "method": "drgrpo", "max_new_tokens": 8, "mini_batches": 3,
+                            "ppo_epochs": 2})
+    settings = UpdateSettings.from_config(cfg, pad_id=PAD)
+    assert settings.agg == Aggregation("seq-mean-token-sum-norm", max_len=8)
+    assert (settings.epochs, settings.mini_batches) == (2, 3)
+    calls: list[tuple[int, int | None]] = []
+    aggregate = losses.aggregate
+
+    def spy(values, mask, mode, max_len=None, n_seqs=None):
+        calls.append((values.shape[-1], max_len))
+        return aggregate(values, mask, mode, max_len, n_seqs)
+
+    monkeypatch.setattr(losses, "aggregate", spy)
+    base = small_model()
+    rollouts = ragged_rollouts(base, max_new_tokens=8)
+    adv = torch.randn(len(rollouts), generator=torch.Generator().manual_seed(2))
+    _updater(base, shuffle_rng(0), **{k: getattr(settings, k) for k in ("agg", "epochs", "mini_batches")}).step(
+        rollouts, adv)
+    assert len({width for width, _ in calls}) > 1  # mini-batches of different padded widths ...
+    assert {max_len for _, max_len in calls} == {8}  # ... one normaliser
+
+
+def test_the_updater_is_built_from_the_config():
+    cfg = parse_run_config({"preset": "tiny", "method": "dapo", "kl_coef": 0.01, "mini_batches": 2, "ppo_epochs": 2,
+                            "steps": 10, "optim": {"lr": 1e-3, "warmup_steps": 2}})
+    model = small_model()
+    u = Updater.from_config(cfg, model, pad_id=PAD)
+    assert u.model is model and u.ref_model is not None and u.extra_forwards == 1
+    assert (u.settings.eps_low, u.settings.eps_high) == (cfg.dapo.eps_low, cfg.dapo.eps_high)  # clip-higher
+    assert u.settings.agg == Aggregation("token-mean", max_len=cfg.max_new_tokens)
+    assert u.lr == pytest.approx(1e-3 / 8)  # warmup: 2 steps x 4 optimizer steps each
+    assert u.shuffle.bit_generator.state == shuffle_rng(cfg.seed).bit_generator.state
