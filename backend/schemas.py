@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
-from trainer.config import Method, RunConfig, no_control_chars  # trainer.safetext's, re-exported
+from trainer.config import Method, RunConfig, SharedConfig, no_control_chars  # trainer.safetext's, re-exported
 from backend.services.configs import json_safety_issues, json_shape_issue, string_issue
 
 
@@ -110,7 +110,8 @@ class SweepCreate(_In):
     """POST /api/sweeps: one run per (override, method, seed)."""
 
     name: Label = "sweep"
-    base: RunConfig = Field(default_factory=RunConfig, description="Config every run starts from.")
+    base: SharedConfig = Field(default_factory=SharedConfig, description="Config every run starts from; each run "
+                               "keeps the method sections (aero, dapo, ...) its method reads.")
     methods: list[Method] = Field(min_length=1, max_length=8)
     seeds: list[Annotated[int, Field(ge=0, le=2**31 - 1)]] | None = Field(
         None, min_length=1, max_length=64, description="Default: [base.seed]."
@@ -467,6 +468,12 @@ class MethodVerlPublic(BaseModel):
                             "the curated loop, trained on the method step's own advantages.")
 
 
+class MethodSectionPublic(BaseModel):
+    name: str = Field(description="The run-config block (``aero`` -> config.aero).")
+    title: str = Field(description="Its heading on the Launch form.")
+    form: list[list[str]] = Field(description="The Launch form's inputs: [dotted config path, label] pairs.")
+
+
 class MethodPublic(BaseModel):
     """One training method's spec (trainer/methods/spec.py)."""
 
@@ -476,16 +483,17 @@ class MethodPublic(BaseModel):
     description: str
     family: str
     order: int = Field(description="Position in lists and menus.")
-    config_section: Literal["aero", "aero_mem", "dapo"] | None = Field(
-        description="The run-config block the method reads (aero_mem: aero and aero_mem).")
+    dash: int = Field(description="Where the method's curves start in the dashboard's dash cycle.")
+    baseline: bool = Field(description="The method every other one is compared against (exactly one is).")
+    sections: list[MethodSectionPublic] = Field(
+        description="The run-config blocks the method reads; a run config of this method carries exactly these.")
     strategies: MethodStrategiesPublic
     loss_agg: str = Field(description="Default loss aggregation (RunConfig.loss_agg overrides it).")
     clip: Literal["symmetric", "clip-higher"] = Field(
-        description="symmetric: (clip_eps, clip_eps); clip-higher: (dapo.eps_low, dapo.eps_high).")
+        description="symmetric: (clip_eps, clip_eps); clip-higher: the method's own range (DAPO: dapo.eps_low, "
+        "dapo.eps_high).")
     normalize_std: bool | None = Field(description="null: follow adv_estimator; false: never divide by the group std.")
     verl: MethodVerlPublic
-    metric_keys: list[str] = Field(description="Metric keys (or prefix/* families) logged beyond the common ones.")
-    dash: int = Field(description="Where the method's curves start in the dashboard's dash cycle.")
     engines: list[str] = Field(description="The engines that can run the method.")
     needs_prompt_ids: bool = Field(description="True: the arithmetic task needs train_size (stable prompt ids).")
 

@@ -24,6 +24,7 @@ import common.metric_keys as mk
 # before they are loaded a method is drawn grey under its own name.
 METHOD_COLORS: dict[str, str] = {}
 METHOD_LABELS: dict[str, str] = {}
+BASELINE: list[str] = ["grpo"]  # the baseline method's name (the spec with ``baseline``), set by use_methods
 METHOD_FAMILY: dict[str, str] = {}
 OTHER_COLOR = "#7F7F7F"
 DASHES: tuple[str, ...] = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
@@ -50,6 +51,13 @@ def use_methods(specs: Sequence[Mapping]) -> None:
         METHOD_COLORS[name] = colour if re.fullmatch(r"#[0-9A-Fa-f]{6}", colour) else OTHER_COLOR
         METHOD_LABELS[name] = spec["label"]
         METHOD_FAMILY[name], METHOD_DASH_OFFSET[name] = spec["family"], int(spec.get("dash", 0))
+        if spec.get("baseline"):
+            BASELINE[:] = [name]
+
+
+def baseline_method() -> str:
+    """The method the others are compared against (GET /api/methods ``baseline``)."""
+    return BASELINE[0]
 
 
 def method_color(method: str) -> str:
@@ -370,7 +378,7 @@ def waterfall_figure(wf: Mapping[str, float | None], unit: str, *, title: str, s
     final = wf.get("final") or 0.0
     labels = ["GRPO", *STEP_NAMES, "AERO"]
     # the bar's own label says it (a two-line tick would tilt every tick of the chart)
-    bottoms, heights, texts, colors = [0.0], [base], [si(base, u) + ("<br>counterfactual" if counterfactual else "")], [METHOD_COLORS["grpo"]]
+    bottoms, heights, texts, colors = [0.0], [base], [si(base, u) + ("<br>counterfactual" if counterfactual else "")], [method_color(baseline_method())]
     level = base
     for v in (wf.get(k) for k in ("s1", "s2", "s3")):
         saved = v or 0.0
@@ -395,9 +403,9 @@ def waterfall_figure(wf: Mapping[str, float | None], unit: str, *, title: str, s
         fig.add_shape(type="line", x0=i - 0.4, x1=i + 1.4, y0=y, y1=y, line={"color": "#999", "dash": "dot", "width": 1})
     if measured_grpo is not None:
         value, label = measured_grpo
-        fig.add_hline(y=value, line={"color": METHOD_COLORS["grpo"], "dash": "dash", "width": 1.5},
+        fig.add_hline(y=value, line={"color": method_color(baseline_method()), "dash": "dash", "width": 1.5},
                       annotation_text=f"{label}: {si(value, u)}", annotation_position="top right",
-                      annotation_font={"size": 11, "color": METHOD_COLORS["grpo"]})
+                      annotation_font={"size": 11, "color": method_color(baseline_method())})
     full = f"{title} <span style='font-size:12px;color:#666'>({subtitle})</span>" if subtitle else title
     fig = _layout(fig, full, "", axis, height=380)
     top = max([base, final, *(b + h for b, h in zip(bottoms, heights))] + [measured_grpo[0] if measured_grpo else 0, 0])

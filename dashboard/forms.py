@@ -48,22 +48,6 @@ COMMON_FIELDS: tuple[tuple[str, str], ...] = (
     ("steps", "steps"), ("batch_prompts", "batch (prompts per step)"), ("n_total", "n_total (rollouts per prompt)"),
     ("optim.lr", "learning rate"),
 )
-AERO_FIELDS: tuple[tuple[str, str], ...] = (
-    ("aero.n_explore", "n_explore"), ("aero.n_max", "n_max"), ("aero.delta_n", "delta_n"), ("aero.k_max", "K_max"),
-    ("aero.tau", "tau"), ("aero.S", "S"), ("aero.k", "k"), ("aero.alpha0", "alpha0"), ("aero.beta0", "beta0"),
-)
-DAPO_FIELDS: tuple[tuple[str, str], ...] = (
-    ("dapo.eps_low", "clip eps_low"), ("dapo.eps_high", "clip eps_high"), ("dapo.max_gen_rounds", "sampling cap (batches per step)"),
-    ("dapo.dynamic_sampling", "dynamic sampling"),
-)
-AERO_MEM_FIELDS: tuple[tuple[str, str], ...] = (
-    ("train_size", "train_size (finite set; 0 = stream)"), ("aero_mem.gamma", "gamma (forgetting per step)"),
-    ("aero_mem.adapt_explore", "(a) adapt exploration"), ("aero_mem.n_explore_min", "(a) n_explore_min"),
-    ("aero_mem.preallocate", "(b) pre-allocate rescue"), ("aero_mem.reserve", "(b) reserve"),
-    ("aero_mem.skip", "(c) skip solved"), ("aero_mem.revisit", "(c) revisit"),
-    ("aero_mem.give_up", "(d) give up on hopeless"), ("aero_mem.hope_tau", "(d) hope_tau"),
-    ("aero_mem.hope_visits", "(d) hope_visits"), ("aero_mem.hope_revisit", "(d) hope_revisit"),
-)
 CLIP_FIELDS: tuple[tuple[str, str], ...] = (("clip_eps", "clip eps"),)
 ADVANCED_FIELDS: tuple[tuple[str, str], ...] = (
     ("temperature", "temperature"), ("max_new_tokens", "max new tokens"), ("eval_every", "eval every (steps)"),
@@ -83,17 +67,14 @@ FALLBACK_HELP: dict[str, str] = {  # for fields whose schema has no description
 
 
 def sections_for(methods: Sequence[str]) -> dict[str, tuple[tuple[str, str], ...]]:
-    """Form sections to show for the chosen method(s), from their specs: AERO's when a method
-    reads the ``aero`` config section (``aero_mem`` reads it too), aero-mem's (with train_size)
-    for ``aero_mem``, DAPO's for ``dapo``, the PPO clip for a symmetric clip."""
+    """Form sections to show for the chosen method(s), from their specs (GET /api/methods): each
+    config section a chosen method reads, with the inputs its method module declares, once, in
+    method order; the PPO clip for a symmetric clip."""
     specs = [METHODS.get(m, {}) for m in methods]
     out: dict[str, tuple[tuple[str, str], ...]] = {"Training": COMMON_FIELDS}
-    if any(s.get("config_section") in ("aero", "aero_mem") for s in specs):
-        out["AERO sampling (paper defaults)"] = AERO_FIELDS
-    if any(s.get("config_section") == "aero_mem" for s in specs):
-        out["AERO-mem (prompt memory, beyond the paper)"] = AERO_MEM_FIELDS
-    if any(s.get("config_section") == "dapo" for s in specs):
-        out["DAPO"] = DAPO_FIELDS
+    for spec in specs:
+        for sec in spec.get("sections", ()):
+            out.setdefault(str(sec["title"]), tuple((str(path), str(label)) for path, label in sec["form"]))
     if any(s.get("clip", "symmetric") == "symmetric" for s in specs):
         out["Policy update"] = CLIP_FIELDS
     out["Advanced"] = ADVANCED_FIELDS

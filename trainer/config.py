@@ -11,12 +11,15 @@ raises :class:`ConfigError`, whose ``issues`` name every bad field by its dotted
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import (AfterValidator, Field, ValidationError, ValidationInfo, create_model, field_validator,
+                      model_serializer, model_validator)
 from pydantic.json_schema import SkipJsonSchema
 
-from trainer.methods.spec import get_method, method_names, specs
+from trainer.methods.section import Strict
+from trainer.methods.spec import all_sections, get_method, method_names, specs
 from trainer.safetext import no_control_chars  # noqa: F401  (also backend.schemas's, via this module)
 
 if TYPE_CHECKING:
@@ -25,145 +28,16 @@ if TYPE_CHECKING:
 # The registered methods (trainer/methods/): the schema's enum and pydantic's literal_error
 # message name exactly these.
 METHODS: tuple[str, ...] = method_names()
+SECTION_NAMES: tuple[str, ...] = tuple(sec.name for sec in all_sections())
 Method = Literal[METHODS]  # type: ignore[valid-type]
 LossAgg = Literal["seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm"]
-
-
-def _numeric_kind(annotation: Any) -> str | None:
-    """"integer" / "number" for an int / float field (``| None`` allowed), else None."""
-    import types
-    import typing
-
-    args = [a for a in typing.get_args(annotation) if a is not type(None)] \
-        if typing.get_origin(annotation) in (typing.Union, types.UnionType) else [annotation]
-    if args and all(a in (int, float) for a in args):
-        return "integer" if all(a is int for a in args) else "number"
-    return None
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _strict_numbers(cls, value: Any, info: ValidationInfo) -> Any:
-        """Numbers must be numbers: "10" and true are refused for int and float fields (pydantic's
-        lax mode would coerce them), and 10.5 for an int field as before; 10.0 stays an int."""
-        kind = _numeric_kind(cls.model_fields[info.field_name].annotation)
-        if kind and isinstance(value, (str, bytes, bool)):
-            from pydantic_core import PydanticCustomError
-
-            raise PydanticCustomError("int_type" if kind == "integer" else "float_type",
-                                      "Input should be a JSON {kind}, not {what}",
-                                      {"kind": kind, "what": "a boolean" if isinstance(value, bool) else "a string"})
-        return value
-
-
-class AEROConfig(_Strict):
-    """AERO allocation and curation (paper §4, Algorithm 1, Table 9 'AERO Sampling')."""
-
-    n_explore: int = Field(8, ge=1, le=4096, description="Stage I exploration rollouts per prompt (paper: 8).")
-    n_max: int = Field(32, ge=1, description="Cap on rollouts per prompt, exploration included (paper: 32).")
-    delta_n: int = Field(2, ge=1, description="Extra rollouts per rescue prompt per rescue round (paper: 2 math, 4 code).")
-    k_max: int = Field(10, ge=0, description="Maximum rescue rounds K_max (paper: 10 math, 3 code).")
-    tau: float = Field(0.5, gt=0.0, le=1.0, description="Success-rate threshold between low- and high-success strata (paper: 0.5).")
-    S: int = Field(0, ge=0, le=4096, description="Rescue threshold on correct count: prompts with c <= S are rescued (paper: 0).")
-    k: float = Field(1.0, allow_inf_nan=False, le=1e6, description="Negatives kept per positive in low-success groups, "
-                     "m = min(k*c, #incorrect) (paper: 1; Thm 4.1 optimum).")
-    alpha0: float = Field(1.0, description="Beta prior alpha for the Bayesian baseline (paper: 1).")
-    beta0: float = Field(1.0, description="Beta prior beta for the Bayesian baseline (paper: 1).")
-    zero_variance_keep: int = Field(4, ge=1, le=4096, description="Rollouts kept from a zero-variance group under S2 (paper §4.4: 4).")
-    negative_selection: Literal["random", "first", "longest", "shortest"] = Field(
-        "random",
-        description="Which incorrect rollouts S3 keeps. The paper says 'top-m most informative' without a definition; "
-        "default: uniformly at random (seeded). 'first' = generation order.",
-    )
-    rescue_negative: Literal["first", "random"] = Field(
-        "first", description="Which incorrect rollout joins the first correct one in a rescued group of 2."
-    )
-    zero_variance_selection: Literal["first", "random"] = Field(
-        "first", description="Which rollouts an S2 zero-variance group keeps."
-    )
-    budget_split: Literal["prompt-order", "round-robin"] = Field(
-        "prompt-order",
-        description="When the rescue budget cannot give delta_n to every active prompt in a round: 'prompt-order' gives "
-        "full delta_n shares in batch order (the last share may be partial); 'round-robin' deals one rollout at a time.",
-    )
-    rounds_per_call: int = Field(
-        0,
-        ge=0,
-        le=1_000,
-        description="Rescue rounds generated per engine call. 0 (default) = every round (up to k_max) in ONE call, "
-        "replayed in generation order: the curated groups equal the paper's sequential rounds on the same samples "
-        "whenever the budget does not bind (rescue/budget_left > 0); rollouts after a prompt's rescue are generated "
-        "(and charged in FLOPs) but not trained. 1 = the paper's sequential rounds, one engine call each (slower by "
-        "one call per round). R > 1: R rounds per call.",
-    )
-
-
-class AEROMemConfig(_Strict):
-    """aero-mem: AERO with a per-prompt Beta posterior carried across epochs (beyond the paper;
-    docs/algorithms.md §7). Needs stable prompt ids: the math and code tasks, or the arithmetic
-    task with ``train_size``. Exploration savings are not spent: a step never generates more
-    than AERO's n_total * P."""
-
-    gamma: float = Field(0.98, ge=0.0, le=1.0, description="Forgetting per training step since a prompt was last "
-                         "seen, applied to its evidence (alpha - alpha0, beta - beta0): 1 = never forget, 0 = AERO's "
-                         "from-scratch view. The prior is aero.alpha0 / aero.beta0.")
-    adapt_explore: bool = Field(True, description="(a) Explore confidently solved prompts with n_explore_min rollouts "
-                                "instead of aero.n_explore.")
-    n_explore_min: int = Field(4, ge=1, le=4096, description="(a) The floor: rollouts for a confidently solved prompt, so a "
-                               "regression is still seen (capped at aero.n_explore).")
-    solved_tau: float = Field(0.75, gt=0.0, lt=1.0, description="(a) A prompt is confidently solved when "
-                              "P(p > solved_tau) > solved_conf under its posterior.")
-    solved_conf: float = Field(0.8, gt=0.0, lt=1.0, description="(a) Confidence for 'solved' (see solved_tau).")
-    preallocate: bool = Field(True, description="(b) Reserve rescue rollouts for known-hard prompts and generate them "
-                              "with the exploration, so their rescue does not start from zero.")
-    hard_mean: float = Field(0.15, gt=0.0, lt=1.0, description="(b) Known hard: a seen prompt whose posterior mean is "
-                             "below this (Beta(1, 1) after 0/8: 0.1).")
-    reserve: int = Field(4, ge=1, le=4096, description="(b) Rescue rollouts reserved per known-hard prompt, charged to AERO's "
-                         "rescue budget (n_total - n_explore) * P; capped at aero.n_max.")
-    skip: bool = Field(False, description="(c) Skip prompts confidently all-correct (no rollouts this step), each "
-                       "revisited with probability 'revisit'.")
-    skip_tau: float = Field(0.9, gt=0.0, lt=1.0, description="(c) Skip when P(p > skip_tau) > skip_conf.")
-    skip_conf: float = Field(0.9, gt=0.0, lt=1.0, description="(c) Confidence for skipping (see skip_tau).")
-    revisit: float = Field(0.2, ge=0.0, le=1.0, description="(c) Probability that a skippable prompt is sampled "
-                           "anyway (seeded by run seed, step and prompt id).")
-    give_up: bool = Field(False, description="(d) No rescue rounds for prompts confidently hopeless (still explored), "
-                          "each rescued anyway with probability hope_revisit; their rescue share is not spent.")
-    hope_tau: float = Field(0.05, gt=0.0, lt=1.0, description="(d) Hopeless when P(p > hope_tau) < 1 - hope_conf "
-                            "under the prompt's posterior (Beta(1, 1) after 0/32: 0.18 at 0.05).")
-    hope_conf: float = Field(0.8, gt=0.0, lt=1.0, description="(d) Confidence for 'hopeless' (see hope_tau).")
-    hope_visits: int = Field(2, ge=1, le=1_000_000, description="(d) Give up only after the prompt was sampled in at least this "
-                             "many steps (observed epochs), so one failed rescue is not enough.")
-    hope_revisit: float = Field(0.1, ge=0.0, le=1.0, description="(d) Probability that a hopeless prompt is rescued "
-                                "anyway (seeded by run seed, step and prompt id, independent of (c)'s draws).")
-    give_up_floor: bool = Field(False, description="(d) Explore given-up prompts with n_explore_min rollouts instead "
-                                "of their usual exploration size.")
-
-
-class DAPOConfig(_Strict):
-    """DAPO (Yu et al. 2025): clip-higher, token-level loss, overlong shaping, dynamic sampling."""
-
-    eps_low: float = Field(0.2, gt=0.0, lt=1.0, description="Lower clip range (DAPO: 0.2).")
-    eps_high: float = Field(0.28, gt=0.0, description="Upper clip range, 'clip-higher' (DAPO: 0.28).")
-    dynamic_sampling: bool = Field(True, description="Drop zero-variance groups and sample more prompt batches.")
-    max_gen_rounds: int = Field(
-        1,
-        ge=1,
-        description="Cap on prompt batches generated per step. 1 = the same rollout budget as GRPO (default, for "
-        "equal-budget comparisons); DAPO's paper keeps sampling (e.g. 3). When the cap is hit the step trains on the "
-        "groups it has and counts it.",
-    )
-    overlong_buffer: int = Field(4, ge=0, le=1_048_576, description="Soft overlong punishment buffer L_cache in tokens (0 = off).")
-    overlong_penalty: float = Field(1.0, ge=0.0, description="Maximum overlong penalty subtracted from the reward.")
 
 
 _OPERATOR_FIELDS = {"network": ("AERO_SANDBOX_ISOLATION", "auto"), "run_as_uid": ("AERO_SANDBOX_UID", 65534),
                     "python": ("AERO_SANDBOX_PYTHON", None)}
 
 
-class CodeConfig(_Strict):
+class CodeConfig(Strict):
     """Code task: the sandbox that runs candidate programs (docs/tasks.md "Code").
 
     The paper gives no sandbox limits; the defaults follow common APPS/TACO/PRIME practice
@@ -204,7 +78,7 @@ class CodeConfig(_Strict):
     max_tests: int = Field(0, ge=0, le=1_000_000, description="Keep the first N tests of each problem (0 = all).")
 
 
-class OptimConfig(_Strict):
+class OptimConfig(Strict):
     lr: float = Field(1e-4, gt=0.0, description="AdamW learning rate. Paper: 5e-6 for 1.5B-7B models. Tiny preset: 1e-4 "
                       "(chosen by the sweep in BENCHMARKS.md; set ~5e-6 for a real model).")
     warmup_ratio: float = Field(0.03, ge=0.0, lt=1.0, description="Linear warmup as a fraction of the run's optimizer steps "
@@ -218,11 +92,11 @@ class OptimConfig(_Strict):
     beta2: float = Field(0.999, ge=0.0, lt=1.0)
 
 
-class RunConfig(_Strict):
-    """One training run. Stored with the run as JSON (``model_dump(mode='json')``)."""
+class _RunFields(Strict):
+    """The fields every run has; :data:`RunConfig` adds the methods' sections."""
 
     name: Annotated[str, AfterValidator(no_control_chars)] | None = Field(None, max_length=200)
-    method: Method = Field("aero", description=" | ".join(f"{s.name} ({s.description})" for s in specs()) + ".")
+    method: Method = Field("aero", description=" | ".join(f"{s.name} ({s.display.description})" for s in specs()) + ".")
     engine: Literal["embedded", "verl"] = "embedded"
     preset: Literal["tiny"] | None = Field("tiny", description="Embedded preset: the shipped ~1M-parameter policy on the synthetic arithmetic task.")
     model_path: str | None = Field(None, description="Local Hugging Face model directory (used instead of a preset).")
@@ -279,11 +153,46 @@ class RunConfig(_Strict):
                                                              "bfloat16 is bf16 compute (autocast) over float32 master weights, so small "
                                                              "updates (lr 5e-6) are not rounded away; on CPU it stores the weights in bf16.")
     verifier_timeout_s: float = Field(5.0, gt=0.0, le=600.0)
-    aero: AEROConfig = Field(default_factory=AEROConfig)
-    aero_mem: AEROMemConfig = Field(default_factory=AEROMemConfig)
-    dapo: DAPOConfig = Field(default_factory=DAPOConfig)
     optim: OptimConfig = Field(default_factory=OptimConfig)
     code: CodeConfig = Field(default_factory=CodeConfig)
+
+    @model_serializer(mode="wrap")
+    def _without_absent_sections(self, handler):
+        """Dumps omit the sections the method does not read (they are None)."""
+        out = handler(self)
+        return {k: v for k, v in out.items() if not (k in SECTION_NAMES and v is None)} if isinstance(out, dict) else out
+
+
+def _section_field(sec, shared: bool = False) -> tuple[Any, Any]:
+    readers = ", ".join(s.name for s in specs() if s.reads(sec.name))
+    rule = "each run of those methods takes it" if shared else "defaults when omitted; refused for other methods"
+    return sec.model | None, Field(None, description=f"{sec.title}: read by {readers} only ({rule}).")
+
+
+class _MethodSections(_RunFields):
+    """The sections of exactly the chosen method (see :data:`RunConfig`)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _own_sections(cls, data: Any) -> Any:
+        """A section the chosen method reads defaults to its model's defaults when omitted (or
+        null); one it does not read is refused by :meth:`_section_of_method`."""
+        if not isinstance(data, dict):
+            return data
+        try:
+            spec = get_method(data.get("method", cls.model_fields["method"].default))
+        except (TypeError, ValueError):
+            return data  # the method field's own error names it
+        return {**data, **{sec.name: {} for sec in spec.sections if data.get(sec.name) is None}}
+
+    @field_validator(*SECTION_NAMES, mode="after", check_fields=False)
+    @classmethod
+    def _section_of_method(cls, value: Any, info: ValidationInfo) -> Any:
+        method = info.data.get("method")
+        if value is not None and method is not None and not get_method(method).reads(info.field_name):
+            readers = ", ".join(s.name for s in specs() if s.reads(info.field_name))
+            raise ValueError(f"method {method} has no {info.field_name} section (read by {readers}); remove it")
+        return value
 
     @property
     def effective_loss_agg(self) -> str:
@@ -298,6 +207,19 @@ class RunConfig(_Strict):
         return get_method(self.method).strategies
 
 
+# One training run, stored with the run as JSON (``model_dump(mode='json')``): the common fields
+# plus one optional block per method section, present exactly when the chosen method reads it.
+RunConfig = create_model("RunConfig", __base__=_MethodSections, __module__=__name__,
+                         __doc__="One training run. Stored with the run as JSON (``model_dump(mode='json')``).",
+                         **{sec.name: _section_field(sec) for sec in all_sections()})
+# A config shared by several methods (a sweep's base): any section may be present, each checked
+# by its own model; :func:`for_method` turns it into one method's config.
+SharedConfig = create_model("SharedConfig", __base__=_RunFields, __module__=__name__,
+                            __doc__="A run config shared by several methods (a sweep's base): every method's "
+                            "section may be given; each run keeps the sections its method reads.",
+                            **{sec.name: _section_field(sec, shared=True) for sec in all_sections()})
+
+
 class ConfigError(ValueError):
     """A config that cannot run. ``issues`` is a list of (dotted field path, message)."""
 
@@ -307,24 +229,9 @@ class ConfigError(ValueError):
 
 
 def cross_field_issues(cfg: RunConfig) -> list[tuple[str, str]]:
-    """Rules that span fields. Each names the field a user should change."""
-    a, issues = cfg.aero, []
-    if a.n_explore > cfg.n_total:
-        issues.append(("aero.n_explore", f"must be <= n_total ({cfg.n_total}); got {a.n_explore}"))
-    if a.n_max < a.n_explore:
-        issues.append(("aero.n_max", f"must be >= aero.n_explore ({a.n_explore}); got {a.n_max}"))
-    if a.S * 2 > a.n_explore:
-        issues.append(("aero.S", f"must be in [0, n_explore/2] (paper §4.2.1); got {a.S} with n_explore {a.n_explore}"))
-    if a.k < 1:
-        issues.append(("aero.k", f"must be >= 1 (a 1:k positive:negative mix); got {a.k}"))
-    if a.alpha0 <= 0:
-        issues.append(("aero.alpha0", f"must be > 0 (Beta prior); got {a.alpha0}"))
-    if a.beta0 <= 0:
-        issues.append(("aero.beta0", f"must be > 0 (Beta prior); got {a.beta0}"))
-    if cfg.dapo.eps_high < cfg.dapo.eps_low:
-        issues.append(("dapo.eps_high", f"must be >= dapo.eps_low ({cfg.dapo.eps_low})"))
-    if cfg.dapo.overlong_buffer >= cfg.max_new_tokens:
-        issues.append(("dapo.overlong_buffer", f"must be < max_new_tokens ({cfg.max_new_tokens})"))
+    """Rules that span fields. Each names the field a user should change. The method's own
+    rules are its sections' (trainer/methods/<name>.py)."""
+    issues = [issue for sec in get_method(cfg.method).sections for issue in sec.rules(cfg)]
     if (cfg.preset is None) == (cfg.model_path is None):
         issues.append(("model_path", "give exactly one of preset or model_path"))
     if cfg.task in ("math", "code") and not cfg.train_data:
@@ -355,9 +262,10 @@ def method_issues(cfg: RunConfig) -> list[tuple[str, str]]:
     it, and stable prompt ids (on the arithmetic task, a finite ``train_size``), so a run that
     would fail at its first step is refused before any compute."""
     spec, issues = get_method(cfg.method), []
-    if cfg.engine not in spec.engines:
-        issues.append(("engine", f"method {cfg.method} runs on the {' or '.join(spec.engines)} engine; got {cfg.engine}"))
-    if spec.needs_prompt_ids and cfg.task == "arithmetic" and cfg.train_size is None:
+    if cfg.engine not in spec.needs.engines:
+        issues.append(("engine", f"method {cfg.method} runs on the {' or '.join(spec.needs.engines)} engine; "
+                       f"got {cfg.engine}"))
+    if spec.needs.prompt_ids and cfg.task == "arithmetic" and cfg.train_size is None:
         issues.append(("train_size", f"method {cfg.method} keys its memory by prompt id: set train_size (a finite "
                        "arithmetic training set drawn in epochs)"))
     return issues
@@ -386,6 +294,26 @@ def verl_issues(cfg: RunConfig) -> list[tuple[str, str]]:
         issues.append(("rollout_engine", "vLLM needs CUDA; on the CPU the verl engine rolls out with 'embedded' "
                        "(docs/engines.md)"))
     return issues
+
+
+def for_method(data: Mapping[str, Any], method: str) -> dict[str, Any]:
+    """``data``, a config shared by several methods (a sweep's base and overrides, a bench's
+    ``--set``s), for ``method``: the sections it does not read are dropped. An unknown method is
+    left for :func:`parse_run_config` to name."""
+    try:
+        spec = get_method(method)
+    except ValueError:
+        return {**data, "method": method}
+    return {**{k: v for k, v in data.items() if k not in SECTION_NAMES or spec.reads(k)}, "method": method}
+
+
+def unread_sections(data: Mapping[str, Any], methods: Sequence[str]) -> list[tuple[str, str]]:
+    """Issues for sections in ``data`` that none of ``methods`` reads (a shared config's typo
+    or a forgotten method: :func:`for_method` would drop them silently)."""
+    known = [m for m in methods if m in METHODS]
+    return [(name, f"no method of {', '.join(known)} reads the {name} section; remove it or add a method that does")
+            for name in SECTION_NAMES if data.get(name) is not None and known
+            and not any(get_method(m).reads(name) for m in known)]
 
 
 def parse_run_config(data: dict[str, Any] | RunConfig, policy: RunPolicy | None = None) -> RunConfig:

@@ -156,9 +156,10 @@ def parse_roots(value: str | os.PathLike | tuple | list) -> tuple[Path, ...]:
 
 
 def _get(cfg: RunConfig, dotted: str):
+    """The value at ``dotted``; None inside a method section the config does not carry."""
     obj = cfg
     for part in dotted.split("."):
-        obj = getattr(obj, part)
+        obj = getattr(obj, part) if obj is not None else None
     return obj
 
 
@@ -177,6 +178,8 @@ def policy_issues(cfg: RunConfig, policy: RunPolicy) -> list[tuple[str, str]]:
     issues = []
     for field, cap in CAPS:
         value, limit = _get(cfg, field), getattr(policy, cap)
+        if value is None:
+            continue  # another method's section: not in this config
         if field == "code.workers" and value == 0:
             continue  # 0 = min(8, CPUs), bounded below by the cap's own minimum
         if isinstance(value, float) and not math.isfinite(value):

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import math
+import typing
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import parse_qsl
@@ -61,8 +62,9 @@ def _field(path: Sequence[str | int]):
         if not fields or part not in fields:
             return (model if i == len(path) - 1 and fields else None), None
         info = fields[part]
-        if i < len(path) - 1:
-            model = info.annotation
+        if i < len(path) - 1:  # a method section is ``Model | None``: walk into the model
+            model = next((a for a in (typing.get_args(info.annotation) or (info.annotation,))
+                          if hasattr(a, "model_fields")), None)
     return model, info
 
 

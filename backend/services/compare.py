@@ -25,6 +25,7 @@ from backend.db.models import Run
 from backend.services.reach import compare_reach
 from backend.services.waterfall import LADDER, waterfalls
 import common.metric_keys as mk
+from trainer.methods.spec import baseline_method
 
 ADDITIVE_KEYS: tuple[str, ...] = (
     mk.STEP_S, mk.ROLLOUT_S, mk.REWARD_S, mk.TRAIN_S,
@@ -81,8 +82,9 @@ def ratios_against(stats: Mapping[str, Any], base: Mapping[str, Any]) -> dict[st
 
 
 def default_baseline(runs: Sequence[Run]) -> int:
-    """The first GRPO run in the list, else the first run."""
-    return next((r.id for r in runs if r.method == "grpo"), runs[0].id)
+    """The first run of the baseline method (trainer/methods/), else the first run."""
+    base = baseline_method()
+    return next((r.id for r in runs if r.method == base), runs[0].id)
 
 
 def compare(stats: Sequence[Mapping[str, Any]], baseline_id: int) -> dict[str, Any]:

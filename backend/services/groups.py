@@ -16,6 +16,7 @@ from typing import Any
 
 from backend.db.models import Run
 from common.dotted import flatten
+from trainer.methods.spec import baseline_method
 
 NOT_GROUPED = ("seed", "name")  # config fields a seed group may differ in
 MAX_LABEL_FIELDS = 3
@@ -126,8 +127,9 @@ def make_unique(groups: list[Group]) -> list[Group]:
 
 
 def default_baseline(groups: Sequence[Group]) -> str:
-    """The first GRPO group, else the first group."""
-    return next((g.key for g in groups if g.method == "grpo"), groups[0].key)
+    """The first group of the baseline method (trainer/methods/), else the first group."""
+    base = baseline_method()
+    return next((g.key for g in groups if g.method == base), groups[0].key)
 
 
 def seed_pairs(group: Group, base: Group) -> list[tuple[Run, Run]]:

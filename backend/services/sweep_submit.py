@@ -12,7 +12,8 @@ from backend.db.sweeps import create_sweep, discard_sweep
 from backend.queue import Enqueuer
 from backend.services.configs import queue_for, validate_config
 from backend.services.sweeps import MAX_RUNS_PER_SWEEP, expand_grid, run_name
-from trainer.config import ConfigError, RunConfig
+from common.dotted import flatten, nest
+from trainer.config import ConfigError, SharedConfig, for_method, unread_sections
 from trainer.policy import RunPolicy
 
 
@@ -53,7 +54,7 @@ def enqueue_sweep(session: Session, enqueue: Enqueuer, sweep: Sweep, runs: list[
             raise SweepEnqueueError(run.id, e) from e
 
 
-def build_sweep(session: Session, *, name: str, base: RunConfig, methods: list[str], seeds: list[int] | None,
+def build_sweep(session: Session, *, name: str, base: SharedConfig, methods: list[str], seeds: list[int] | None,
                 overrides: list[dict[str, Any]], tags: list[str], cpu_queue: str = "cpu", gpu_queue: str = "gpu",
                 policy: RunPolicy | None = None) -> tuple[Sweep, list[Run]]:
     """Expand and validate the grid (all points, before writing anything), then insert the sweep
@@ -62,11 +63,17 @@ def build_sweep(session: Session, *, name: str, base: RunConfig, methods: list[s
     n = len(methods) * len(seeds) * len(overrides)
     if n > MAX_RUNS_PER_SWEEP:
         raise SweepTooLarge(f"{n} runs; at most {MAX_RUNS_PER_SWEEP} per sweep")
+    base_json = base.model_dump(mode="json")
     try:
-        validate_config(base, policy)
+        if issues := unread_sections(base_json, methods):
+            raise ConfigError(issues)
+        for m in methods:
+            validate_config(for_method(base_json, m), policy)
     except ConfigError as e:
         raise SweepConfigError(e, ["body", "base"]) from None
-    base_json = base.model_dump(mode="json")
+    for i, ov in enumerate(overrides):
+        if issues := unread_sections(nest(flatten(ov)), methods):
+            raise SweepConfigError(ConfigError(issues), ["body", "overrides", i])
     points, configs = expand_grid(base_json, methods, seeds, overrides), []
     for p in points:
         try:

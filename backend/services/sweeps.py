@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from common.dotted import flatten, merge, nest
+from trainer.config import for_method
 
 MAX_RUNS_PER_SWEEP = 512
 
@@ -27,9 +28,10 @@ def apply_override(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict
 
 def expand_grid(base: Mapping[str, Any], methods: Sequence[str], seeds: Sequence[int], overrides: Sequence[Mapping[str, Any]]) -> list[GridPoint]:
     """One config per (override, method, seed), in that nesting order. Method and seed are set
-    last, so they win over an override that names them."""
+    last, so they win over an override that names them; each run keeps the config sections its
+    method reads (``aero`` for AERO, none for GRPO)."""
     return [
-        GridPoint(i, m, s, {**apply_override(base, ov), "method": m, "seed": s})
+        GridPoint(i, m, s, {**for_method(apply_override(base, ov), m), "seed": s})
         for i, ov in enumerate(overrides or [{}])
         for m in methods
         for s in seeds

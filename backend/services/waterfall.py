@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import common.metric_keys as mk
-from trainer.methods.spec import specs
+from trainer.methods.spec import baseline_method, specs
 
 UNITS: dict[str, tuple[str, str]] = {  # unit -> (actual metric key, savings key suffix)
     "rollouts": (mk.ROLLOUTS_TRAINED, "rollouts"),
@@ -42,7 +42,7 @@ MEASURED_EXTRA_UNITS: dict[str, str] = {"step_seconds": mk.STEP_S, "total_flops"
 STRATEGIES_OF: dict[str, tuple[bool, bool, bool]] = {s.name: s.strategies for s in specs() if any(s.strategies)}
 # The measured ladder: GRPO, then the AERO-family methods that add S1, S2 and S3 in turn
 # (variants of another family, such as aero-mem, use all three but are not rungs of it).
-LADDER: tuple[str, ...] = ("grpo",) + tuple(
+LADDER: tuple[str, ...] = (baseline_method(),) + tuple(
     s.name for k in (1, 2, 3) for s in specs()
     if s.family == "aero" and s.strategies == (True,) * k + (False,) * (3 - k))
 

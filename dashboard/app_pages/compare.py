@@ -147,10 +147,11 @@ def measured_grpo(cmp: dict, unit: str) -> tuple[float, str] | None:
     (training seconds or training FLOPs), to draw beside the counterfactual GRPO bar; None when
     no GRPO run is compared or the unit has no measured counterpart."""
     key = {"seconds": mk.TRAIN_S, "flops": mk.FLOPS_TRAIN}.get(unit)
-    grpo = next((r for r in cmp["runs"] if r.get("method") == "grpo" and (r.get("mean") or {}).get(key) is not None), None)
+    base = charts.baseline_method()
+    grpo = next((r for r in cmp["runs"] if r.get("method") == base and (r.get("mean") or {}).get(key) is not None), None)
     if key is None or grpo is None:
         return None
-    return grpo["mean"][key], f"GRPO run #{grpo['run_id']}, measured"
+    return grpo["mean"][key], f"{charts.method_label(base)} run #{grpo['run_id']}, measured"
 
 
 def waterfall_section(cmp: dict) -> None:
@@ -259,7 +260,7 @@ def main() -> None:
         cmp = ui.compare(url, token, tuple(ids), None, versions)
         group_view.group_page(groups, tuple(ids), versions, CURVES, lambda: waterfall_section(cmp))
         return
-    grpo = [r["id"] for r in runs if r["method"] == "grpo"]
+    grpo = [r["id"] for r in runs if r["method"] == charts.baseline_method()]
     baseline = st.selectbox("Baseline", ids, index=ids.index(grpo[0]) if grpo else 0, key="cmp_baseline",
                             format_func=lambda i: run_name(next(r for r in runs if r["id"] == i)),
                             help="Ratios in the table are against this run (default: the first GRPO run).")

@@ -12,6 +12,7 @@ from streamlit.testing.v1 import AppTest
 
 from dashboard import forms
 from dashboard.client import AeroClient
+from trainer.methods.aero_mem import AERO_MEM_SECTION
 
 APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")
 MEM = "AERO-mem (prompt memory, beyond the paper)"
@@ -28,7 +29,7 @@ def test_aero_mem_section_follows_the_spec(doc, seeded):
                                                              "Policy update", "Advanced"]
     assert MEM not in forms.form_specs(doc, ["aero"])
     fields = {s.path: s for s in forms.form_specs(doc, ["grpo", "aero-mem"])[MEM]}
-    assert set(fields) == {p for p, _ in forms.AERO_MEM_FIELDS}  # every field is in the schema
+    assert set(fields) == {p for p, _ in AERO_MEM_SECTION.form}  # every field is in the schema
     size = fields["train_size"]
     assert (size.type, size.default, size.nullable) == ("integer", None, True) and "epochs" in size.help
     assert (fields["aero_mem.give_up"].type, fields["aero_mem.give_up"].default) == ("boolean", False)

@@ -9,6 +9,7 @@ import pytest
 import common.dotted as dotted
 from dashboard import forms
 from dashboard.client import AeroClient, ApiError, api_url_from_env, field_errors_of, token_from_env
+from trainer.methods.spec import specs
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +32,8 @@ def test_field_specs_carry_paper_defaults_and_help(doc):
 
 
 def test_every_form_field_exists_in_the_schema(doc):
-    for fields in (forms.COMMON_FIELDS, forms.AERO_FIELDS, forms.DAPO_FIELDS, forms.CLIP_FIELDS, forms.ADVANCED_FIELDS):
+    sections = tuple(sec.form for s in specs() for sec in s.sections)  # each method module's form inputs
+    for fields in (forms.COMMON_FIELDS, forms.CLIP_FIELDS, forms.ADVANCED_FIELDS, *sections):
         for path, _ in fields:
             assert forms.field_schema(doc, path) is not None, path
 
@@ -87,7 +89,7 @@ def test_client_reads(seeded):
     assert c.compare([seeded.ids["grpo"], seeded.ids["aero"]])["baseline"] == seeded.ids["grpo"]
     assert c.export_csv(seeded.ids["aero"]).startswith(b"step,")
     methods = {m["name"]: m for m in c.methods()}
-    assert methods["aero"]["config_section"] == "aero" and methods["dapo"]["clip"] == "clip-higher"
+    assert [sec["name"] for sec in methods["aero"]["sections"]] == ["aero"] and methods["dapo"]["clip"] == "clip-higher"
 
 
 def test_client_error_kinds(seeded, fresh_api, helpers):

@@ -22,8 +22,8 @@ BAD = [
     ({"steps": 0}, "steps"),
     ({"temperature": 0}, "temperature"),
     ({"top_p": 1.5}, "top_p"),
-    ({"dapo": {"eps_low": 0.3, "eps_high": 0.2}}, "dapo.eps_high"),
-    ({"dapo": {"overlong_buffer": 12}}, "dapo.overlong_buffer"),
+    ({"method": "dapo", "dapo": {"eps_low": 0.3, "eps_high": 0.2}}, "dapo.eps_high"),
+    ({"method": "dapo", "dapo": {"overlong_buffer": 12}}, "dapo.overlong_buffer"),
     ({"preset": None}, "model_path"),
     ({"task": "math"}, "train_data"),
     ({"unknown_field": 1}, "unknown_field"),
@@ -57,7 +57,8 @@ def test_defaults_follow_the_paper():
     assert (cfg.n_total, a.n_explore, a.n_max, a.delta_n, a.k_max, a.tau, a.S, a.k, a.alpha0, a.beta0) == (
         16, 8, 32, 2, 10, 0.5, 0, 1.0, 1.0, 1.0)
     assert (cfg.clip_eps, cfg.entropy_coef, cfg.optim.grad_clip, cfg.optim.warmup_ratio) == (0.2, 1e-3, 1.0, 0.03)
-    assert (cfg.dapo.eps_low, cfg.dapo.eps_high) == (0.2, 0.28)
+    dapo = parse_run_config({"method": "dapo"}).dapo
+    assert (dapo.eps_low, dapo.eps_high) == (0.2, 0.28)
 
 
 def test_method_defaults_and_strategies():

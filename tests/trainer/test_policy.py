@@ -32,12 +32,13 @@ def test_defaults_accept_the_default_config_and_refuse_the_reported_attacks():
 
 def test_work_multipliers_are_capped():
     """The two fields a hostile-input suite found uncapped (4611686018427387904 was accepted)."""
-    got = fields({"aero": {"delta_n": 4611686018427387904}, "dapo": {"max_gen_rounds": 4611686018427387904}},
-                 RunPolicy())
+    got = fields({"aero": {"delta_n": 4611686018427387904}}, RunPolicy())
+    got.update(fields({"method": "dapo", "dapo": {"max_gen_rounds": 4611686018427387904}}, RunPolicy()))
     assert got == {"aero.delta_n": "at most 1024 (operator cap AERO_MAX_AERO_DELTA_N)",
                    "dapo.max_gen_rounds": "at most 64 (operator cap AERO_MAX_DAPO_GEN_ROUNDS)"}
     tight = RunPolicy(max_aero_delta_n=4, max_dapo_gen_rounds=2)
-    assert parse_run_config({"aero": {"delta_n": 4}, "dapo": {"max_gen_rounds": 2}}, tight).aero.delta_n == 4
+    assert parse_run_config({"aero": {"delta_n": 4}}, tight).aero.delta_n == 4
+    assert parse_run_config({"method": "dapo", "dapo": {"max_gen_rounds": 2}}, tight).dapo.max_gen_rounds == 2
 
 
 def _int_fields(model, prefix=""):
@@ -45,10 +46,11 @@ def _int_fields(model, prefix=""):
     import typing
 
     for name, f in model.model_fields.items():
-        if hasattr(f.annotation, "model_fields"):
-            yield from _int_fields(f.annotation, f"{prefix}{name}.")
-            continue
         ann = f.annotation
+        nested = [a for a in (typing.get_args(ann) or (ann,)) if hasattr(a, "model_fields")]  # a method section is Model | None
+        if nested:
+            yield from _int_fields(nested[0], f"{prefix}{name}.")
+            continue
         args = [a for a in typing.get_args(ann) if a is not type(None)] \
             if typing.get_origin(ann) in (typing.Union, types.UnionType) else [ann]
         if args and all(a is int for a in args):

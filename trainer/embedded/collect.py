@@ -26,7 +26,7 @@ from trainer.config import RunConfig
 from trainer.flops import rollout_flops, train_flops
 from trainer.methods.sampler import Samples
 from trainer.methods.spec import get_step
-from trainer.methods.step import advantages, savings_metrics
+from trainer.methods.step import CostMetrics
 from trainer.rollout.base import Rollout, RolloutEngine, SamplingParams
 from trainer.tasks.base import Problem, Task
 from trainer.tasks.verify import score_batch
@@ -53,7 +53,7 @@ class Collected:
     time_rollout: float = 0.0
     time_reward: float = 0.0
     gen_calls: int = 0
-    ledger: dict | None = None  # AERO only: per-prompt facts for the counterfactual savings
+    cost_metrics: CostMetrics | None = None  # the step's metrics that need its cost per trained token
 
 
 class _Sampler:
@@ -134,9 +134,9 @@ def collect(ctx: StepContext, data_pos: int) -> Collected:
     cfg = ctx.cfg
     sampler = EmbeddedSampler(ctx, data_pos)
     res = get_step(cfg.method)(cfg, sampler, ctx.rng)
-    reward = np.array([r.reward for r in sampler.rollouts], dtype=np.float64)
-    c = Collected(train=[sampler.rollouts[i] for i in res.rows.tolist()], advantages=advantages(cfg, res, reward),
-                  generated=sampler.rollouts, prompts_used=res.prompts_used, stats=res.stats, ledger=res.ledger)
+    c = Collected(train=[sampler.rollouts[i] for i in res.rows.tolist()], advantages=torch.from_numpy(res.advantages),
+                  generated=sampler.rollouts, prompts_used=res.prompts_used, stats=res.stats,
+                  cost_metrics=res.cost_metrics)
     return sampler.timed.finish(c)
 
 
@@ -163,7 +163,6 @@ def step_metrics(cfg: RunConfig, setup, c: Collected, train_stats: dict[str, flo
         "prompts/used": float(c.prompts_used),
         **c.stats, **train_stats,
     }
-    if c.ledger is not None and tr_len:
-        m.update(savings_metrics(cfg, c.ledger, flops_per_token=f_train / sum(tr_len),
-                                 seconds_per_token=time_train / sum(tr_len)))
+    if c.cost_metrics is not None and tr_len:
+        m.update(c.cost_metrics(f_train / sum(tr_len), time_train / sum(tr_len)))
     return m

@@ -8,43 +8,125 @@ The order of AERO's steps lives here, once, for every engine; the math is the sh
     3. rescue    (S1) start_rescue; repeat plan_rounds -> one engine call -> replay, until the
                  plan is empty; rounds_per_call rounds per call, replayed in generation order
     4. curate    (S2 Bayesian zero-variance groups, S3 rejection sampling of negatives)
-    5. report    training rows, group kinds and u~, strata/rescue/groups metrics, savings ledger
+    5. report    training rows with their advantages (S2's Beta-posterior baseline u~ on zero-
+                 variance groups, eq. 6), strata/rescue/groups metrics, the savings as cost metrics
+
+The ``aero`` config section (:class:`AEROConfig`) and its rules live here too.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from functools import partial
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
+from pydantic import Field
 
 import common.metric_keys as mk
-from trainer.methods.spec import MethodSpec, VerlMapping, register
+from trainer.methods.section import Issues, Section, Strict
+from trainer.methods.spec import Display, MethodSpec, VerlMapping, register
 from trainer.methods.step import StepResult, strata_stats
 
 if TYPE_CHECKING:
     from trainer.config import RunConfig
     from trainer.methods.sampler import Sampler
 
-METRICS = ("rescue/*", "groups/*", "savings/*")
+
+class AEROConfig(Strict):
+    """AERO allocation and curation (paper §4, Algorithm 1, Table 9 'AERO Sampling')."""
+
+    n_explore: int = Field(8, ge=1, le=4096, description="Stage I exploration rollouts per prompt (paper: 8).")
+    n_max: int = Field(32, ge=1, description="Cap on rollouts per prompt, exploration included (paper: 32).")
+    delta_n: int = Field(2, ge=1, description="Extra rollouts per rescue prompt per rescue round (paper: 2 math, 4 code).")
+    k_max: int = Field(10, ge=0, description="Maximum rescue rounds K_max (paper: 10 math, 3 code).")
+    tau: float = Field(0.5, gt=0.0, le=1.0, description="Success-rate threshold between low- and high-success strata (paper: 0.5).")
+    S: int = Field(0, ge=0, le=4096, description="Rescue threshold on correct count: prompts with c <= S are rescued (paper: 0).")
+    k: float = Field(1.0, allow_inf_nan=False, le=1e6, description="Negatives kept per positive in low-success groups, "
+                     "m = min(k*c, #incorrect) (paper: 1; Thm 4.1 optimum).")
+    alpha0: float = Field(1.0, description="Beta prior alpha for the Bayesian baseline (paper: 1).")
+    beta0: float = Field(1.0, description="Beta prior beta for the Bayesian baseline (paper: 1).")
+    zero_variance_keep: int = Field(4, ge=1, le=4096, description="Rollouts kept from a zero-variance group under S2 (paper §4.4: 4).")
+    negative_selection: Literal["random", "first", "longest", "shortest"] = Field(
+        "random",
+        description="Which incorrect rollouts S3 keeps. The paper says 'top-m most informative' without a definition; "
+        "default: uniformly at random (seeded). 'first' = generation order.",
+    )
+    rescue_negative: Literal["first", "random"] = Field(
+        "first", description="Which incorrect rollout joins the first correct one in a rescued group of 2."
+    )
+    zero_variance_selection: Literal["first", "random"] = Field(
+        "first", description="Which rollouts an S2 zero-variance group keeps."
+    )
+    budget_split: Literal["prompt-order", "round-robin"] = Field(
+        "prompt-order",
+        description="When the rescue budget cannot give delta_n to every active prompt in a round: 'prompt-order' gives "
+        "full delta_n shares in batch order (the last share may be partial); 'round-robin' deals one rollout at a time.",
+    )
+    rounds_per_call: int = Field(
+        0,
+        ge=0,
+        le=1_000,
+        description="Rescue rounds generated per engine call. 0 (default) = every round (up to k_max) in ONE call, "
+        "replayed in generation order: the curated groups equal the paper's sequential rounds on the same samples "
+        "whenever the budget does not bind (rescue/budget_left > 0); rollouts after a prompt's rescue are generated "
+        "(and charged in FLOPs) but not trained. 1 = the paper's sequential rounds, one engine call each (slower by "
+        "one call per round). R > 1: R rounds per call.",
+    )
 
 
-def aero_step(cfg: RunConfig, sampler: Sampler, rng: np.random.Generator, *, first: np.ndarray | None = None,
-              rescue_budget: int | None = None, no_rescue: np.ndarray | None = None) -> StepResult:
+def aero_rules(cfg: RunConfig) -> Issues:
+    """AERO's cross-field rules (paper §4.2.1, Algorithm 1), each naming the field to change."""
+    a, issues = cfg.aero, []
+    if a.n_explore > cfg.n_total:
+        issues.append(("aero.n_explore", f"must be <= n_total ({cfg.n_total}); got {a.n_explore}"))
+    if a.n_max < a.n_explore:
+        issues.append(("aero.n_max", f"must be >= aero.n_explore ({a.n_explore}); got {a.n_max}"))
+    if a.S * 2 > a.n_explore:
+        issues.append(("aero.S", f"must be in [0, n_explore/2] (paper §4.2.1); got {a.S} with n_explore {a.n_explore}"))
+    if a.k < 1:
+        issues.append(("aero.k", f"must be >= 1 (a 1:k positive:negative mix); got {a.k}"))
+    if a.alpha0 <= 0:
+        issues.append(("aero.alpha0", f"must be > 0 (Beta prior); got {a.alpha0}"))
+    if a.beta0 <= 0:
+        issues.append(("aero.beta0", f"must be > 0 (Beta prior); got {a.beta0}"))
+    return issues
+
+
+AERO_SECTION = Section(
+    name="aero", model=AEROConfig, title="AERO sampling (paper defaults)", rules=aero_rules,
+    form=(("aero.n_explore", "n_explore"), ("aero.n_max", "n_max"), ("aero.delta_n", "delta_n"),
+          ("aero.k_max", "K_max"), ("aero.tau", "tau"), ("aero.S", "S"), ("aero.k", "k"),
+          ("aero.alpha0", "alpha0"), ("aero.beta0", "beta0")),
+)
+
+
+def aero_step(cfg: RunConfig, sampler: Sampler, rng: np.random.Generator) -> StepResult:
     """One AERO step (module docstring) on one batch of P prompts; ``rng`` draws S3's random
-    negatives. The ablations switch S2/S3 off through their spec's strategies.
+    negatives. The ablations switch S2/S3 off through their spec's strategies."""
+    return aero_step_with_ledger(cfg, sampler, rng)[0]
+
+
+def aero_step_with_ledger(cfg: RunConfig, sampler: Sampler, rng: np.random.Generator, *,
+                          first: np.ndarray | None = None, rescue_budget: int | None = None,
+                          no_rescue: np.ndarray | None = None) -> tuple[StepResult, dict]:
+    """:func:`aero_step`, plus its per-prompt ledger (strata, rescued, produced, correct,
+    mean_tokens: the inputs of the counterfactual savings).
 
     ``first`` (int[P], >= 1) and ``rescue_budget`` are aero-mem's hooks (trainer/methods/
     aero_mem.py): each prompt's first-call rollouts, stratified on all of them and counted as
     produced when its rescue starts, and the rescue pool. The defaults, n_explore each and
     (n_total - n_explore) * P, are AERO. ``no_rescue`` (bool[P]) marks prompts aero-mem has
     given up on this step: explored and curated as usual, never rescued."""
-    from trainer.core.aero import Stratum, curate, plan_rounds, replay, start_rescue, stratify
+    import torch
+
+    from trainer.core.aero import Stratum, aero_advantages, curate, plan_rounds, replay, start_rescue, stratify
     from trainer.methods.sampler import RowLog
     from trainer.methods.spec import get_method
 
     a = cfg.aero
-    s1, s2, s3 = get_method(cfg.method).strategies
+    spec = get_method(cfg.method)
+    s1, s2, s3 = spec.strategies
     P = sampler.next_prompts()
     log = RowLog()
     n_first = np.full(P, a.n_explore, dtype=np.int64) if first is None else np.asarray(first, dtype=np.int64)
@@ -69,7 +151,7 @@ def aero_step(cfg: RunConfig, sampler: Sampler, rng: np.random.Generator, *, fir
         new_rows = new.rows_by_prompt(P)
         state, used = replay(state, plan, [new.correct[r - new.first_row].astype(np.float64) for r in new_rows])
         rows_of = [np.concatenate([rows_of[p], new_rows[p][used[p]]]) for p in range(P)]
-    ok, length, tokens = log.column("correct"), log.column("length"), log.column("tokens")
+    ok, length, tokens, reward = log.column("correct"), log.column("length"), log.column("tokens"), log.column("reward")
     cur = curate([ok[r].astype(np.float64) for r in rows_of], strata, state.rescued_at, s1=s1, s2=s2, s3=s3,
                  n_explore=int(n_first.min(initial=a.n_explore)), alpha0=a.alpha0, beta0=a.beta0, k=a.k,
                  zero_variance_keep=a.zero_variance_keep,
@@ -78,7 +160,10 @@ def aero_step(cfg: RunConfig, sampler: Sampler, rng: np.random.Generator, *, fir
                  rng=rng)
     prompt_idx, pos, gid = cur.flat()
     rows = np.array([rows_of[p][i] for p, i in zip(prompt_idx.tolist(), pos.tolist())], dtype=np.int64)
-    stats = strata_stats(correct, n_first, cfg)
+    adv = aero_advantages(torch.tensor(reward[rows].tolist()), torch.as_tensor(gid), cur.kinds, cur.u_tilde, eps=1e-6,
+                          unbiased=cfg.std_unbiased, normalize_std=spec.divides_by_std(cfg)).numpy() \
+        if len(rows) else torch.zeros(0).numpy()
+    stats = strata_stats(correct, n_first, a.S, a.tau)
     stats.update({
         mk.ZERO_ACC_AFTER_RESCUE: float((cur.correct == 0).mean()),
         "rescue/rescued": float(state.rescued.sum()), "rescue/rounds": float(state.rounds_used),
@@ -88,22 +173,39 @@ def aero_step(cfg: RunConfig, sampler: Sampler, rng: np.random.Generator, *, fir
     })
     ledger = dict(strata=strata, rescued=np.array([k == "rescued" for k in cur.kinds]), produced=cur.produced,
                   correct=cur.correct, mean_tokens=np.array([tokens[r].mean() for r in rows_of]))
-    return StepResult(rows=rows, group=gid, prompts_used=P, calls=calls, generated=len(log), stats=stats,
-                      kinds=cur.kinds, u_tilde=cur.u_tilde, ledger=ledger)
+    return StepResult(rows=rows, group=gid, advantages=adv, prompts_used=P, calls=calls, generated=len(log),
+                      stats=stats, cost_metrics=partial(savings_metrics, cfg, ledger)), ledger
 
 
-_VERL = VerlMapping(rollout_n="n_explore", stock_fit=False)
-_COMMON = dict(family="aero", config_section="aero", verl=_VERL, metric_keys=METRICS)
+def savings_metrics(cfg: RunConfig, ledger: dict, flops_per_token: float, seconds_per_token: float) -> dict[str, float]:
+    """Counterfactual S1/S2/S3 savings against GRPO at the same budget (trainer.core.savings),
+    in trained rollouts, tokens, FLOPs and seconds (seconds from this step's measured cost per
+    trained token)."""
+    from trainer.core.savings import savings_cost, waterfall
 
-AERO = register(MethodSpec(
-    name="aero", label="AERO", colour="#E45756", order=20, strategies=(True, True, True), dash=4,
-    description="AERO (S1 rescue + S2 Bayesian + S3 rejection sampling)", **_COMMON,
-), aero_step)
-AERO_S1 = register(MethodSpec(
-    name="aero-s1", label="AERO S1 only", colour="#72B7B2", order=21, strategies=(True, False, False), dash=3,
-    description="AERO ablation: S1 rescue only", **_COMMON,
-), aero_step)
-AERO_S1S2 = register(MethodSpec(
-    name="aero-s1s2", label="AERO S1+S2", colour="#B279A2", order=22, strategies=(True, True, False), dash=5,
-    description="AERO ablation: S1 + S2", **_COMMON,
-), aero_step)
+    w = waterfall(**ledger, n_total=cfg.n_total, zero_variance_keep=cfg.aero.zero_variance_keep, k=cfg.aero.k)
+    cost = savings_cost(w.saved_tokens, flops_per_token, seconds_per_token)
+    out = {mk.SAVINGS_GRPO_ROLLOUTS: w.rollouts["grpo"], mk.SAVINGS_GRPO_TOKENS: w.tokens["grpo"]}
+    for s in ("s1", "s2", "s3"):
+        out.update({f"savings/{s}_rollouts": w.saved_rollouts[s], f"savings/{s}_tokens": w.saved_tokens[s],
+                    f"savings/{s}_flops": cost["flops"][s], f"savings/{s}_s": cost["seconds"][s]})
+    return out
+
+
+def _n_explore(cfg: RunConfig) -> int:
+    return cfg.aero.n_explore
+
+
+# Exploration is verl's rollout.n; the curated loop runs the rescue and trains this step's advantages.
+AERO_VERL = VerlMapping(rollout_n="n_explore", stock_fit=False, first_call_n=_n_explore)
+
+
+def _aero(name: str, label: str, colour: str, order: int, dash: int, strategies, description: str) -> MethodSpec:
+    return register(MethodSpec(name=name, family="aero", sections=(AERO_SECTION,), strategies=strategies,
+                               verl=AERO_VERL, display=Display(label, colour, description, order, dash)), aero_step)
+
+
+AERO = _aero("aero", "AERO", "#E45756", 20, 4, (True, True, True),
+             "AERO (S1 rescue + S2 Bayesian + S3 rejection sampling)")
+AERO_S1 = _aero("aero-s1", "AERO S1 only", "#72B7B2", 21, 3, (True, False, False), "AERO ablation: S1 rescue only")
+AERO_S1S2 = _aero("aero-s1s2", "AERO S1+S2", "#B279A2", 22, 5, (True, True, False), "AERO ablation: S1 + S2")

@@ -24,9 +24,11 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
+from pydantic import Field
 
-from trainer.methods.aero import _COMMON
-from trainer.methods.spec import MethodSpec, register
+from trainer.methods.aero import AERO_SECTION, AERO_VERL
+from trainer.methods.section import Section, Strict
+from trainer.methods.spec import Display, MethodSpec, Needs, register
 from trainer.methods.step import StepResult
 
 if TYPE_CHECKING:
@@ -34,13 +36,64 @@ if TYPE_CHECKING:
     from trainer.methods.sampler import Sampler, Samples
 
 STATE_KEY = "aero_mem"
-METRICS = ("memory/*",)
 # Which of (a) adapt_explore, (b) preallocate, (c) skip, (d) give_up each method uses; None = the config's.
 VARIANTS: dict[str, tuple[bool, bool, bool, bool] | None] = {
     "aero-mem": None, "aero-mem-a": (True, False, False, False), "aero-mem-b": (False, True, False, False),
     "aero-mem-c": (False, False, True, False), "aero-mem-d": (False, False, False, True),
     "aero-mem-abd": (True, True, False, True),
 }
+
+
+class AEROMemConfig(Strict):
+    """aero-mem: AERO with a per-prompt Beta posterior carried across epochs (beyond the paper;
+    docs/algorithms.md §7). Needs stable prompt ids: the math and code tasks, or the arithmetic
+    task with ``train_size``. Exploration savings are not spent: a step never generates more
+    than AERO's n_total * P."""
+
+    gamma: float = Field(0.98, ge=0.0, le=1.0, description="Forgetting per training step since a prompt was last "
+                         "seen, applied to its evidence (alpha - alpha0, beta - beta0): 1 = never forget, 0 = AERO's "
+                         "from-scratch view. The prior is aero.alpha0 / aero.beta0.")
+    adapt_explore: bool = Field(True, description="(a) Explore confidently solved prompts with n_explore_min rollouts "
+                                "instead of aero.n_explore.")
+    n_explore_min: int = Field(4, ge=1, le=4096, description="(a) The floor: rollouts for a confidently solved prompt, so a "
+                               "regression is still seen (capped at aero.n_explore).")
+    solved_tau: float = Field(0.75, gt=0.0, lt=1.0, description="(a) A prompt is confidently solved when "
+                              "P(p > solved_tau) > solved_conf under its posterior.")
+    solved_conf: float = Field(0.8, gt=0.0, lt=1.0, description="(a) Confidence for 'solved' (see solved_tau).")
+    preallocate: bool = Field(True, description="(b) Reserve rescue rollouts for known-hard prompts and generate them "
+                              "with the exploration, so their rescue does not start from zero.")
+    hard_mean: float = Field(0.15, gt=0.0, lt=1.0, description="(b) Known hard: a seen prompt whose posterior mean is "
+                             "below this (Beta(1, 1) after 0/8: 0.1).")
+    reserve: int = Field(4, ge=1, le=4096, description="(b) Rescue rollouts reserved per known-hard prompt, charged to AERO's "
+                         "rescue budget (n_total - n_explore) * P; capped at aero.n_max.")
+    skip: bool = Field(False, description="(c) Skip prompts confidently all-correct (no rollouts this step), each "
+                       "revisited with probability 'revisit'.")
+    skip_tau: float = Field(0.9, gt=0.0, lt=1.0, description="(c) Skip when P(p > skip_tau) > skip_conf.")
+    skip_conf: float = Field(0.9, gt=0.0, lt=1.0, description="(c) Confidence for skipping (see skip_tau).")
+    revisit: float = Field(0.2, ge=0.0, le=1.0, description="(c) Probability that a skippable prompt is sampled "
+                           "anyway (seeded by run seed, step and prompt id).")
+    give_up: bool = Field(False, description="(d) No rescue rounds for prompts confidently hopeless (still explored), "
+                          "each rescued anyway with probability hope_revisit; their rescue share is not spent.")
+    hope_tau: float = Field(0.05, gt=0.0, lt=1.0, description="(d) Hopeless when P(p > hope_tau) < 1 - hope_conf "
+                            "under the prompt's posterior (Beta(1, 1) after 0/32: 0.18 at 0.05).")
+    hope_conf: float = Field(0.8, gt=0.0, lt=1.0, description="(d) Confidence for 'hopeless' (see hope_tau).")
+    hope_visits: int = Field(2, ge=1, le=1_000_000, description="(d) Give up only after the prompt was sampled in at least this "
+                             "many steps (observed epochs), so one failed rescue is not enough.")
+    hope_revisit: float = Field(0.1, ge=0.0, le=1.0, description="(d) Probability that a hopeless prompt is rescued "
+                                "anyway (seeded by run seed, step and prompt id, independent of (c)'s draws).")
+    give_up_floor: bool = Field(False, description="(d) Explore given-up prompts with n_explore_min rollouts instead "
+                                "of their usual exploration size.")
+
+
+AERO_MEM_SECTION = Section(
+    name="aero_mem", model=AEROMemConfig, title="AERO-mem (prompt memory, beyond the paper)",
+    form=(("train_size", "train_size (finite set; 0 = stream)"), ("aero_mem.gamma", "gamma (forgetting per step)"),
+          ("aero_mem.adapt_explore", "(a) adapt exploration"), ("aero_mem.n_explore_min", "(a) n_explore_min"),
+          ("aero_mem.preallocate", "(b) pre-allocate rescue"), ("aero_mem.reserve", "(b) reserve"),
+          ("aero_mem.skip", "(c) skip solved"), ("aero_mem.revisit", "(c) revisit"),
+          ("aero_mem.give_up", "(d) give up on hopeless"), ("aero_mem.hope_tau", "(d) hope_tau"),
+          ("aero_mem.hope_visits", "(d) hope_visits"), ("aero_mem.hope_revisit", "(d) hope_revisit")),
+)
 
 
 def options(cfg: RunConfig) -> tuple[bool, bool, bool, bool]:
@@ -74,7 +127,7 @@ def aero_mem_step(cfg: RunConfig, sampler: Sampler, rng: np.random.Generator) ->
     """One aero-mem step (module docstring). ``rng`` is AERO's (S3's random negatives); the
     revisits of (c) are hashed from (seed, clock, id) and need no RNG state."""
     from trainer.core.memory import Memory, from_dict, plan_step, recall, remember, revisit_draws, to_dict
-    from trainer.methods.aero import aero_step
+    from trainer.methods.aero import aero_step_with_ledger
 
     if not (hasattr(sampler, "state") and hasattr(sampler, "prompt_keys")):
         raise NotImplementedError(f"{cfg.method} needs a sampler with prompt ids and state (the embedded engine's)")
@@ -96,13 +149,13 @@ def aero_mem_step(cfg: RunConfig, sampler: Sampler, rng: np.random.Generator) ->
     live = np.flatnonzero(~plan.skip)
     correct, n = np.zeros(P, dtype=np.int64), np.zeros(P, dtype=np.int64)
     if len(live):
-        res = aero_step(cfg, _Sampled(sampler, P, live), rng, first=plan.first_call[live],
-                        rescue_budget=plan.rescue_budget, no_rescue=plan.gave_up[live])
-        correct[live], n[live] = res.ledger["correct"], res.ledger["produced"]
+        res, ledger = aero_step_with_ledger(cfg, _Sampled(sampler, P, live), rng, first=plan.first_call[live],
+                                            rescue_budget=plan.rescue_budget, no_rescue=plan.gave_up[live])
+        correct[live], n[live] = ledger["correct"], ledger["produced"]
     else:  # every prompt skipped: nothing generated, nothing trained
         empty = np.zeros(0, dtype=np.int64)
-        res = StepResult(rows=empty, group=empty.copy(), prompts_used=P, calls=0, generated=0, kinds=[],
-                         u_tilde=np.zeros(0))
+        res = StepResult(rows=empty, group=empty.copy(), advantages=np.zeros(0, dtype=np.float32), prompts_used=P,
+                         calls=0, generated=0)
     memory = remember(memory, ids, clock, correct, n)
     sampler.state[STATE_KEY] = {"clock": clock, "memory": to_dict(memory)}
     res.prompts_used = P
@@ -122,32 +175,25 @@ def memory_stats(plan, seen: np.ndarray, n_explore: int, size: int) -> dict[str,
     }
 
 
-# Reads the aero section too (config_section "aero_mem" implies it); needs the embedded
-# engine's sampler (prompt ids and state) and stable prompt ids (checked at config time).
-_MEM = dict(_COMMON, family="aero-mem", config_section="aero_mem", metric_keys=_COMMON["metric_keys"] + METRICS,
-            engines=("embedded",), needs_prompt_ids=True)
+# AERO's section and verl mapping plus the memory's; the embedded engine's sampler (prompt ids
+# and state) and stable prompt ids (checked at config time).
+_NEEDS = Needs(engines=("embedded",), prompt_ids=True)
 
-AERO_MEM = register(MethodSpec(
-    name="aero-mem", label="AERO-mem", colour="#EECA3B", order=25, strategies=(True, True, True), dash=1,
-    description="AERO with prompt memory across epochs (beyond the paper; aero_mem section)", **_MEM,
-), aero_mem_step)
-AERO_MEM_A = register(MethodSpec(
-    name="aero-mem-a", label="AERO-mem (a)", colour="#FF9DA6", order=26, strategies=(True, True, True), dash=3,
-    description="aero-mem ablation: (a) memory-sized exploration only", **_MEM,
-), aero_mem_step)
-AERO_MEM_B = register(MethodSpec(
-    name="aero-mem-b", label="AERO-mem (b)", colour="#9D755D", order=27, strategies=(True, True, True), dash=4,
-    description="aero-mem ablation: (b) rescue pre-allocated to known-hard prompts only", **_MEM,
-), aero_mem_step)
-AERO_MEM_C = register(MethodSpec(
-    name="aero-mem-c", label="AERO-mem (c)", colour="#BAB0AC", order=28, strategies=(True, True, True), dash=5,
-    description="aero-mem ablation: (c) skip confidently solved prompts (with revisits) only", **_MEM,
-), aero_mem_step)
-AERO_MEM_D = register(MethodSpec(
-    name="aero-mem-d", label="AERO-mem (d)", colour="#17BECF", order=29, strategies=(True, True, True), dash=0,
-    description="aero-mem ablation: (d) no rescue for confidently hopeless prompts (with revisits) only", **_MEM,
-), aero_mem_step)
-AERO_MEM_ABD = register(MethodSpec(
-    name="aero-mem-abd", label="AERO-mem (a+b+d)", colour="#D67195", order=29, strategies=(True, True, True), dash=1,
-    description="aero-mem with (a) + (b) + (d): sized exploration, pre-allocated and capped rescue", **_MEM,
-), aero_mem_step)
+
+def _mem(name: str, label: str, colour: str, order: int, dash: int, description: str) -> MethodSpec:
+    return register(MethodSpec(name=name, family="aero-mem", sections=(AERO_SECTION, AERO_MEM_SECTION),
+                               strategies=(True, True, True), verl=AERO_VERL, needs=_NEEDS,
+                               display=Display(label, colour, description, order, dash)), aero_mem_step)
+
+
+AERO_MEM = _mem("aero-mem", "AERO-mem", "#EECA3B", 25, 1,
+                "AERO with prompt memory across epochs (beyond the paper; aero_mem section)")
+AERO_MEM_A = _mem("aero-mem-a", "AERO-mem (a)", "#FF9DA6", 26, 3, "aero-mem ablation: (a) memory-sized exploration only")
+AERO_MEM_B = _mem("aero-mem-b", "AERO-mem (b)", "#9D755D", 27, 4,
+                  "aero-mem ablation: (b) rescue pre-allocated to known-hard prompts only")
+AERO_MEM_C = _mem("aero-mem-c", "AERO-mem (c)", "#BAB0AC", 28, 5,
+                  "aero-mem ablation: (c) skip confidently solved prompts (with revisits) only")
+AERO_MEM_D = _mem("aero-mem-d", "AERO-mem (d)", "#17BECF", 29, 0,
+                  "aero-mem ablation: (d) no rescue for confidently hopeless prompts (with revisits) only")
+AERO_MEM_ABD = _mem("aero-mem-abd", "AERO-mem (a+b+d)", "#D67195", 29, 1,
+                    "aero-mem with (a) + (b) + (d): sized exploration, pre-allocated and capped rescue")

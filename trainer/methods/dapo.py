@@ -5,14 +5,49 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
+from pydantic import Field
 
 import common.metric_keys as mk
-from trainer.methods.spec import MethodSpec, VerlMapping, register
-from trainer.methods.step import StepResult, strata_stats
+from trainer.methods.section import Issues, Section, Strict
+from trainer.methods.spec import Display, MethodSpec, VerlMapping, register
+from trainer.methods.step import StepResult, group_advantages, strata_stats
 
 if TYPE_CHECKING:
     from trainer.config import RunConfig
     from trainer.methods.sampler import Sampler
+
+
+class DAPOConfig(Strict):
+    """DAPO (Yu et al. 2025): clip-higher, token-level loss, overlong shaping, dynamic sampling."""
+
+    eps_low: float = Field(0.2, gt=0.0, lt=1.0, description="Lower clip range (DAPO: 0.2).")
+    eps_high: float = Field(0.28, gt=0.0, description="Upper clip range, 'clip-higher' (DAPO: 0.28).")
+    dynamic_sampling: bool = Field(True, description="Drop zero-variance groups and sample more prompt batches.")
+    max_gen_rounds: int = Field(
+        1,
+        ge=1,
+        description="Cap on prompt batches generated per step. 1 = the same rollout budget as GRPO (default, for "
+        "equal-budget comparisons); DAPO's paper keeps sampling (e.g. 3). When the cap is hit the step trains on the "
+        "groups it has and counts it.",
+    )
+    overlong_buffer: int = Field(4, ge=0, le=1_048_576, description="Soft overlong punishment buffer L_cache in tokens (0 = off).")
+    overlong_penalty: float = Field(1.0, ge=0.0, description="Maximum overlong penalty subtracted from the reward.")
+
+
+def dapo_rules(cfg: RunConfig) -> Issues:
+    issues = []
+    if cfg.dapo.eps_high < cfg.dapo.eps_low:
+        issues.append(("dapo.eps_high", f"must be >= dapo.eps_low ({cfg.dapo.eps_low})"))
+    if cfg.dapo.overlong_buffer >= cfg.max_new_tokens:
+        issues.append(("dapo.overlong_buffer", f"must be < max_new_tokens ({cfg.max_new_tokens})"))
+    return issues
+
+
+DAPO_SECTION = Section(
+    name="dapo", model=DAPOConfig, title="DAPO", rules=dapo_rules,
+    form=(("dapo.eps_low", "clip eps_low"), ("dapo.eps_high", "clip eps_high"),
+          ("dapo.max_gen_rounds", "sampling cap (batches per step)"), ("dapo.dynamic_sampling", "dynamic sampling")),
+)
 
 
 def dapo_step(cfg: RunConfig, sampler: Sampler, rng: np.random.Generator | None = None) -> StepResult:
@@ -50,18 +85,24 @@ def dapo_step(cfg: RunConfig, sampler: Sampler, rng: np.random.Generator | None 
     shaped = (torch.tensor(all_reward[rows].tolist()) + overlong_penalty(
         torch.tensor(all_length[rows].tolist(), dtype=torch.float32), cfg.max_new_tokens, d.overlong_buffer,
         d.overlong_penalty)).numpy()
-    stats = strata_stats(first_correct, n, cfg)
+    stats = strata_stats(first_correct, n)
     stats[mk.ZERO_ACC_AFTER_RESCUE] = stats[mk.ZERO_ACC_AFTER_EXPLORE]
     stats.update({"dapo/gen_rounds": float(rounds), "dapo/kept_groups": float(len(kept)),
                   "dapo/cap_hit": float(len(kept) < P)})
-    return StepResult(rows=rows, group=group, prompts_used=used, calls=rounds, generated=generated, stats=stats,
-                      shaped=shaped)
+    return StepResult(rows=rows, group=group, advantages=group_advantages(cfg, shaped, group), prompts_used=used,
+                      calls=rounds, generated=generated, stats=stats)
+
+
+def _clip_higher(cfg: RunConfig) -> tuple[float, float]:
+    return cfg.dapo.eps_low, cfg.dapo.eps_high
+
+
+def _sampling_cap(cfg: RunConfig) -> int:
+    return cfg.dapo.max_gen_rounds
 
 
 DAPO = register(MethodSpec(
-    name="dapo", label="DAPO", colour="#F58518", family="dapo", order=10, config_section="dapo",
-    description="DAPO (clip-higher, dynamic sampling)", loss_agg="token-mean", clip="clip-higher",
-    verl=VerlMapping(stock_fit=False),
-    metric_keys=("dapo/gen_rounds", "dapo/kept_groups", "dapo/cap_hit"),
-    dash=1,
+    name="dapo", family="dapo", sections=(DAPO_SECTION,), loss_agg="token-mean", clip="clip-higher",
+    clip_of=_clip_higher, verl=VerlMapping(stock_fit=False, prompt_batches=_sampling_cap),
+    display=Display("DAPO", "#F58518", "DAPO (clip-higher, dynamic sampling)", order=10, dash=1),
 ), dapo_step)

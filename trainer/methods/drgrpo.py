@@ -12,10 +12,10 @@ of by each response's length. The older route, ``method="grpo"`` with
 from __future__ import annotations
 
 from trainer.methods.grpo import grpo_step
-from trainer.methods.spec import MethodSpec, register
+from trainer.methods.spec import Display, MethodSpec, register
 
 DRGRPO = register(MethodSpec(
-    name="drgrpo", label="Dr.GRPO", colour="#54A24B", family="grpo", order=30,
-    description="Dr.GRPO (GRPO without std normalisation or length normalisation)",
-    loss_agg="seq-mean-token-sum-norm", normalize_std=False,
+    name="drgrpo", family="grpo", loss_agg="seq-mean-token-sum-norm", normalize_std=False,
+    display=Display("Dr.GRPO", "#54A24B", "Dr.GRPO (GRPO without std normalisation or length normalisation)",
+                    order=30),
 ), grpo_step)

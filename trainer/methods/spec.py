@@ -1,99 +1,136 @@
 """What a training method is, as data: the spec every other package reads, and the registry.
 
-Stdlib only, so the backend, the CLI and the config module import it without torch or
-numpy. A spec says what the rest of the platform needs to know about a method (its label and
-colour, which config section it reads, which AERO strategies it switches on, its loss
-aggregation and clip range, how verl runs it, which extra metric keys it logs); its step
-function (trainer/methods/<family>.py) says how one step collects rollouts. Nothing outside
-trainer/methods/ compares method names.
+A method is one module of this package (trainer/methods/<name>.py) that calls :func:`register`
+with its spec and its step. The spec declares, apart from each other:
+
+- its config sections (trainer/methods/section.py): the pydantic models of the blocks it reads,
+  with their own cross-field rules and Launch-form inputs; ``RunConfig`` carries exactly these;
+- its training rules: loss aggregation, clip range, whether group advantages divide by the std;
+- what it needs of an engine (:class:`Needs`) and how verl runs it (:class:`VerlMapping`);
+- its display metadata (:class:`Display`), which no algorithm reads;
+- whether it is the baseline the others are compared against (:func:`baseline_method`).
+
+Its step (``(cfg, sampler, rng) -> trainer.methods.step.StepResult``) returns the final training
+rows with their advantages; the engines only generate what it asks for and train what it returns.
+Nothing outside trainer/methods/ compares method names (tests/test_method_names.py scans for it).
 
 The registry fills itself on first use by importing every module of this package
-(:func:`_load`), so adding a method is one new file that calls :func:`register`. Method
-modules import numpy at most at module level (torch-using code is imported inside the step
-functions), which keeps loading the registry light, and never ``trainer.config`` (it imports
-this registry to build its ``method`` enum; type hints go under TYPE_CHECKING).
+(:func:`_load`). Method modules import numpy and pydantic at most at module level (torch-using
+code is imported inside the step functions), which keeps loading the registry light, and never
+``trainer.config`` (it imports this registry to build ``RunConfig``; type hints go under
+TYPE_CHECKING).
 """
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Literal
+
+from trainer.methods.section import Section
 
 if TYPE_CHECKING:
     from trainer.config import RunConfig
 
 Step = Callable[..., Any]  # (cfg, sampler, rng) -> trainer.methods.step.StepResult
-INFRASTRUCTURE = ("spec", "sampler", "step")  # modules of this package that define no method
+INFRASTRUCTURE = ("spec", "sampler", "step", "section")  # modules of this package that define no method
+
+
+def _n_total(cfg: RunConfig) -> int:
+    return cfg.n_total
+
+
+def _one(cfg: RunConfig) -> int:
+    return 1
+
+
+@dataclass(frozen=True)
+class Display:
+    """How the dashboard and the CLI show the method. ``order`` sorts methods in lists and menus;
+    ``dash`` is where its curves start in the dashboard's dash cycle (dashboard/charts.py
+    ``DASHES``; 2, dotted, is kept for after-exploration lines)."""
+
+    label: str
+    colour: str
+    description: str
+    order: int
+    dash: int = 0
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What the method needs of a run. engines: the engines that can run it (a config naming
+    another is refused at parse time); prompt_ids: it keys state by a stable prompt id, so the
+    arithmetic task must draw a finite training set (``train_size``)."""
+
+    engines: tuple[str, ...] = ("embedded", "verl")
+    prompt_ids: bool = False
 
 
 @dataclass(frozen=True)
 class VerlMapping:
     """How the verl engine runs the method (trainer/verl/overrides.py, trainer/verl/trainer.py).
 
-    rollout_n: which config value verl's ``rollout.n`` is ("n_total", or "n_explore" when the
-    first generation is AERO's exploration pass); adv_estimator: verl's estimator name, used by
-    the stock fit; stock_fit: True runs verl's own RayPPOTrainer.fit (every rollout trained,
-    verl's estimator), False the curated loop that calls the method's step, whose advantages
-    it trains on (the embedded engine's, trainer/verl/collect.py). The reward is always the
-    verifier's (verl's "naive" reward manager); DAPO shapes it in its step on both engines."""
+    stock_fit: True runs verl's own RayPPOTrainer.fit (every rollout trained, verl's estimator
+    ``adv_estimator``); False the curated loop, which calls the method's step and trains on the
+    advantages it returns (trainer/verl/collect.py). rollout_n names the config value verl's
+    ``rollout.n`` is, and ``first_call_n(cfg)`` computes it (AERO: its exploration size);
+    ``prompt_batches(cfg)`` is how many prompt batches one step may draw (DAPO's sampling cap),
+    which sizes the training file. The reward is always the verifier's."""
 
     rollout_n: Literal["n_total", "n_explore"] = "n_total"
     adv_estimator: str = "grpo"
     stock_fit: bool = True
+    first_call_n: Callable[[RunConfig], int] = _n_total
+    prompt_batches: Callable[[RunConfig], int] = _one
 
 
 @dataclass(frozen=True)
 class MethodSpec:
-    """One training method (module docstring). ``order`` sorts methods in lists and menus.
+    """One training method (module docstring).
 
-    clip: "symmetric" uses (clip_eps, clip_eps); "clip-higher" uses (dapo.eps_low,
-    dapo.eps_high). normalize_std: None follows the config's ``adv_estimator`` ("grpo"
-    divides by the group std, "drgrpo" does not); False never divides (Dr.GRPO as a method).
-    metric_keys: the keys (or ``prefix/*`` families) the method logs beyond the common ones of
-    docs/metrics.md. dash: where the method's curves start in the dashboard's dash cycle
-    (dashboard/charts.py ``DASHES``; 2, dotted, is kept for after-exploration lines).
-    config_section "aero_mem" reads the ``aero`` section as well (aero-mem is AERO plus memory).
-    engines: the engines that can run the method (a run config naming another is refused at
-    parse time, trainer/config.py). needs_prompt_ids: the method keys state by a stable prompt
-    id, so the arithmetic task must draw a finite training set (``train_size``)."""
+    clip: "symmetric" uses (clip_eps, clip_eps); "clip-higher" takes the range from
+    ``clip_of(cfg)`` (DAPO: its section's eps_low, eps_high). normalize_std: None follows the
+    config's ``adv_estimator`` ("grpo" divides by the group std, "drgrpo" does not); False never
+    divides (Dr.GRPO as a method). strategies: which AERO strategies (S1, S2, S3) it switches on,
+    read by its step and by the savings waterfall."""
 
     name: str
-    label: str
-    colour: str
-    description: str
     family: str
-    order: int
-    config_section: Literal["aero", "aero_mem", "dapo"] | None = None
+    display: Display
+    sections: tuple[Section, ...] = ()
     strategies: tuple[bool, bool, bool] = (False, False, False)
     loss_agg: str = "seq-mean-token-mean"
     clip: Literal["symmetric", "clip-higher"] = "symmetric"
+    clip_of: Callable[[RunConfig], tuple[float, float]] | None = None
     normalize_std: bool | None = None
+    needs: Needs = field(default_factory=Needs)
     verl: VerlMapping = field(default_factory=VerlMapping)
-    metric_keys: tuple[str, ...] = ()
-    dash: int = 0
-    engines: tuple[str, ...] = ("embedded", "verl")
-    needs_prompt_ids: bool = False
+    baseline: bool = False
 
     def clip_range(self, cfg: RunConfig) -> tuple[float, float]:
         """(eps_low, eps_high) of the clipped surrogate for ``cfg``."""
-        if self.clip == "clip-higher":
-            return cfg.dapo.eps_low, cfg.dapo.eps_high
-        return cfg.clip_eps, cfg.clip_eps
+        return self.clip_of(cfg) if self.clip_of is not None else (cfg.clip_eps, cfg.clip_eps)
 
     def divides_by_std(self, cfg: RunConfig) -> bool:
         """Whether group advantages are divided by the group std (GRPO) or not (Dr.GRPO)."""
         return cfg.adv_estimator == "grpo" if self.normalize_std is None else self.normalize_std
 
+    def reads(self, section: str) -> bool:
+        return any(s.name == section for s in self.sections)
+
     def to_json(self) -> dict[str, Any]:
-        """The spec as plain JSON (GET /api/methods); the clip rule and verl mapping as data."""
-        out = asdict(self)
-        out["strategies"] = dict(zip(("s1", "s2", "s3"), self.strategies))
-        out["metric_keys"] = list(self.metric_keys)
-        out["engines"] = list(self.engines)
-        return out
+        """The spec as plain JSON (GET /api/methods): display fields at the top level."""
+        d, v = self.display, self.verl
+        return {"name": self.name, "label": d.label, "colour": d.colour, "description": d.description,
+                "family": self.family, "order": d.order, "dash": d.dash, "baseline": self.baseline,
+                "sections": [s.to_json() for s in self.sections],
+                "strategies": dict(zip(("s1", "s2", "s3"), self.strategies)), "loss_agg": self.loss_agg,
+                "clip": self.clip, "normalize_std": self.normalize_std,
+                "verl": {"rollout_n": v.rollout_n, "adv_estimator": v.adv_estimator, "stock_fit": v.stock_fit},
+                "engines": list(self.needs.engines), "needs_prompt_ids": self.needs.prompt_ids}
 
 
 _REGISTRY: dict[str, tuple[MethodSpec, Step]] = {}
@@ -121,7 +158,7 @@ def _load() -> None:
 
 def _entries() -> list[tuple[MethodSpec, Step]]:
     _load()
-    return sorted(_REGISTRY.values(), key=lambda e: (e[0].order, e[0].name))
+    return sorted(_REGISTRY.values(), key=lambda e: (e[0].display.order, e[0].name))
 
 
 def method_names() -> tuple[str, ...]:
@@ -131,6 +168,24 @@ def method_names() -> tuple[str, ...]:
 
 def specs() -> tuple[MethodSpec, ...]:
     return tuple(s for s, _ in _entries())
+
+
+def all_sections() -> tuple[Section, ...]:
+    """Every config section some method reads, once each, in method order."""
+    out: dict[str, Section] = {}
+    for s in specs():
+        for sec in s.sections:
+            if out.setdefault(sec.name, sec) is not sec:
+                raise ValueError(f"two config sections are named {sec.name!r}")
+    return tuple(out.values())
+
+
+def baseline_method() -> str:
+    """The method the others are compared against (savings, reach, Compare's default)."""
+    base = [s.name for s in specs() if s.baseline]
+    if len(base) != 1:
+        raise ValueError(f"exactly one method must be the baseline; got {base}")
+    return base[0]
 
 
 def get_method(name: str) -> MethodSpec:

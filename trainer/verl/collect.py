@@ -11,10 +11,11 @@ first, then each rescue call's rows, or DAPO's prompt batches in order); a step 
 rows to train on by id, so ``curate`` sees exactly what the embedded collector sees, and the
 selected ids pick the training rows from the concatenated generated batch.
 
-Advantages are the step's, computed by the same function as on the embedded engine
-(``trainer.methods.step.advantages``: AERO's Bayesian baseline, DAPO's shaped rewards, the
-group std with or without Bessel's correction) and carried to the update in the batch's
-``ADV_COLUMN``; verl's advantage estimators are not used on this path (trainer/verl/trainer.py).
+Advantages are the step's own (``StepResult.advantages``, the same values the embedded engine
+trains on: AERO's Bayesian baseline, DAPO's shaped rewards, the group std with or without
+Bessel's correction), carried to the update in the batch's ``ADV_COLUMN``: one generic
+"precomputed advantages" path, whatever the method; verl's advantage estimators are not used
+on it (trainer/verl/trainer.py).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import numpy as np
 from trainer.config import RunConfig
 from trainer.methods.sampler import Samples
 from trainer.methods.spec import get_step
-from trainer.methods.step import advantages
+from trainer.methods.step import CostMetrics
 from trainer.verl.rows import ADV_COLUMN, GenCount, generate_rows, response_lengths, row_correct, row_reward
 
 
@@ -39,7 +40,8 @@ class VerlCollected:
     generated: every generated row (real requests), in generation order; train: the rows to
     train on (None when a step keeps none), each with its advantage in ``ADV_COLUMN``;
     advantages: float32[M] the same values; stats: platform metrics (strata, rescue, groups,
-    dapo/*); ledger: AERO's per-prompt facts for the savings waterfall (None for other methods)."""
+    dapo/*); cost_metrics: the step's metrics that need its cost per trained token (AERO's
+    savings), or None."""
 
     train: object
     generated: object
@@ -47,7 +49,7 @@ class VerlCollected:
     gen: GenCount
     advantages: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
     stats: dict[str, float] = field(default_factory=dict)
-    ledger: dict | None = None
+    cost_metrics: CostMetrics | None = None
 
 
 def _union(batch, prompt_of_row: np.ndarray, out):
@@ -100,14 +102,14 @@ def collect(cfg: RunConfig, next_batch: Callable, generate: Callable, divisor: i
     sampler = VerlSampler(next_batch, generate, divisor)
     res = get_step(cfg.method)(cfg, sampler, rng)
     generated = sampler.generated()
-    adv = advantages(cfg, res, row_reward(generated)).to(torch.float32)
+    adv = torch.from_numpy(res.advantages).to(torch.float32)
     stats = {**res.stats, "time/first_call_s": sampler.call_s[0],  # as the embedded adapter splits generation
              "time/more_calls_s": float(sum(sampler.call_s[1:]))}
     train = generated.select_idxs(res.rows) if len(res.rows) else None
     if train is not None:
         train.batch[ADV_COLUMN] = adv
     return VerlCollected(train=train, generated=generated, prompts_used=res.prompts_used, gen=sampler.count,
-                         advantages=adv.numpy(), stats=stats, ledger=res.ledger)
+                         advantages=adv.numpy(), stats=stats, cost_metrics=res.cost_metrics)
 
 
 def collect_aero(cfg: RunConfig, batch, gen_batch, generate: Callable, divisor: int,

@@ -63,8 +63,7 @@ def stream_length(cfg) -> int:
     """Training problems a run can draw: every step's batch, DAPO's extra batches included."""
     from trainer.methods.spec import get_method
 
-    rounds = cfg.dapo.max_gen_rounds if get_method(cfg.method).config_section == "dapo" else 1
-    return cfg.steps * cfg.batch_prompts * rounds
+    return cfg.steps * cfg.batch_prompts * get_method(cfg.method).verl.prompt_batches(cfg)
 
 
 def prepare_arithmetic(cfg, out_dir: str | Path) -> tuple[Path, list[Path]]:

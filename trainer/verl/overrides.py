@@ -148,7 +148,7 @@ def to_overrides(cfg: RunConfig, *, out_dir: str | Path, train_file: str | Path,
         "actor_rollout_ref.actor.data_loader_seed": cfg.seed,
         # rollout (vLLM)
         "actor_rollout_ref.rollout.name": rollout_name(cfg),
-        "actor_rollout_ref.rollout.n": cfg.aero.n_explore if spec.verl.rollout_n == "n_explore" else cfg.n_total,
+        "actor_rollout_ref.rollout.n": spec.verl.first_call_n(cfg),  # AERO: its exploration size
         "actor_rollout_ref.rollout.temperature": cfg.temperature,
         "actor_rollout_ref.rollout.top_p": cfg.top_p,
         "actor_rollout_ref.rollout.seed": cfg.seed,

@@ -52,7 +52,7 @@ import common.metric_keys as mk
 from trainer.config import RunConfig
 from trainer.embedded.checkpoint import numpy_rng_from_state, numpy_rng_state
 from trainer.methods.spec import get_method
-from trainer.methods.step import savings_metrics, strata_stats
+from trainer.methods.step import strata_stats
 from trainer.verl.collect import VerlCollected, collect
 from trainer.verl.rows import ADV_COLUMN, pad_for_update, real_rows, row_correct, unpad_masked
 from trainer.verl.step_metrics import CHECKPOINTS_FILE, PlatformLogger, eval_results, step_accounting
@@ -189,7 +189,7 @@ class AEROTrainer(RayPPOTrainer):
         ok = row_correct(batch)
         uids = batch.non_tensor_batch["uid"]
         correct = np.array([ok[uids == u].sum() for u in dict.fromkeys(uids.tolist())], dtype=np.int64)
-        m.update(strata_stats(correct, cfg.n_total, cfg))
+        m.update(strata_stats(correct, cfg.n_total))
         m[mk.ZERO_ACC_AFTER_RESCUE] = m[mk.ZERO_ACC_AFTER_EXPLORE]
         m["prompts/used"] = float(len(correct))
         m["rollout/gen_calls"] = 1.0  # the stock loop generates the batch in one call
@@ -301,9 +301,9 @@ class AEROTrainer(RayPPOTrainer):
                       "prompts/used": float(col.prompts_used), **self._rollout_server_stats()})
         if train is not None:
             extra["train/pad_rows"] = float((~real_rows(train)).sum())
-        if col.ledger is not None and extra[mk.TOKENS_TRAINED] > 0:
-            extra.update(savings_metrics(cfg, col.ledger, flops_per_token=extra[mk.FLOPS_TRAIN] / extra[mk.TOKENS_TRAINED],
-                                         seconds_per_token=(t2 - t1) / extra[mk.TOKENS_TRAINED]))
+        if col.cost_metrics is not None and extra[mk.TOKENS_TRAINED] > 0:
+            extra.update(col.cost_metrics(extra[mk.FLOPS_TRAIN] / extra[mk.TOKENS_TRAINED],
+                                          (t2 - t1) / extra[mk.TOKENS_TRAINED]))
         self._extra.update(extra)
         metrics.update({f"timing_s/{k}": v for k, v in timing.items()})
         return metrics

@@ -28,8 +28,8 @@ INVALID = [
     ({"optim": {"lr": 0}}, "optim.lr"),
     ({"optim": {"warmup_ratio": 1.0}}, "optim.warmup_ratio"),
     ({"optim": {"grad_clip": 0}}, "optim.grad_clip"),
-    ({"dapo": {"eps_low": 0.3, "eps_high": 0.2}}, "dapo.eps_high"),
-    ({"dapo": {"overlong_buffer": 12}}, "dapo.overlong_buffer"),  # >= max_new_tokens
+    ({"method": "dapo", "dapo": {"eps_low": 0.3, "eps_high": 0.2}}, "dapo.eps_high"),
+    ({"method": "dapo", "dapo": {"overlong_buffer": 12}}, "dapo.overlong_buffer"),  # >= max_new_tokens
     ({"steps": 0}, "steps"),
     ({"steps": "many"}, "steps"),
     ({"batch_prompts": 0}, "batch_prompts"),

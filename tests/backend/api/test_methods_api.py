@@ -17,7 +17,7 @@ def test_methods_lists_every_spec_in_order(client):
     assert by["aero-s1s2"]["strategies"] == {"s1": True, "s2": True, "s3": False}
     assert by["dapo"]["clip"] == "clip-higher" and by["dapo"]["loss_agg"] == RunConfig(method="dapo").effective_loss_agg
     assert by["aero"]["verl"] == {"rollout_n": "n_explore", "adv_estimator": "grpo", "stock_fit": False}
-    assert by["grpo"]["colour"] == get_method("grpo").colour and by["grpo"]["config_section"] is None
+    assert by["grpo"]["colour"] == get_method("grpo").display.colour and by["grpo"]["sections"] == []
     assert len({m["colour"] for m in methods}) == len(methods)  # one colour per method
 
 

@@ -33,8 +33,12 @@ def test_sweep_creates_one_run_per_grid_point(client, auth, enqueued):
     assert r.status_code == 201, r.text
     sw = r.json()
     assert len(sw["runs"]) == 12 and sw["status_counts"]["queued"] == 12
-    combos = {(x["method"], x["config"]["seed"], x["config"]["aero"]["n_explore"], x["config"]["optim"]["lr"]) for x in sw["runs"]}
-    assert combos == {(m, s, n, lr) for m in ("grpo", "dapo", "aero") for s in (0, 1) for n, lr in ((8, DEFAULT_LR), (4, 5e-5))}
+    # each run keeps the sections its method reads: the aero override reaches AERO's runs only
+    combos = {(x["method"], x["config"]["seed"], (x["config"].get("aero") or {}).get("n_explore"), x["config"]["optim"]["lr"])
+              for x in sw["runs"]}
+    assert combos == {(m, s, n if m == "aero" else None, lr) for m in ("grpo", "dapo", "aero") for s in (0, 1)
+                      for n, lr in ((8, DEFAULT_LR), (4, 5e-5))}
+    assert all(("dapo" in x["config"]) == (x["method"] == "dapo") for x in sw["runs"])
     assert all(x["sweep_id"] == sw["id"] and x["tags"] == ["demo"] and x["config"]["steps"] == 3 for x in sw["runs"])
     assert sorted(i for i, _ in enqueued.sent) == sorted(x["id"] for x in sw["runs"])
     got = client.get(f"/api/sweeps/{sw['id']}").json()

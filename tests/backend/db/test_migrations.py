@@ -57,3 +57,33 @@ def test_postgres_compresses_metrics_with_lz4(empty_db_url):
         method = conn.execute(text("SELECT attcompression FROM pg_attribute WHERE attrelid = 'step_metrics'::regclass "
                                    "AND attname = 'metrics'")).scalar()
     assert method == "l"
+
+
+def test_migration_0005_keeps_only_the_sections_each_runs_method_reads(empty_db_url):
+    """Configs stored before 0005 carry every method's section; after it each keeps its own, so
+    the stricter RunConfig still parses them (a queued run from before still starts)."""
+    from sqlalchemy import insert, select
+
+    from backend.db.models import Run
+    from trainer.config import parse_run_config
+
+    migrate(empty_db_url, "0004")
+    every = {"aero": {"n_explore": 4}, "aero_mem": {"gamma": 0.9}, "dapo": {"eps_high": 0.3}}
+    stored = {1: {"method": "grpo", **every}, 2: {"method": "aero", **every}, 3: {"method": "dapo", **every},
+              4: {"method": "aero-mem-d", "train_size": 8, **every}, 5: {"method": "gone", **every}}
+    with get_engine(empty_db_url).begin() as conn:
+        for run_id, config in stored.items():
+            conn.execute(insert(Run.__table__).values(
+                id=run_id, name=f"r{run_id}", method=config["method"], engine="embedded", config=config, status="queued",
+                queue="cpu", progress=0.0, current_step=0, total_steps=0, tags=[], notes="", cancel_requested=False,
+                attempts=0))
+    migrate(empty_db_url)
+    with get_engine(empty_db_url).connect() as conn:
+        got = dict(conn.execute(select(Run.__table__.c.id, Run.__table__.c.config)).all())
+    assert {k for k in got[1] if k in every} == set()
+    assert {k for k in got[2] if k in every} == {"aero"} and got[2]["aero"] == {"n_explore": 4}
+    assert {k for k in got[3] if k in every} == {"dapo"}
+    assert {k for k in got[4] if k in every} == {"aero", "aero_mem"}
+    assert got[5] == stored[5]  # a method the migration does not know is left as it was
+    for run_id in (1, 2, 3, 4):
+        assert parse_run_config(got[run_id]).method == stored[run_id]["method"]

@@ -7,7 +7,7 @@ import pytest
 from trainer.config import ConfigError, parse_run_config
 from trainer.methods.spec import get_method, specs
 
-MEM = [s.name for s in specs() if s.needs_prompt_ids]
+MEM = [s.name for s in specs() if s.needs.prompt_ids]
 
 
 def _issues(**cfg) -> list[tuple[str, str]]:
@@ -20,8 +20,8 @@ def _issues(**cfg) -> list[tuple[str, str]]:
 
 def test_the_memory_methods_declare_their_needs():
     assert {"aero-mem", "aero-mem-a", "aero-mem-b", "aero-mem-c", "aero-mem-d", "aero-mem-abd"} <= set(MEM)
-    assert all(get_method(m).engines == ("embedded",) for m in MEM)
-    assert get_method("aero").engines == ("embedded", "verl") and not get_method("aero").needs_prompt_ids
+    assert all(get_method(m).needs.engines == ("embedded",) for m in MEM)
+    assert get_method("aero").needs.engines == ("embedded", "verl") and not get_method("aero").needs.prompt_ids
 
 
 @pytest.mark.parametrize("method", MEM)

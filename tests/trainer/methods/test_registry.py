@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from trainer.config import METHODS, ConfigError, RunConfig, parse_run_config
-from trainer.methods.spec import MethodSpec, get_method, get_step, method_names, register, specs
+from trainer.methods.spec import Display, MethodSpec, get_method, get_step, method_names, register, specs
 
 
 def test_builtin_methods_in_display_order():
@@ -30,14 +30,14 @@ def test_every_spec_serialises_to_json():
         assert doc["name"] == spec.name and set(doc["strategies"]) == {"s1", "s2", "s3"}
         assert doc["colour"].startswith("#") and len(doc["colour"]) == 7
         assert callable(get_step(spec.name))
-    assert len({s.colour for s in specs()}) == len(specs())
+    assert len({s.display.colour for s in specs()}) == len(specs())
 
 
 def test_a_name_registers_once():
     spec = get_method("grpo")
     assert register(spec, get_step("grpo")) is spec  # the same spec again: a no-op
     with pytest.raises(ValueError, match="already registered"):
-        register(MethodSpec(name="grpo", label="x", colour="#000000", description="x", family="x", order=0), print)
+        register(MethodSpec(name="grpo", family="x", display=Display("x", "#000000", "x", order=0)), print)
 
 
 def test_config_delegates_to_the_spec():

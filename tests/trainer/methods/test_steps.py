@@ -16,8 +16,9 @@ import torch
 from trainer.config import RunConfig
 from trainer.core.aero import Stratum, aero_advantages, curate, plan_rounds, replay, start_rescue, stratify
 from trainer.core.dapo import nonzero_variance_mask, overlong_penalty
+from trainer.methods.aero import aero_step_with_ledger
 from trainer.methods.spec import get_step
-from trainer.methods.step import advantages, strata_stats
+from trainer.methods.step import strata_stats
 
 
 def _by_prompt(rows, P):
@@ -76,7 +77,7 @@ def reference_aero(cfg, fake, rng):
     train = [groups[p][i] for p, i in zip(prompt_idx.tolist(), roll_idx.tolist())]
     adv = aero_advantages(torch.tensor([r.reward for r in train]), torch.as_tensor(gid), curated.kinds,
                           curated.u_tilde, eps=1e-6, unbiased=cfg.std_unbiased, normalize_std=cfg.adv_estimator == "grpo")
-    stats = strata_stats(correct, a.n_explore, cfg)
+    stats = strata_stats(correct, a.n_explore, a.S, a.tau)
     stats.update({
         "zero_acc/after_rescue": float((curated.correct == 0).mean()),
         "rescue/rescued": float(state.rescued.sum()), "rescue/rounds": float(state.rounds_used),
@@ -115,7 +116,7 @@ def reference_dapo(cfg, fake):
         lengths, cfg.max_new_tokens, d.overlong_buffer, d.overlong_penalty)
     gid = torch.tensor([g for g, grp in enumerate(kept_groups) for _ in grp], dtype=torch.long)
     adv = grpo_ref(cfg, shaped, gid) if train else torch.zeros(0)
-    stats = strata_stats(first_correct, cfg.n_total, cfg)
+    stats = strata_stats(first_correct, cfg.n_total)
     stats["zero_acc/after_rescue"] = stats["zero_acc/after_explore"]
     stats.update({"dapo/gen_rounds": float(rounds), "dapo/kept_groups": float(len(kept_groups)),
                   "dapo/cap_hit": float(len(kept_groups) < P)})
@@ -146,14 +147,14 @@ def test_aero_step_equals_the_previous_embedded_collector(case, seed, fake_sampl
     cfg = RunConfig(batch_prompts=12, **case)
     old_rows, old_adv, old_stats, old_ledger = reference_aero(cfg, fake_sampler(12, seed), np.random.default_rng(seed))
     fake = fake_sampler(12, seed)
-    res = get_step(cfg.method)(cfg, fake, np.random.default_rng(seed))
+    res, ledger = aero_step_with_ledger(cfg, fake, np.random.default_rng(seed))
     assert res.rows.tolist() == old_rows
-    reward = np.array([r.reward for r in fake.rows])
-    assert torch.equal(advantages(cfg, res, reward), old_adv)
+    assert torch.equal(torch.from_numpy(res.advantages), old_adv)  # the step's own advantages, what engines train
     assert res.stats == old_stats
-    assert res.ledger.keys() == old_ledger.keys()
+    assert ledger.keys() == old_ledger.keys()
     for key in old_ledger:
-        assert np.array_equal(res.ledger[key], old_ledger[key]), key
+        assert np.array_equal(ledger[key], old_ledger[key]), key
+    assert res.cost_metrics is not None  # the savings, once the engine knows the step's cost
     assert (res.prompts_used, res.calls, res.generated) == (12, fake.calls, len(fake.rows))
 
 
@@ -166,7 +167,7 @@ def test_dapo_step_equals_the_previous_embedded_collector(dapo, seed, fake_sampl
     fake = fake_sampler(6, seed)
     res = get_step("dapo")(cfg, fake)
     assert res.rows.tolist() == old_rows and res.stats == old_stats and res.prompts_used == old_used
-    assert torch.equal(advantages(cfg, res, np.array([r.reward for r in fake.rows])), old_adv)
+    assert torch.equal(torch.from_numpy(res.advantages), old_adv) and res.cost_metrics is None
 
 
 def test_grpo_step_trains_every_row_in_prompt_groups(fake_sampler):
@@ -175,5 +176,5 @@ def test_grpo_step_trains_every_row_in_prompt_groups(fake_sampler):
     res = get_step("grpo")(cfg, fake)
     assert res.rows.tolist() == list(range(20)) and res.group.tolist() == [p for p in range(5) for _ in range(4)]
     reward = torch.tensor([r.reward for r in fake.rows])
-    assert torch.equal(advantages(cfg, res, reward.numpy()), grpo_ref(cfg, reward, torch.as_tensor(res.group)))
+    assert torch.equal(torch.from_numpy(res.advantages), grpo_ref(cfg, reward, torch.as_tensor(res.group)))
     assert res.stats["zero_acc/after_rescue"] == res.stats["zero_acc/after_explore"]

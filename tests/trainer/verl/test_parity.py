@@ -151,7 +151,7 @@ class Engines:
         from trainer.embedded.collect import collect as embedded_collect
         from trainer.verl.collect import collect as verl_collect
 
-        rounds = self.cfg.dapo.max_gen_rounds if get_method(self.cfg.method).config_section == "dapo" else 1
+        rounds = get_method(self.cfg.method).verl.prompt_batches(self.cfg)
         problems = self.task.train_problems(self.pos, P * rounds, self.cfg.seed)
         self.ctx.engine = EmbeddedScripted(Script(self.task, problems, s))
         emb = embedded_collect(self.ctx, self.pos)
@@ -186,7 +186,7 @@ def verl_rows(ver) -> list[tuple]:
     return out
 
 
-VERL_METHODS = [m for m in method_names() if "verl" in get_method(m).engines]
+VERL_METHODS = [m for m in method_names() if "verl" in get_method(m).needs.engines]
 OPTIONS = [
     ("std_unbiased", {"std_unbiased": False}),
     ("drgrpo", {"adv_estimator": "drgrpo"}),
