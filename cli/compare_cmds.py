@@ -110,7 +110,7 @@ def group_name(label: str, method: str) -> str:
 
     if label != method:
         return label
-    return get_method(method).label if method in method_names() else method
+    return get_method(method).display.label if method in method_names() else method
 
 
 SI_PREFIXES = {0: "", 3: "k", 6: "M", 9: "G", 12: "T", 15: "P", 18: "E"}

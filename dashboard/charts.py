@@ -24,6 +24,7 @@ import common.metric_keys as mk
 # before they are loaded a method is drawn grey under its own name.
 METHOD_COLORS: dict[str, str] = {}
 METHOD_LABELS: dict[str, str] = {}
+METHOD_RESCUES: dict[str, bool] = {}  # S1 (rescue rounds) on, from the spec's strategies
 BASELINE: list[str] = ["grpo"]  # the baseline method's name (the spec with ``baseline``), set by use_methods
 METHOD_FAMILY: dict[str, str] = {}
 OTHER_COLOR = "#7F7F7F"
@@ -43,7 +44,7 @@ Series = Mapping[str, Sequence[float | None]]  # metric key -> values aligned wi
 def use_methods(specs: Sequence[Mapping]) -> None:
     """Take each method's colour, label, family and dash offset from its spec (the items of
     GET /api/methods), in the specs' order."""
-    for table in (METHOD_COLORS, METHOD_LABELS, METHOD_FAMILY, METHOD_DASH_OFFSET):
+    for table in (METHOD_COLORS, METHOD_LABELS, METHOD_FAMILY, METHOD_DASH_OFFSET, METHOD_RESCUES):
         table.clear()
     for spec in specs:
         name = spec["name"]
@@ -51,6 +52,7 @@ def use_methods(specs: Sequence[Mapping]) -> None:
         METHOD_COLORS[name] = colour if re.fullmatch(r"#[0-9A-Fa-f]{6}", colour) else OTHER_COLOR
         METHOD_LABELS[name] = spec["label"]
         METHOD_FAMILY[name], METHOD_DASH_OFFSET[name] = spec["family"], int(spec.get("dash", 0))
+        METHOD_RESCUES[name] = bool((spec.get("strategies") or {}).get("s1"))
         if spec.get("baseline"):
             BASELINE[:] = [name]
 
@@ -233,7 +235,7 @@ def reward_figure(steps: Sequence[int], s: Series, method: str) -> go.Figure:
     training signal, not held-out accuracy. For the AERO family the generated set includes
     rescue rounds on zero-accuracy prompts (lower by construction) and the trained set is
     curated, so the legend and the title say which is which."""
-    aero = METHOD_FAMILY.get(method) == "aero"
+    aero = METHOD_RESCUES.get(method, False)  # S1 on: the generated set includes rescue rounds
     curves = [Curve("generated rollouts" + (", incl. rescue rounds" if aero else "") + " (reward/mean)", method, steps,
                     _col(s, mk.REWARD_MEAN, len(steps)))]
     if has_any(s, mk.REWARD_TRAINED_MEAN):

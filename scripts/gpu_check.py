@@ -67,8 +67,9 @@ def run_config(method: str, *, batch_prompts: int, n_total: int, n_explore: int,
                seed: int = 0):
     """The run config the collectors read: RunConfig when pydantic is there, else a namespace
     with the same paper defaults (RunConfig: aero.*, std_unbiased, adv_estimator...)."""
-    fields = dict(method=method, batch_prompts=batch_prompts, n_total=n_total, seed=seed, max_new_tokens=12,
-                  aero=dict(n_explore=n_explore, n_max=2 * n_total, rounds_per_call=rounds_per_call))
+    fields = dict(method=method, batch_prompts=batch_prompts, n_total=n_total, seed=seed, max_new_tokens=12)
+    if method.startswith("aero"):  # only AERO's configs carry its section
+        fields["aero"] = dict(n_explore=n_explore, n_max=2 * n_total, rounds_per_call=rounds_per_call)
     try:
         from trainer.config import parse_run_config
 

@@ -2,7 +2,7 @@
 checkpoint and seed, in one process, on the same machine (`aero bench`).
 
 Output schema (docs/bench.md): {"meta": {...}, "base_eval": {...}, "methods": {method: summary},
-"ratios": {"aero/grpo": {field: ratio}, "aero/dapo": {...}}, "reach": {...}} where a summary holds
+"ratios": {"aero/grpo": {field: ratio}, "aero/dapo": {...}, "dapo/grpo": ...}, "reach": {...}} where a summary holds
 per-step means of cost fields, the final evaluation per benchmark and the eval curve, and
 "reach" is the compute each method needs to reach fractions of GRPO's gain (trainer.core.reach).
 ``run_bench_seeds`` repeats it over seeds and summarises with confidence intervals.
@@ -20,10 +20,11 @@ import numpy as np
 import torch
 
 import common.metric_keys as mk
-from trainer.config import RunConfig, parse_run_config
+from trainer.config import ConfigError, RunConfig, for_method, parse_run_config, unread_sections
 from trainer.policy import RunPolicy
 from trainer.core.reach import COSTS, ReachCurve, cumulative, final_accuracy, reach
 from trainer.embedded.loop import iter_training
+from trainer.methods.spec import baseline_method, method_names
 from trainer.sinks import JsonlSink, MemorySink, MultiSink
 from trainer.embedded.presets import PRESETS
 
@@ -83,6 +84,14 @@ def base_label(cfg: RunConfig) -> str:
     return cfg.model_path if cfg.model_path else f"preset {cfg.preset} ({PRESETS[cfg.preset]})"
 
 
+def pair_ratios(results: dict[str, dict]) -> dict[str, dict]:
+    """{"m/b": ratios(m, b)} for every pair of benched methods where b comes first in the
+    methods' display order (GRPO, DAPO, AERO gives dapo/grpo, aero/grpo and aero/dapo)."""
+    order = {name: i for i, name in enumerate(method_names())}
+    ms = sorted(results, key=lambda m: order.get(m, len(order)))
+    return {f"{m}/{b}": ratios(results[m], results[b]) for i, m in enumerate(ms) for b in ms[:i]}
+
+
 def run_bench(preset: str | None = "tiny", steps: int = 60, seed: int = 0, methods: tuple[str, ...] = MAIN_METHODS,
               overrides: dict[str, Any] | None = None, out_dir: str | Path = "runs/bench",
               on_method: Callable[[str, RunConfig], Callable | None] | None = None) -> dict[str, Any]:
@@ -98,10 +107,12 @@ def run_bench(preset: str | None = "tiny", steps: int = 60, seed: int = 0, metho
     base = {"preset": None if overrides.get("model_path") else preset, "steps": steps, "seed": seed,
             "checkpoint_every": 0, **overrides}
     policy = RunPolicy.from_env()  # `aero bench` is the operator: caps and sandbox from AERO_* env
-    cfg0 = parse_run_config({**base, "method": methods[0]}, policy)
+    if issues := unread_sections(base, methods):  # e.g. --set dapo.eps_high=... on a bench without DAPO
+        raise ConfigError(issues)
+    cfg0 = parse_run_config(for_method(base, methods[0]), policy)
     runs = {}
     for method in methods:
-        cfg = parse_run_config({**base, "method": method}, policy)
+        cfg = parse_run_config(for_method(base, method), policy)  # each method keeps the sections it reads
         run_dir = Path(out_dir) / method
         shutil.rmtree(run_dir, ignore_errors=True)  # a bench always trains from the base checkpoint
         sink = MemorySink()
@@ -137,9 +148,9 @@ def run_bench(preset: str | None = "tiny", steps: int = 60, seed: int = 0, metho
                           "temperature": cfg0.eval_temperature}},
         "base_eval": {n: {"avg_at_k": r["avg_at_k"], "pass_at_k": r["pass_at_k"]} for n, r in base_eval.items()},
         "methods": results,
-        "ratios": {f"aero/{b}": ratios(results["aero"], results[b]) for b in ("grpo", "dapo")
-                   if "aero" in results and b in results},
+        "ratios": pair_ratios(results),
     }
-    if "grpo" in results and all(r["curve"] for r in results.values()):
-        report["reach"] = reach({m: reach_curve(r["curve"]) for m, r in results.items()}, baseline="grpo")
+    base = baseline_method()
+    if base in results and all(r["curve"] for r in results.values()):
+        report["reach"] = reach({m: reach_curve(r["curve"]) for m, r in results.items()}, baseline=base)
     return report

@@ -17,8 +17,9 @@ import common.metric_keys as mk
 from trainer.bench import COST_FIELDS, run_bench
 from trainer.core.reach import reach_across_seeds
 from trainer.core.stats import mean_ci, paired_ratios
+from trainer.methods.spec import baseline_method
 
-BASELINE = "grpo"
+BASELINE = baseline_method()
 
 
 def run_bench_seeds(seeds: Sequence[int], out_dir: str | Path = "runs/bench", **kw: Any) -> dict[str, Any]:

@@ -26,7 +26,8 @@ class GroupError(ValueError):
     """An explicit group mixes runs that differ in more than the seed."""
 
     def __init__(self, index: int, fields: Sequence[str]):
-        self.index, self.fields = index, list(fields)
+        # top-level fields first: a different method says more than the method sections it brings
+        self.index, self.fields = index, sorted(fields, key=lambda f: ("." in f, f))
         shown = ", ".join(self.fields[:8]) + (" ..." if len(self.fields) > 8 else "")
         super().__init__(f"group {index + 1}: runs differ in more than the seed ({shown}); "
                          "a seed group's runs must share every other config field")

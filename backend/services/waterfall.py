@@ -42,9 +42,10 @@ MEASURED_EXTRA_UNITS: dict[str, str] = {"step_seconds": mk.STEP_S, "total_flops"
 STRATEGIES_OF: dict[str, tuple[bool, bool, bool]] = {s.name: s.strategies for s in specs() if any(s.strategies)}
 # The measured ladder: GRPO, then the AERO-family methods that add S1, S2 and S3 in turn
 # (variants of another family, such as aero-mem, use all three but are not rungs of it).
+_S1_ONLY = [s for s in specs() if s.strategies == (True, False, False)]  # the ladder's first rung and its family
 LADDER: tuple[str, ...] = (baseline_method(),) + tuple(
     s.name for k in (1, 2, 3) for s in specs()
-    if s.family == "aero" and s.strategies == (True,) * k + (False,) * (3 - k))
+    if _S1_ONLY and s.family == _S1_ONLY[0].family and s.strategies == (True,) * k + (False,) * (3 - k))
 
 
 def counterfactual_waterfall(mean: Mapping[str, float | None], method: str) -> dict[str, dict[str, float | None]] | None:

@@ -35,7 +35,7 @@ def test_bench_json_has_methods_and_ratios(tmp_path):
     assert res.exit_code == 0, res.output
     data = json.loads(report.read_text())
     assert set(data["methods"]) == {"grpo", "dapo", "aero"}
-    assert set(data["ratios"]) == {"aero/grpo", "aero/dapo"}
+    assert set(data["ratios"]) == {"aero/grpo", "aero/dapo", "dapo/grpo"}  # every pair, in display order
     g, a = data["methods"]["grpo"], data["methods"]["aero"]
     assert data["ratios"]["aero/grpo"]["flops_train"] == a["flops_train"] / g["flops_train"]
     assert a["rollouts_generated"] <= g["rollouts_generated"]

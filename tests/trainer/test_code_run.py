@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from trainer.config import parse_run_config
+from trainer.config import for_method, parse_run_config
 from trainer.embedded.loop import run_training
 from trainer.sinks import MemorySink
 from trainer.tasks.code import PAPER_CODE_SYSTEM_PROMPT, CodeTask
@@ -58,12 +58,13 @@ def model_dir(tmp_path_factory, tiny_hf_model, data):
 
 
 def run_cfg(model_dir, data, **kw):
-    return {"preset": None, "model_path": str(model_dir), "task": "code", "train_data": str(data["train"]),
+    cfg = {"preset": None, "model_path": str(model_dir), "task": "code", "train_data": str(data["train"]),
             "benchmarks": {"APPS": str(data["APPS"]), "CodeContests": str(data["CodeContests"])},
             "steps": 2, "batch_prompts": 2, "n_total": 4, "max_new_tokens": 24, "max_prompt_tokens": 400,
             "temperature": 1.0, "eval_every": 0, "eval_n": 2, "checkpoint_every": 0, "device": "cpu",
             "optim": {"lr": 1e-3}, "aero": {"n_explore": 2, "n_max": 6},
             "code": {"test_timeout_s": 2.0, "timeout_s": 10.0, "workers": 4}, **kw}
+    return for_method(cfg, cfg.get("method", "aero"))  # each method keeps the sections it reads
 
 
 @pytest.mark.parametrize("method", ["grpo", "aero"])

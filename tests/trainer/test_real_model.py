@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from trainer.config import ConfigError, parse_run_config
+from trainer.config import ConfigError, for_method, parse_run_config
 from trainer.embedded.loop import run_training
 from trainer.sinks import MemorySink
 from trainer.embedded.model import is_gradient_checkpointing
@@ -40,11 +40,12 @@ def data(tmp_path_factory):
 
 
 def run_cfg(model_dir, data, **kw):
-    return {"preset": None, "model_path": str(model_dir), "task": "math", "train_data": str(data["train"]),
+    cfg = {"preset": None, "model_path": str(model_dir), "task": "math", "train_data": str(data["train"]),
             "benchmarks": {"AIME24": str(data["AIME24"]), "OlympiadBench": str(data["OlympiadBench"])},
             "steps": 2, "batch_prompts": 2, "n_total": 4, "max_new_tokens": 6, "max_prompt_tokens": 400,
             "eval_every": 0, "eval_n": 2, "checkpoint_every": 0, "device": "cpu", "optim": {"lr": 1e-3},
             "aero": {"n_explore": 2, "n_max": 6}, "dapo": {"overlong_buffer": 2}, **kw}
+    return for_method(cfg, cfg.get("method", "aero"))  # each method keeps the sections it reads
 
 
 def test_setup_uses_the_directory_tokenizer_template_and_system_prompt(model_dir, data):

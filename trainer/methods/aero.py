@@ -21,10 +21,9 @@ from functools import partial
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
-from pydantic import Field
 
 import common.metric_keys as mk
-from trainer.methods.section import Issues, Section, Strict
+from trainer.methods.section import Field, Issues, Section, Strict
 from trainer.methods.spec import Display, MethodSpec, VerlMapping, register
 from trainer.methods.step import StepResult, strata_stats
 

@@ -24,10 +24,9 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
-from pydantic import Field
 
 from trainer.methods.aero import AERO_SECTION, AERO_VERL
-from trainer.methods.section import Section, Strict
+from trainer.methods.section import Field, Section, Strict
 from trainer.methods.spec import Display, MethodSpec, Needs, register
 from trainer.methods.step import StepResult
 

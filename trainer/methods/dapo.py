@@ -5,10 +5,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
-from pydantic import Field
 
 import common.metric_keys as mk
-from trainer.methods.section import Issues, Section, Strict
+from trainer.methods.section import Field, Issues, Section, Strict
 from trainer.methods.spec import Display, MethodSpec, VerlMapping, register
 from trainer.methods.step import StepResult, group_advantages, strata_stats
 

@@ -11,7 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
-from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
+try:
+    from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+except ImportError:  # scripts/gpu_check.py runs the engines with torch and transformers only; its run config is
+    BaseModel = None  # a plain namespace, so the section models are declared but never built or validated
 
 if TYPE_CHECKING:
     from trainer.config import RunConfig
@@ -31,24 +34,31 @@ def _numeric_kind(annotation: Any) -> str | None:
     return None
 
 
-class Strict(BaseModel):
-    """Unknown keys are refused, assignments validated, and numbers must be numbers."""
+if BaseModel is not None:
+    class Strict(BaseModel):
+        """Unknown keys are refused, assignments validated, and numbers must be numbers."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+        model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
-    @field_validator("*", mode="before")
-    @classmethod
-    def _strict_numbers(cls, value: Any, info: ValidationInfo) -> Any:
-        """"10" and true are refused for int and float fields (pydantic's lax mode would coerce
-        them), and 10.5 for an int field as before; 10.0 stays an int."""
-        kind = _numeric_kind(cls.model_fields[info.field_name].annotation)
-        if kind and isinstance(value, (str, bytes, bool)):
-            from pydantic_core import PydanticCustomError
+        @field_validator("*", mode="before")
+        @classmethod
+        def _strict_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+            """"10" and true are refused for int and float fields (pydantic's lax mode would coerce
+            them), and 10.5 for an int field as before; 10.0 stays an int."""
+            kind = _numeric_kind(cls.model_fields[info.field_name].annotation)
+            if kind and isinstance(value, (str, bytes, bool)):
+                from pydantic_core import PydanticCustomError
 
-            raise PydanticCustomError("int_type" if kind == "integer" else "float_type",
-                                      "Input should be a JSON {kind}, not {what}",
-                                      {"kind": kind, "what": "a boolean" if isinstance(value, bool) else "a string"})
-        return value
+                raise PydanticCustomError("int_type" if kind == "integer" else "float_type",
+                                          "Input should be a JSON {kind}, not {what}",
+                                          {"kind": kind, "what": "a boolean" if isinstance(value, bool) else "a string"})
+            return value
+else:
+    class Strict:  # type: ignore[no-redef]  (no pydantic: see the import above)
+        pass
+
+    def Field(default: Any = None, **_: Any) -> Any:  # type: ignore[no-redef]  # noqa: N802
+        return default
 
 
 def no_rules(cfg: RunConfig) -> Issues:

@@ -225,7 +225,7 @@ def test_strings_and_booleans_are_not_numbers(client, auth, config, loc):
     assert r.status_code == 422, r.text
     item = r.json()["detail"][0]
     assert item["loc"] == ["body", "config", *loc] and "JSON" in item["msg"]
-    r = client.post("/api/sweeps", json={"base": BASE, "methods": ["grpo"], "overrides": [config]}, headers=auth)
+    r = client.post("/api/sweeps", json={"base": BASE, "methods": ["grpo", "aero"], "overrides": [config]}, headers=auth)
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "overrides", 0, *loc]
 
 

@@ -82,7 +82,7 @@ def test_audit_hook_fallback_needs_the_operator(client, auth, enqueued):
     ({"aero": {"n_max": HUGE}}, "aero.n_max", "AERO_MAX_AERO_N_MAX"),
     ({"aero": {"k_max": HUGE}}, "aero.k_max", "AERO_MAX_AERO_K_MAX"),
     ({"aero": {"delta_n": HUGE}}, "aero.delta_n", "AERO_MAX_AERO_DELTA_N"),
-    ({"dapo": {"max_gen_rounds": HUGE}}, "dapo.max_gen_rounds", "AERO_MAX_DAPO_GEN_ROUNDS"),
+    ({"method": "dapo", "dapo": {"max_gen_rounds": HUGE}}, "dapo.max_gen_rounds", "AERO_MAX_DAPO_GEN_ROUNDS"),
     ({"aero": {"k": 5000.0}}, "aero.k", "AERO_MAX_AERO_K"),
 ])
 def test_asking_for_more_than_an_operator_cap_is_422_naming_the_field(client, auth, enqueued, config, field, env):

@@ -6,6 +6,7 @@ from fastapi.testclient import TestClient
 
 from backend.db import runs as repo
 from backend.main import create_app
+from trainer.config import OptimConfig
 
 TINY = {"method": "grpo", "steps": 3, "batch_prompts": 4, "eval_every": 0, "eval_problems": 8}
 
@@ -20,7 +21,8 @@ def test_create_stores_validated_config_and_enqueues(client, auth, enqueued):
     run = _create(client, auth, name="first", tags=["a", "b", "a"], notes="hello")
     assert run["status"] == "queued" and run["name"] == "first" and run["method"] == "grpo"
     assert run["tags"] == ["a", "b"] and run["notes"] == "hello" and run["total_steps"] == 3
-    assert run["config"]["aero"]["n_explore"] == 8 and run["config"]["steps"] == 3  # defaults filled in
+    assert "aero" not in run["config"] and run["config"]["steps"] == 3  # GRPO has no aero section
+    assert run["config"]["optim"]["lr"] == OptimConfig().lr  # defaults filled in
     assert run["queue"] == "cpu" and enqueued.sent == [(run["id"], "cpu")]
     assert client.get(f"/api/runs/{run['id']}").json() == run
     assert run["created_at"].endswith("Z") and run["started_at"] is None  # UTC, explicitly
