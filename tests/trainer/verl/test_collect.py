@@ -121,7 +121,7 @@ def test_update_layout_matches_the_embedded_mini_batches(vr):
 def test_dapo_group_filter_keeps_varied_groups_and_stops_at_the_cap(vr):
     from verl import DataProto
 
-    cfg = parse_run_config({**AERO, "method": "dapo", "n_total": 2, "batch_prompts": 2, "aero": {"n_explore": 2},
+    cfg = parse_run_config({**AERO, "method": "dapo", "n_total": 2, "batch_prompts": 2, "aero": None,
                             "dapo": {"max_gen_rounds": 2, "overlong_buffer": 2}})
     rollout = vr.ScriptedRollout({0: [[1, 0], [1, 1]], 1: [[1, 1], [0, 1]]})
     batches = iter([vr.split(vr.prompt_batch(2)), vr.split(vr.prompt_batch(2))])

@@ -23,7 +23,7 @@ import torch
 
 pytest.importorskip("verl")
 
-from trainer.config import parse_run_config  # noqa: E402
+from trainer.config import for_method, parse_run_config  # noqa: E402
 from trainer.methods.spec import get_method, method_names  # noqa: E402
 from trainer.rollout.base import Rollout, SamplingParams  # noqa: E402
 from trainer.tasks.arithmetic import ArithmeticTask  # noqa: E402
@@ -129,7 +129,7 @@ def verl_prompt_batch(problems):
 def config(method: str, **kw):
     base = {"engine": "verl", "device": "cpu", "method": method, "batch_prompts": P, "n_total": 8, "seed": 5,
             "max_new_tokens": RESP_W, "aero": {"n_explore": 4, "delta_n": 2, "n_max": 10, "k_max": 4}}
-    return parse_run_config({**base, **kw, "aero": {**base["aero"], **kw.get("aero", {})}})
+    return parse_run_config(for_method({**base, **kw, "aero": {**base["aero"], **kw.get("aero", {})}}, method))
 
 
 class Engines:

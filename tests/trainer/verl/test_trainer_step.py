@@ -14,7 +14,7 @@ import torch
 
 pytest.importorskip("verl")
 
-from trainer.config import parse_run_config  # noqa: E402
+from trainer.config import for_method, parse_run_config  # noqa: E402
 from trainer.sinks import MemorySink  # noqa: E402
 
 CFG = {"preset": None, "model_path": "/m", "task": "math", "train_data": "/d.jsonl", "engine": "verl",
@@ -62,7 +62,7 @@ def make_trainer(vr, tmp_path, **overrides):
     from trainer.verl.overrides import compose, to_overrides
     from trainer.verl.trainer import AEROTrainer
 
-    cfg = parse_run_config({**CFG, **overrides})
+    cfg = parse_run_config(for_method({**CFG, **overrides}, overrides.get("method", CFG["method"])))
     config = compose(to_overrides(cfg, out_dir=tmp_path, train_file="t.parquet", val_files=[], n_gpus_per_node=2)
                      + ["trainer.save_freq=-1", "trainer.test_freq=-1", "trainer.val_before_train=false"])
     tr = AEROTrainer.__new__(AEROTrainer)  # no workers, no dataloader: those need GPUs / data files
@@ -128,7 +128,7 @@ def test_fit_logs_platform_metrics_each_step(vr, tmp_path):
 
 
 def test_dapo_step_with_nothing_kept_still_wakes_the_replicas(vr, tmp_path):
-    tr, rollout, _ = make_trainer(vr, tmp_path, method="dapo", n_total=2, aero={"n_explore": 2},
+    tr, rollout, _ = make_trainer(vr, tmp_path, method="dapo", n_total=2,
                                   dapo={"max_gen_rounds": 1, "overlong_buffer": 2})
     tr.async_rollout_manager.generate_sequences = vr.ScriptedRollout({})  # all fail: no group kept
     tr.checkpoint_manager.rollout = tr.async_rollout_manager.generate_sequences
@@ -141,7 +141,7 @@ def test_dapo_step_with_nothing_kept_still_wakes_the_replicas(vr, tmp_path):
 def test_grpo_accounting_and_per_benchmark_eval(vr, tmp_path):
     from verl import DataProto
 
-    tr, rollout, _ = make_trainer(vr, tmp_path, method="grpo", n_total=2, aero={"n_explore": 2})
+    tr, rollout, _ = make_trainer(vr, tmp_path, method="grpo", n_total=2)
     b, g = vr.split(vr.prompt_batch(2))
     idx = np.repeat(np.arange(2), 2)
     out = b.select_idxs(idx).union(vr.ScriptedRollout({0: [[1, 0]], 1: [[1, 1]]})(g.select_idxs(idx)))
