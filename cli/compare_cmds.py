@@ -13,7 +13,7 @@ import typer
 from rich.table import Table
 
 from cli.common import safe
-from cli.platform_cmds import ApiOpt, TokenOpt, _csv, call, client, out
+from cli.platform_cmds import ApiOpt, TokenOpt, csv_items, call, client, out
 import common.metric_keys as mk
 
 # cli/main.py merges this into the `aero` app; this module never imports it.
@@ -189,7 +189,7 @@ def compare_cmd(
     compute each group needs to reach the baseline's accuracy (see docs/comparisons.md)."""
     params: dict[str, Any] = {"alpha": alpha}
     with client(api, token, timeout=120.0) as c:
-        ids = _csv(runs)
+        ids = csv_items(runs)
         if sweep is not None:
             ids += [str(r["id"]) for r in call(c, "GET", f"/sweeps/{sweep}")["runs"]]
         if ids:

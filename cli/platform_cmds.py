@@ -122,7 +122,7 @@ def submission(methods: list[str], seeds: list[int], sets: dict, name: str | Non
     return "/sweeps", body
 
 
-def _csv(text: str | None) -> list[str]:
+def csv_items(text: str | None) -> list[str]:
     return [x.strip() for x in (text or "").split(",") if x.strip()]
 
 
@@ -137,8 +137,8 @@ def submit(
     token: TokenOpt = None,
 ):
     """Submit runs over the REST API: one run, or a methods x seeds sweep."""
-    methods = [m for item in method for m in _csv(item)]
-    seed_list = [int(s) for s in _csv(seeds)]
+    methods = [m for item in method for m in csv_items(item)]
+    seed_list = [int(s) for s in csv_items(seeds)]
     path, body = submission(methods, seed_list, parse_sets(sets), name, tag or [])
     with client(api, token) as c:
         created = call(c, "POST", path, json=body)
@@ -230,7 +230,7 @@ def worker(
     from worker.settings import WorkerSettings
 
     settings, ws = get_settings(), WorkerSettings()
-    qs = _csv(queues) or default_queues(settings, ws)
+    qs = csv_items(queues) or default_queues(settings, ws)
     argv = worker_argv(qs, concurrency or ws.concurrency, is_embedded(broker_url(settings)))
     os.chdir(ROOT)
     os.execv(argv[0], argv)

@@ -36,7 +36,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from trainer.tasks.base import Problem
-from trainer.tasks.math import FileTask, _field, _messages, format_prompt, read_records
+from trainer.tasks.math import FileTask, row_field, chat_messages, format_prompt, read_records
 from trainer.tasks.sandbox import Limits, Result, TestSuite, run_candidate, run_many
 
 # Appendix E, "System Prompt Design", verbatim except that the paper's typeset quotes
@@ -173,7 +173,7 @@ def _assert_suite(scripts: Sequence[str], where: str, name: str, entry_point: st
 def _contests_suite(row: Mapping[str, Any], where: str) -> TestSuite:
     inputs, outputs = [], []
     for name in CONTESTS_FIELDS:
-        block = _field(row, (name,))
+        block = row_field(row, (name,))
         if block is None:
             continue
         block = _plain(_json(block[1], where, name))
@@ -187,25 +187,25 @@ def _contests_suite(row: Mapping[str, Any], where: str) -> TestSuite:
 def row_tests(row: Mapping[str, Any], where: str) -> TestSuite:
     """The row's tests, from the first test layout it has (module docstring)."""
     lower = {str(k).lower() for k in row}
-    fn = _field(row, ("fn_name",))
-    entry = _field(row, ("entry_point",))
+    fn = row_field(row, ("fn_name",))
+    entry = row_field(row, ("entry_point",))
     fn_name, entry_point = (str(fn[1]) if fn else None), (str(entry[1]) if entry else None)
     if "reward_model" in lower:
-        gt = _field(row, ("reward_model.ground_truth",))
+        gt = row_field(row, ("reward_model.ground_truth",))
         if gt is None:
             raise ValueError(f"{where}: missing field 'reward_model.ground_truth'")
         suite = _ground_truth_suite(gt[1], where, fn_name or entry_point, entry_point)
-    elif (io := _field(row, ("input_output",))) is not None:
+    elif (io := row_field(row, ("input_output",))) is not None:
         value = _plain(_json(io[1], where, "input_output"))
         if not isinstance(value, Mapping):
             raise ValueError(f"{where}: field 'input_output' must be an object with 'inputs' and 'outputs'")
         suite = _io_suite(value, where, "input_output", fn_name)
     elif lower & set(CONTESTS_FIELDS):
         suite = _contests_suite(row, where)
-    elif (tl := _field(row, ("test_list",))) is not None:
-        setup = _field(row, ("test_setup_code",))
+    elif (tl := row_field(row, ("test_list",))) is not None:
+        setup = row_field(row, ("test_setup_code",))
         suite = _assert_suite(list(_plain(tl[1])), where, "test_list", None, str(setup[1]) if setup else "")
-    elif (t := _field(row, ("test",))) is not None:
+    elif (t := row_field(row, ("test",))) is not None:
         if not entry_point:
             raise ValueError(f"{where}: field 'test' (HumanEval layout) needs 'entry_point'")
         suite = _assert_suite([str(t[1])], where, "test", entry_point)
@@ -222,15 +222,15 @@ def parse_row(row: Mapping[str, Any], where: str) -> tuple[list[dict[str, str]],
     last user message."""
     if not isinstance(row, Mapping):
         raise ValueError(f"{where}: expected an object, got {type(row).__name__}")
-    q = _field(row, QUESTION_FIELDS)
+    q = row_field(row, QUESTION_FIELDS)
     if q is None:
         raise ValueError(f"{where}: missing field 'question' (expected one of {', '.join(QUESTION_FIELDS)})")
-    messages = _messages(_plain(q[1]), where)
-    starter = _field(row, ("starter_code",))
+    messages = chat_messages(_plain(q[1]), where)
+    starter = row_field(row, ("starter_code",))
     if starter is not None and str(starter[1]).strip():
         last = messages[-1]
         messages[-1] = {**last, "content": f"{last['content']}\n\nStart from this code:\n```python\n{starter[1]}\n```"}
-    source = _field(row, ("data_source",))
+    source = row_field(row, ("data_source",))
     return messages, row_tests(row, where), (str(source[1]) if source else None)
 
 

@@ -152,7 +152,7 @@ def read_records(path: str | Path) -> list[tuple[str, dict]]:
     return out
 
 
-def _field(row: Mapping[str, Any], names: tuple[str, ...]) -> tuple[str, Any] | None:
+def row_field(row: Mapping[str, Any], names: tuple[str, ...]) -> tuple[str, Any] | None:
     low = {str(k).lower(): v for k, v in row.items()}
     for name in names:
         head, _, sub = name.partition(".")
@@ -166,7 +166,7 @@ def _field(row: Mapping[str, Any], names: tuple[str, ...]) -> tuple[str, Any] | 
     return None
 
 
-def _messages(value: Any, where: str) -> list[dict[str, str]]:
+def chat_messages(value: Any, where: str) -> list[dict[str, str]]:
     if isinstance(value, str):
         return [{"role": "user", "content": value}]
     msgs = list(value)
@@ -179,15 +179,15 @@ def parse_row(row: Mapping[str, Any], where: str) -> tuple[list[dict[str, str]],
     """``(messages, ground_truth, data_source)`` from one row in either layout."""
     if not isinstance(row, Mapping):
         raise ValueError(f"{where}: expected an object, got {type(row).__name__}")
-    q = _field(row, QUESTION_FIELDS)
+    q = row_field(row, QUESTION_FIELDS)
     if q is None:
         raise ValueError(f"{where}: missing field 'question' (expected one of {', '.join(QUESTION_FIELDS)})")
     if "reward_model" in {str(k).lower() for k in row}:
-        a = _field(row, ANSWER_FIELDS[:1])
+        a = row_field(row, ANSWER_FIELDS[:1])
         if a is None:
             raise ValueError(f"{where}: missing field 'reward_model.ground_truth'")
     else:
-        a = _field(row, ANSWER_FIELDS[1:])
+        a = row_field(row, ANSWER_FIELDS[1:])
         if a is None:
             raise ValueError(f"{where}: missing field 'answer' (expected one of {', '.join(ANSWER_FIELDS)})")
     name, value = a
@@ -195,8 +195,8 @@ def parse_row(row: Mapping[str, Any], where: str) -> tuple[list[dict[str, str]],
         value = last_boxed(" ".join(value) if isinstance(value, (list, tuple)) else str(value))
         if value is None:
             raise ValueError(f"{where}: field 'solution' has no \\boxed{{}} answer")
-    source = _field(row, ("data_source",))
-    return _messages(q[1], where), normalize_ground_truth(value), (str(source[1]) if source else None)
+    source = row_field(row, ("data_source",))
+    return chat_messages(q[1], where), normalize_ground_truth(value), (str(source[1]) if source else None)
 
 
 # -- tokenizer and prompt ------------------------------------------------------------------------
