@@ -49,7 +49,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from trainer.config import RunConfig  # noqa: E402
 from trainer.core.advantages import grpo_advantage  # noqa: E402
 from trainer.core.losses import Aggregation  # noqa: E402
-from trainer.core.aero import Stratum, aero_advantages, curate, plan_rounds, replay, start_rescue, stratify  # noqa: E402
+from trainer.core.aero import (  # noqa: E402
+    CurationRules, Stratum, aero_advantages, curate, plan_rounds, replay, start_rescue, stratify,
+)
 from trainer.core.stats import mean_ci, paired_ratios  # noqa: E402
 from trainer.flops import rollout_flops, train_flops  # noqa: E402
 from trainer.embedded.presets import PRESETS, load_setup  # noqa: E402
@@ -200,10 +202,8 @@ class OursAERO(OursStep):
                 groups[p] += [r for r, u in zip(new_groups[p], used[p]) if u]
             self.clock.add("scoring", time.perf_counter() - t0)
         t0 = time.perf_counter()
-        cur = curate([np.array([r.reward for r in g]) for g in groups], strata, state.rescued_at, s1=s1, s2=s2, s3=s3,
-                     n_explore=a.n_explore, alpha0=a.alpha0, beta0=a.beta0, k=a.k, zero_variance_keep=a.zero_variance_keep,
-                     negative_selection=a.negative_selection, rescue_negative=a.rescue_negative,
-                     zero_variance_selection=a.zero_variance_selection,
+        cur = curate([np.array([r.reward for r in g]) for g in groups], strata, state.rescued_at,
+                     CurationRules.from_config(a, cfg.strategies),
                      lengths_by_prompt=[np.array([r.length for r in g]) for g in groups], rng=self.rng)
         prompt_idx, roll_idx, gid = cur.flat()
         train = [groups[p][i] for p, i in zip(prompt_idx.tolist(), roll_idx.tolist())]

@@ -5,6 +5,7 @@ checked against AERO's real rescue loop, and an exact state round trip."""
 
 import json
 import pickle
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -12,7 +13,7 @@ from scipy.special import betainc
 
 from trainer.core.aero import Stratum, plan_rounds, replay, start_rescue
 from trainer.core.memory import (
-    Memory, Posterior, discount, explore_sizes, from_dict, give_up_mask, hopeless, known_hard, plan_step, preallocate,
+    Memory, MemoryRules, Posterior, discount, explore_sizes, from_dict, give_up_mask, hopeless, known_hard, plan_step, preallocate,
     prob_above, recall, remember, revisit_draws, skip_mask, to_dict, update,
 )
 
@@ -110,16 +111,17 @@ def test_skip_confident_prompts_with_revisit_probability():
     assert not skip_mask(unsure, 0.9, 0.9, 0.0, [0.5, 0.5]).any()
 
 
-KW = dict(n_total=16, n_explore=8, n_max=32, n_min=4, solved_tau=0.75, solved_conf=0.8, hard_mean=0.15, reserve=4,
-          skip_tau=0.9, skip_conf=0.9, revisit=0.2)
+BUDGET = dict(n_total=16, n_explore=8, n_max=32)
+RULES = MemoryRules(n_min=4, solved_tau=0.75, solved_conf=0.8, hard_mean=0.15, reserve=4, skip_tau=0.9, skip_conf=0.9,
+                    revisit=0.2)
 
 
 def test_all_options_off_is_aeros_step():
     post = _post(np.array([40.0, 1.0, 3.0]), np.array([1.0, 40.0, 3.0]))
-    plan = plan_step(post, adapt=False, prealloc=False, skip=False, draws=np.zeros(3), **KW)
+    plan = plan_step(post, replace(RULES, adapt=False, prealloc=False, skip=False), draws=np.zeros(3), **BUDGET)
     assert plan.explore.tolist() == [8, 8, 8] and plan.reserve.tolist() == [0, 0, 0] and not plan.skip.any()
     assert plan.rescue_budget == (16 - 8) * 3
-    on = plan_step(post, adapt=True, prealloc=True, skip=True, draws=np.ones(3) * 0.5, **KW)
+    on = plan_step(post, replace(RULES, adapt=True, prealloc=True, skip=True), draws=np.ones(3) * 0.5, **BUDGET)
     assert on.skip.tolist() == [True, False, False] and on.explore.tolist() == [0, 8, 8]
     assert on.reserve.tolist() == [0, 4, 0] and on.rescue_budget == 24 - 4
 
@@ -132,15 +134,17 @@ def test_a_step_never_generates_more_than_the_equal_budget(seed):
     P, n_total = int(rng.integers(1, 40)), int(rng.integers(4, 20))
     n_explore = int(rng.integers(2, n_total + 1))
     n_max = int(rng.integers(n_explore, 3 * n_total))
-    kw = dict(KW, n_total=n_total, n_explore=n_explore, n_max=n_max, n_min=int(rng.integers(1, n_explore + 1)),
-              reserve=int(rng.integers(1, 12)))
+    rules = replace(RULES, n_min=int(rng.integers(1, n_explore + 1)), reserve=int(rng.integers(1, 12)))
     post = _post(rng.uniform(0.5, 60, P), rng.uniform(0.5, 60, P), seen=rng.random(P) < 0.8,
                  visits=rng.integers(0, 5, P))
-    plan = plan_step(post, adapt=bool(rng.random() < 0.7), prealloc=bool(rng.random() < 0.7),
-                     skip=bool(rng.random() < 0.5), draws=rng.random(P), give_up=bool(rng.random() < 0.6),
-                     hope_tau=0.3, hope_revisit=0.2, give_up_floor=bool(rng.random() < 0.5), hope_draws=rng.random(P),
-                     **kw)
-    assert (plan.explore[~plan.skip] >= kw["n_min"]).all() and (plan.explore[plan.skip] == 0).all()
+    # the draws in the order the keyword arguments drew them before MemoryRules: the same cases
+    adapt, prealloc, skip = bool(rng.random() < 0.7), bool(rng.random() < 0.7), bool(rng.random() < 0.5)
+    draws, give_up = rng.random(P), bool(rng.random() < 0.6)
+    rules = replace(rules, adapt=adapt, prealloc=prealloc, skip=skip, give_up=give_up, hope_tau=0.3, hope_revisit=0.2,
+                    give_up_floor=bool(rng.random() < 0.5))
+    plan = plan_step(post, rules, n_total=n_total, n_explore=n_explore, n_max=n_max, draws=draws,
+                     hope_draws=rng.random(P))
+    assert (plan.explore[~plan.skip] >= rules.n_min).all() and (plan.explore[plan.skip] == 0).all()
     assert (plan.first_call <= max(n_max, n_explore)).all()
     strata = np.where(plan.skip, int(Stratum.HIGH), int(Stratum.RESCUE))  # every sampled prompt fails
     state = start_rescue(strata, n_explore, n_total, P)
@@ -169,9 +173,9 @@ def test_state_round_trips_exactly_through_json_and_pickle():
         a, b = recall(m, ids, 40), recall(back, ids, 40)
         assert np.array_equal(a.alpha, b.alpha) and np.array_equal(a.beta, b.beta) and np.array_equal(a.seen, b.seen)
         assert np.array_equal(a.visits, b.visits) and a.visits.max() > 1  # (d)'s epoch count survives too
-        kw = dict(KW, adapt=True, prealloc=True, skip=True, draws=revisit_draws(0, 40, ids), give_up=True,
-                  hope_tau=0.6, hope_draws=revisit_draws(0, 40, ids, salt="give-up"))
-        pa, pb = plan_step(a, **kw), plan_step(b, **kw)
+        rules = replace(RULES, adapt=True, prealloc=True, skip=True, give_up=True, hope_tau=0.6)
+        kw = dict(BUDGET, draws=revisit_draws(0, 40, ids), hope_draws=revisit_draws(0, 40, ids, salt="give-up"))
+        pa, pb = plan_step(a, rules, **kw), plan_step(b, rules, **kw)
         assert np.array_equal(pa.gave_up, pb.gave_up) and pa.gave_up.any() and pa.rescue_budget == pb.rescue_budget
 
 
@@ -198,13 +202,28 @@ def test_give_up_revisits_with_its_probability():
 
 def test_give_up_removes_rescue_and_its_share_of_the_pool():
     post = _post([1.0, 1.0, 3.0], [80.0, 80.0, 3.0], visits=[3, 1, 3])  # only prompt 0 is hopeless (visits)
-    kw = dict(KW, adapt=False, prealloc=True, skip=False, draws=np.zeros(3), give_up=True, hope_draws=np.ones(3))
-    plan = plan_step(post, **kw)
+    rules = replace(RULES, adapt=False, prealloc=True, skip=False, give_up=True)
+    kw = dict(BUDGET, draws=np.zeros(3), hope_draws=np.ones(3))
+    plan = plan_step(post, rules, **kw)
     assert plan.gave_up.tolist() == [True, False, False] and plan.explore.tolist() == [8, 8, 8]
     assert plan.reserve.tolist() == [0, 4, 0]  # the given-up prompt gets no (b) reserve either
     assert plan.rescue_budget == (16 - 8) * 2 - 4 and plan.max_rollouts() < 16 * 3
-    floor = plan_step(post, **dict(kw, give_up_floor=True))
-    assert floor.explore.tolist() == [KW["n_min"], 8, 8]
-    assert not plan_step(post, **dict(kw, give_up=False)).gave_up.any()
+    floor = plan_step(post, replace(rules, give_up_floor=True), **kw)
+    assert floor.explore.tolist() == [RULES.n_min, 8, 8]
+    assert not plan_step(post, replace(rules, give_up=False), **kw).gave_up.any()
     with pytest.raises(ValueError):
-        plan_step(post, **dict(kw, hope_draws=None))
+        plan_step(post, rules, **dict(kw, hope_draws=None))
+
+
+def test_memory_rules_from_config_section():
+    from trainer.methods.aero_mem import AEROMemConfig
+
+    sec = AEROMemConfig(n_explore_min=12, reserve=6, skip_tau=0.8, hope_visits=3, give_up_floor=True)
+    rules = MemoryRules.from_config(sec, (True, False, True, False), n_explore=8)
+    assert (rules.adapt, rules.prealloc, rules.skip, rules.give_up) == (True, False, True, False)  # the switches win
+    assert rules.n_min == 8  # n_explore_min capped at aero.n_explore
+    assert (rules.reserve, rules.skip_tau, rules.hope_visits, rules.give_up_floor) == (6, 0.8, 3, True)
+    assert MemoryRules.from_config(AEROMemConfig(), (False,) * 4, n_explore=8) == MemoryRules()  # defaults agree
+    post = _post(np.array([40.0, 1.0, 3.0]), np.array([1.0, 40.0, 3.0]))
+    plan = plan_step(post, MemoryRules(), draws=np.zeros(3), **BUDGET)  # every switch off: AERO's step
+    assert plan.explore.tolist() == [8, 8, 8] and plan.rescue_budget == (16 - 8) * 3

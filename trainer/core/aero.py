@@ -13,7 +13,8 @@ no I/O. The training loop drives one step as:
     4-5. curate  -> kept rollouts, group kind, posterior mean u~       (§4.2.2 S2, §4.2.3 S3)
     6. advantages = aero_advantages(...) then the GRPO clipped update.
 
-Every open interpretation is a named argument; docs/algorithms.md lists them with defaults.
+Every open interpretation is a named argument (curation's: a :class:`CurationRules` field);
+docs/algorithms.md lists them with defaults.
 A rollout is *correct* iff its reward > 0.5 (verifiable rewards are binary {0, 1}).
 """
 
@@ -22,7 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from enum import IntEnum
-from typing import Sequence
+from typing import Protocol, Sequence
 
 import numpy as np
 import torch
@@ -342,22 +343,87 @@ def negatives_to_keep(c: int, n_incorrect: int, k: float) -> int:
     return min(math.floor(k * c + 1e-9), n_incorrect)
 
 
+class CurationSection(Protocol):
+    """What :meth:`CurationRules.from_config` reads of a run's ``aero`` config section
+    (trainer.methods.aero.AEROConfig); a protocol, so the core imports no config module.
+    The selection rules are read-only properties so the section's Literal types fit."""
+
+    n_explore: int
+    alpha0: float
+    beta0: float
+    k: float
+    zero_variance_keep: int
+
+    @property
+    def negative_selection(self) -> str: ...
+    @property
+    def rescue_negative(self) -> str: ...
+    @property
+    def zero_variance_selection(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class CurationRules:
+    """How :func:`curate` chooses the training groups: the strategy switches and AERO's curation
+    hyper-parameters (Algorithm 1 curation; §4.2.1-4.2.3, §4.4; docs/algorithms.md §4 step 4).
+    The defaults are full AERO with the paper's values.
+
+    Attributes:
+        s1: S1 adaptive rescue (§4.2.1) ran this step; with ``s1=False`` ``rescued_at`` must be
+            all -1.
+        s2: S2 Bayesian zero-variance groups (§4.2.2): keep ``zero_variance_keep`` rollouts with
+            the Beta-posterior baseline u~; off: keep all, GRPO advantage 0.
+        s3: S3 rejection sampling of negatives in low-success groups (§4.2.3); off: keep all.
+        n_explore: Stage I exploration rollouts per prompt (§4.1); a rescue rollout sits at an
+            index >= n_explore.
+        alpha0: Beta prior alpha of S2's baseline u~ = (c + alpha0) / (n + alpha0 + beta0) (eq. 6).
+        beta0: Beta prior beta of that baseline.
+        k: S3 negatives per positive, m = min(floor(k c), #incorrect) (§4.2.3; Thm 4.1 optimum 1).
+        zero_variance_keep: rollouts an S2 zero-variance group keeps (§4.4: 4).
+        negative_selection: which incorrect rollouts S3 keeps: 'random' (uniform without
+            replacement), 'first' (generation order), 'longest' / 'shortest' (response length,
+            ties in generation order). The paper's 'top-m most informative' is undefined.
+        rescue_negative: which incorrect rollout joins the first correct rescue rollout in a
+            rescued group of 2: 'first' (earliest) or 'random'.
+        zero_variance_selection: which rollouts an S2 zero-variance group keeps: 'first' or
+            'random'.
+    """
+
+    s1: bool = True
+    s2: bool = True
+    s3: bool = True
+    n_explore: int = 8
+    alpha0: float = 1.0
+    beta0: float = 1.0
+    k: float = 1.0
+    zero_variance_keep: int = 4
+    negative_selection: str = "random"
+    rescue_negative: str = "first"
+    zero_variance_selection: str = "first"
+
+    @classmethod
+    def from_config(cls, aero: CurationSection, strategies: tuple[bool, bool, bool],
+                    n_explore: int | None = None) -> CurationRules:
+        """The rules of a run: its ``aero`` config section and its method's (s1, s2, s3)
+        strategies (MethodSpec.strategies). ``n_explore`` overrides ``aero.n_explore`` (aero-mem
+        explores some prompts with fewer rollouts)."""
+        s1, s2, s3 = strategies
+        return cls(s1=bool(s1), s2=bool(s2), s3=bool(s3),
+                   n_explore=aero.n_explore if n_explore is None else int(n_explore),
+                   alpha0=aero.alpha0, beta0=aero.beta0, k=aero.k, zero_variance_keep=aero.zero_variance_keep,
+                   negative_selection=aero.negative_selection, rescue_negative=aero.rescue_negative,
+                   zero_variance_selection=aero.zero_variance_selection)
+
+
+AERO_CURATION = CurationRules()  # full AERO, the paper's defaults
+
+
 def curate(
     rewards_by_prompt: Sequence,
     strata,
     rescued_at,
+    rules: CurationRules = AERO_CURATION,
     *,
-    s1: bool = True,
-    s2: bool = True,
-    s3: bool = True,
-    n_explore: int = 8,
-    alpha0: float = 1.0,
-    beta0: float = 1.0,
-    k: float = 1.0,
-    zero_variance_keep: int = 4,
-    negative_selection: str = "random",
-    rescue_negative: str = "first",
-    zero_variance_selection: str = "first",
     lengths_by_prompt: Sequence | None = None,
     rng: np.random.Generator | None = None,
 ) -> Curated:
@@ -388,9 +454,12 @@ def curate(
         rewards_by_prompt: length-P sequence of float[n_p] rewards, generation order.
         strata: int[P] from :func:`stratify`.
         rescued_at: int[P] from RescueState.rescued_at (-1 = not rescued).
+        rules: the strategy switches s1-s3 and the hyper-parameters named above
+            (:class:`CurationRules`; default: full AERO, paper values).
         lengths_by_prompt: length-P sequence of int[n_p] response lengths (for longest/shortest).
         rng: numpy Generator for 'random' rules; draws happen in prompt order.
     """
+    s1, s2, s3, n_explore, k = rules.s1, rules.s2, rules.s3, rules.n_explore, rules.k
     strata = np.asarray(strata, dtype=np.int64)
     rescued_at = np.asarray(rescued_at, dtype=np.int64)
     P = len(rewards_by_prompt)
@@ -411,14 +480,15 @@ def curate(
         if pos >= 0:
             if pos < n_explore or pos >= n or not ok[pos]:
                 raise ValueError(f"prompt {p}: rescued_at={pos} is not a correct rescue rollout")
-            neg = _pick(np.flatnonzero(~ok[:pos]), 1, rescue_negative, lengths, rng)
+            neg = _pick(np.flatnonzero(~ok[:pos]), 1, rules.rescue_negative, lengths, rng)
             kept.append(np.sort(np.append(neg, pos)))
             kinds.append("rescued")
         elif c == 0 or c == n:
             if s2:
-                kept.append(np.sort(_pick(np.arange(n), zero_variance_keep, zero_variance_selection, lengths, rng)))
+                zv = _pick(np.arange(n), rules.zero_variance_keep, rules.zero_variance_selection, lengths, rng)
+                kept.append(np.sort(zv))
                 kinds.append("bayes")
-                u_tilde[p] = posterior_mean(c, n, alpha0, beta0)
+                u_tilde[p] = posterior_mean(c, n, rules.alpha0, rules.beta0)
             else:
                 kept.append(np.arange(n))
                 kinds.append("zero")
@@ -428,7 +498,7 @@ def curate(
         else:
             if s3:
                 m = negatives_to_keep(c, n - c, k)
-                neg = _pick(np.flatnonzero(~ok), m, negative_selection, lengths, rng)
+                neg = _pick(np.flatnonzero(~ok), m, rules.negative_selection, lengths, rng)
                 kept.append(np.sort(np.concatenate([np.flatnonzero(ok), neg])))
             else:
                 kept.append(np.arange(n))

@@ -7,12 +7,13 @@ steps as a Beta posterior over its success rate p, keyed by a stable prompt id, 
 into a per-step plan:
 
     post  = recall(memory, ids, clock)                  # discounted to now; unseen -> prior
-    plan  = plan_step(post, ...)                        # (a) explore sizes, (b) reserve, (c) skip,
+    plan  = plan_step(post, rules, ...)                 # (a) explore sizes, (b) reserve, (c) skip,
                                                         # (d) no rescue for hopeless prompts
     ... explore, stratify, rescue from plan.rescue_budget, curate (trainer.core.aero) ...
     memory = remember(memory, ids, clock, correct, n)   # after the prompts were sampled
 
-The paper has none of this; every rule below is ours, and its options are named arguments.
+The paper has none of this; every rule below is ours, and its options are named arguments
+(plan_step's: the fields of :class:`MemoryRules`).
 Budget rule: a step never generates more than n_total * P rollouts. Exploration savings from
 (a) and (c) are *not spent* (the rescue pool stays AERO's (n_total - n_explore) * P), because
 the target is compute to reach an accuracy, and unspent rollouts are the compute saved. The
@@ -28,7 +29,7 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -308,11 +309,89 @@ class StepPlan:
         return int(self.first_call.sum()) + int(self.rescue_budget)
 
 
-def plan_step(post: Posterior, *, n_total: int, n_explore: int, n_max: int, adapt: bool, n_min: int,
-              solved_tau: float, solved_conf: float, prealloc: bool, hard_mean: float, reserve: int,
-              skip: bool, skip_tau: float, skip_conf: float, revisit: float, draws,
-              give_up: bool = False, hope_tau: float = 0.05, hope_conf: float = 0.8, hope_visits: int = 2,
-              hope_revisit: float = 0.1, give_up_floor: bool = False, hope_draws=None) -> StepPlan:
+class MemorySection(Protocol):
+    """What :meth:`MemoryRules.from_config` reads of a run's ``aero_mem`` config section
+    (trainer.methods.aero_mem.AEROMemConfig); a protocol, so the core imports no config module."""
+
+    n_explore_min: int
+    solved_tau: float
+    solved_conf: float
+    hard_mean: float
+    reserve: int
+    skip_tau: float
+    skip_conf: float
+    revisit: float
+    hope_tau: float
+    hope_conf: float
+    hope_visits: int
+    hope_revisit: float
+    give_up_floor: bool
+
+
+@dataclass(frozen=True)
+class MemoryRules:
+    """Which of the memory's uses (a)-(d) a step plans with, and their thresholds (beyond the
+    paper; docs/algorithms.md §7; the ``aero_mem`` config section). Every switch defaults to
+    off, and with all four off :func:`plan_step` is AERO's step exactly (Algorithm 1: n_explore
+    each, rescue pool (n_total - n_explore) * P; §4.2, Appendix 'Budget Constraints').
+
+    Attributes:
+        adapt: (a) explore confidently solved prompts with n_min rollouts (:func:`explore_sizes`).
+        n_min: (a) the floor for a confidently solved prompt, 1 <= n_min <= n_explore (also the
+            size of a given-up prompt under ``give_up_floor``).
+        solved_tau: (a) solved when P(p > solved_tau) > solved_conf under the posterior.
+        solved_conf: (a) confidence for 'solved'.
+        prealloc: (b) reserve rescue rollouts for known-hard prompts, generated with the
+            exploration (:func:`known_hard`, :func:`preallocate`).
+        hard_mean: (b) known hard: a seen prompt whose posterior mean is below this.
+        reserve: (b) rescue rollouts reserved per known-hard prompt, charged to AERO's pool.
+        skip: (c) skip prompts confidently above skip_tau (:func:`skip_mask`).
+        skip_tau: (c) skippable when P(p > skip_tau) > skip_conf.
+        skip_conf: (c) confidence for skipping.
+        revisit: (c) probability that a skippable prompt is sampled anyway.
+        give_up: (d) no rescue rounds for confidently hopeless prompts (:func:`give_up_mask`).
+        hope_tau: (d) hopeless when P(p > hope_tau) < 1 - hope_conf.
+        hope_conf: (d) confidence for 'hopeless'.
+        hope_visits: (d) give up only after this many sampled steps (observed epochs).
+        hope_revisit: (d) probability that a hopeless prompt is rescued anyway.
+        give_up_floor: (d) explore given-up prompts with n_min rollouts.
+    """
+
+    adapt: bool = False
+    n_min: int = 4
+    solved_tau: float = 0.75
+    solved_conf: float = 0.8
+    prealloc: bool = False
+    hard_mean: float = 0.15
+    reserve: int = 4
+    skip: bool = False
+    skip_tau: float = 0.9
+    skip_conf: float = 0.9
+    revisit: float = 0.2
+    give_up: bool = False
+    hope_tau: float = 0.05
+    hope_conf: float = 0.8
+    hope_visits: int = 2
+    hope_revisit: float = 0.1
+    give_up_floor: bool = False
+
+    @classmethod
+    def from_config(cls, aero_mem: MemorySection, switches: tuple[bool, bool, bool, bool],
+                    n_explore: int) -> MemoryRules:
+        """The rules of a run: its ``aero_mem`` config section, the method's (adapt_explore,
+        preallocate, skip, give_up) switches (an ablation forces them) and ``aero.n_explore``,
+        which caps the floor: n_min = min(aero_mem.n_explore_min, n_explore)."""
+        adapt, prealloc, skip, give_up = switches
+        m = aero_mem
+        return cls(adapt=adapt, n_min=min(m.n_explore_min, n_explore), solved_tau=m.solved_tau,
+                   solved_conf=m.solved_conf, prealloc=prealloc, hard_mean=m.hard_mean, reserve=m.reserve,
+                   skip=skip, skip_tau=m.skip_tau, skip_conf=m.skip_conf, revisit=m.revisit, give_up=give_up,
+                   hope_tau=m.hope_tau, hope_conf=m.hope_conf, hope_visits=m.hope_visits,
+                   hope_revisit=m.hope_revisit, give_up_floor=m.give_up_floor)
+
+
+def plan_step(post: Posterior, rules: MemoryRules, *, n_total: int, n_explore: int, n_max: int, draws,
+              hope_draws=None) -> StepPlan:
     """Combine (a), (b), (c), (d) into one step's plan under the equal budget n_total * P.
 
         explore_p = explore_sizes(...) if adapt else n_explore; 0 if skipped;
@@ -324,21 +403,29 @@ def plan_step(post: Posterior, *, n_total: int, n_explore: int, n_max: int, adap
         rescue_budget = B - sum(reserve)
 
     so sum(explore) + sum(reserve) + rescue_budget <= n_explore P + B <= n_total P.
-    With adapt, prealloc, skip and give_up all off the plan is AERO's step exactly."""
+    With adapt, prealloc, skip and give_up all off the plan is AERO's step exactly.
+
+    Args:
+        rules: the switches and thresholds of (a)-(d) (:class:`MemoryRules`).
+        n_total, n_explore, n_max: AERO's budget per prompt, exploration size and cap (§4.2).
+        draws: float[P] uniform draws of (c)'s revisits (:func:`revisit_draws`).
+        hope_draws: float[P] draws of (d)'s revisits, with their own salt; needed with give_up."""
+    r = rules
     P = len(post.seen)
-    explore = explore_sizes(post, n_explore, n_min, solved_tau, solved_conf) if adapt else np.full(P, n_explore, dtype=np.int64)
-    skipped = skip_mask(post, skip_tau, skip_conf, revisit, draws) if skip else np.zeros(P, dtype=bool)
+    explore = (explore_sizes(post, n_explore, r.n_min, r.solved_tau, r.solved_conf) if r.adapt
+               else np.full(P, n_explore, dtype=np.int64))
+    skipped = skip_mask(post, r.skip_tau, r.skip_conf, r.revisit, draws) if r.skip else np.zeros(P, dtype=bool)
     gave_up = np.zeros(P, dtype=bool)
-    if give_up:
+    if r.give_up:
         if hope_draws is None:
             raise ValueError("give_up needs hope_draws (revisit_draws with its own salt)")
-        gave_up = give_up_mask(post, hope_tau, hope_conf, hope_visits, hope_revisit, hope_draws) & ~skipped
-        if give_up_floor:
-            explore = np.where(gave_up, np.minimum(explore, n_min), explore)
+        gave_up = give_up_mask(post, r.hope_tau, r.hope_conf, r.hope_visits, r.hope_revisit, hope_draws) & ~skipped
+        if r.give_up_floor:
+            explore = np.where(gave_up, np.minimum(explore, r.n_min), explore)
     explore = np.where(skipped, 0, explore).astype(np.int64)
     pool = (n_total - n_explore) * (P - int(gave_up.sum()))
-    hard = known_hard(post, hard_mean) & ~skipped & ~gave_up if prealloc else np.zeros(P, dtype=bool)
-    res = preallocate(hard, explore, reserve, n_max, pool)
+    hard = known_hard(post, r.hard_mean) & ~skipped & ~gave_up if r.prealloc else np.zeros(P, dtype=bool)
+    res = preallocate(hard, explore, r.reserve, n_max, pool)
     plan = StepPlan(skip=skipped, explore=explore, reserve=res, rescue_budget=pool - int(res.sum()), no_rescue=gave_up)
     if plan.max_rollouts() > n_total * P:  # the invariant, checked rather than assumed
         raise AssertionError(f"plan exceeds the equal budget: {plan.max_rollouts()} > {n_total * P}")

@@ -119,7 +119,9 @@ def aero_step_with_ledger(cfg: RunConfig, sampler: Sampler, rng: np.random.Gener
     given up on this step: explored and curated as usual, never rescued."""
     import torch
 
-    from trainer.core.aero import Stratum, aero_advantages, curate, plan_rounds, replay, start_rescue, stratify
+    from trainer.core.aero import (
+        CurationRules, Stratum, aero_advantages, curate, plan_rounds, replay, start_rescue, stratify,
+    )
     from trainer.methods.sampler import RowLog
     from trainer.methods.spec import get_method
 
@@ -151,12 +153,9 @@ def aero_step_with_ledger(cfg: RunConfig, sampler: Sampler, rng: np.random.Gener
         state, used = replay(state, plan, [new.correct[r - new.first_row].astype(np.float64) for r in new_rows])
         rows_of = [np.concatenate([rows_of[p], new_rows[p][used[p]]]) for p in range(P)]
     ok, length, tokens, reward = log.column("correct"), log.column("length"), log.column("tokens"), log.column("reward")
-    cur = curate([ok[r].astype(np.float64) for r in rows_of], strata, state.rescued_at, s1=s1, s2=s2, s3=s3,
-                 n_explore=int(n_first.min(initial=a.n_explore)), alpha0=a.alpha0, beta0=a.beta0, k=a.k,
-                 zero_variance_keep=a.zero_variance_keep,
-                 negative_selection=a.negative_selection, rescue_negative=a.rescue_negative,
-                 zero_variance_selection=a.zero_variance_selection, lengths_by_prompt=[length[r] for r in rows_of],
-                 rng=rng)
+    rules = CurationRules.from_config(a, spec.strategies, n_explore=int(n_first.min(initial=a.n_explore)))
+    cur = curate([ok[r].astype(np.float64) for r in rows_of], strata, state.rescued_at, rules,
+                 lengths_by_prompt=[length[r] for r in rows_of], rng=rng)
     prompt_idx, pos, gid = cur.flat()
     rows = np.array([rows_of[p][i] for p, i in zip(prompt_idx.tolist(), pos.tolist())], dtype=np.int64)
     adv = aero_advantages(torch.tensor(reward[rows].tolist()), torch.as_tensor(gid), cur.kinds, cur.u_tilde, eps=1e-6,

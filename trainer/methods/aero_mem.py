@@ -4,7 +4,7 @@ One step, on top of AERO's own (trainer/methods/aero.py), with the memory math o
 trainer.core.memory:
 
     1. draw the batch; ids = the sampler's stable prompt ids; t = this method's step clock
-    2. post = recall(memory, ids, t); plan = plan_step(post, ...)
+    2. post = recall(memory, ids, t); plan = plan_step(post, MemoryRules.from_config(...), ...)
            (a) exploration size per prompt, (b) rescue rollouts reserved for known-hard
            prompts, (c) prompts skipped, (d) hopeless prompts given no rescue; never more
            than n_total * P rollouts
@@ -125,25 +125,23 @@ class _Sampled:
 def aero_mem_step(cfg: RunConfig, sampler: Sampler, rng: np.random.Generator) -> StepResult:
     """One aero-mem step (module docstring). ``rng`` is AERO's (S3's random negatives); the
     revisits of (c) are hashed from (seed, clock, id) and need no RNG state."""
-    from trainer.core.memory import Memory, from_dict, plan_step, recall, remember, revisit_draws, to_dict
+    from trainer.core.memory import (
+        Memory, MemoryRules, from_dict, plan_step, recall, remember, revisit_draws, to_dict,
+    )
     from trainer.methods.aero import aero_step_with_ledger
 
     if not (hasattr(sampler, "state") and hasattr(sampler, "prompt_keys")):
         raise NotImplementedError(f"{cfg.method} needs a sampler with prompt ids and state (the embedded engine's)")
     a, m = cfg.aero, cfg.aero_mem
-    adapt, prealloc, skip, give_up = options(cfg)
     saved = sampler.state.get(STATE_KEY)
     memory = from_dict(saved["memory"]) if saved else Memory(a.alpha0, a.beta0, m.gamma)
     clock = (saved["clock"] if saved else 0) + 1
     P = sampler.next_prompts()
     ids = sampler.prompt_keys()
     post = recall(memory, ids, clock)
-    plan = plan_step(post, n_total=cfg.n_total, n_explore=a.n_explore, n_max=a.n_max, adapt=adapt,
-                     n_min=min(m.n_explore_min, a.n_explore), solved_tau=m.solved_tau, solved_conf=m.solved_conf,
-                     prealloc=prealloc, hard_mean=m.hard_mean, reserve=m.reserve, skip=skip, skip_tau=m.skip_tau,
-                     skip_conf=m.skip_conf, revisit=m.revisit, draws=revisit_draws(cfg.seed, clock, ids),
-                     give_up=give_up, hope_tau=m.hope_tau, hope_conf=m.hope_conf, hope_visits=m.hope_visits,
-                     hope_revisit=m.hope_revisit, give_up_floor=m.give_up_floor,
+    rules = MemoryRules.from_config(m, options(cfg), a.n_explore)
+    plan = plan_step(post, rules, n_total=cfg.n_total, n_explore=a.n_explore, n_max=a.n_max,
+                     draws=revisit_draws(cfg.seed, clock, ids),
                      hope_draws=revisit_draws(cfg.seed, clock, ids, salt="give-up"))
     live = np.flatnonzero(~plan.skip)
     correct, n = np.zeros(P, dtype=np.int64), np.zeros(P, dtype=np.int64)

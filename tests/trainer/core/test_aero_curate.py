@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from trainer.core.aero import Stratum, aero_advantages, curate, theorem41_factor
+from trainer.core.aero import CurationRules, Stratum, aero_advantages, curate, theorem41_factor
 
 R, L, H = int(Stratum.RESCUE), int(Stratum.LOW), int(Stratum.HIGH)
 F = np.float64
@@ -32,9 +32,8 @@ def _batch():
 
 def _cur(**kw):
     rewards, strata, rescued_at = _batch()
-    base = dict(n_explore=8, negative_selection="first", rng=np.random.default_rng(0))
-    base.update(kw)
-    return curate(rewards, strata, rescued_at, **base)
+    rules = CurationRules(**{"n_explore": 8, "negative_selection": "first", **kw})
+    return curate(rewards, strata, rescued_at, rules, rng=np.random.default_rng(0))
 
 
 def test_full_aero_curation_by_hand():
@@ -53,37 +52,37 @@ def test_full_aero_curation_by_hand():
 
 def test_low_success_m_for_k1_k2():
     rew = [np.array([1, 0, 0, 0, 0, 0, 1, 0], F), np.array([1, 1, 0, 1, 0, 0, 0, 0], F)]
-    c1 = curate(rew, [L, L], [-1, -1], k=1, negative_selection="first")
+    c1 = curate(rew, [L, L], [-1, -1], CurationRules(k=1, negative_selection="first"))
     assert c1.kept[0].tolist() == [0, 1, 2, 6] and c1.kept[1].tolist() == [0, 1, 2, 3, 4, 5]
-    c2 = curate(rew, [L, L], [-1, -1], k=2, negative_selection="first")
+    c2 = curate(rew, [L, L], [-1, -1], CurationRules(k=2, negative_selection="first"))
     assert c2.kept[0].tolist() == [0, 1, 2, 3, 4, 6]  # m = 4
     assert c2.kept[1].tolist() == list(range(8))  # m = min(6, 5) = 5: all incorrect
-    c15 = curate([rew[1]], [L], [-1], k=1.5, negative_selection="first")
+    c15 = curate([rew[1]], [L], [-1], CurationRules(k=1.5, negative_selection="first"))
     assert len(c15.kept[0]) == 3 + 4  # floor(4.5) = 4
 
 
 def test_negative_selection_rules():
     r = np.array([1, 0, 0, 1, 0, 0, 0, 0], F)
     lengths = [np.array([5, 3, 9, 4, 9, 1, 7, 2])]
-    longest = curate([r], [L], [-1], negative_selection="longest", lengths_by_prompt=lengths)
+    longest = curate([r], [L], [-1], CurationRules(negative_selection="longest"), lengths_by_prompt=lengths)
     assert longest.kept[0].tolist() == [0, 2, 3, 4]  # lengths 9, 9 (tie -> generation order)
-    shortest = curate([r], [L], [-1], negative_selection="shortest", lengths_by_prompt=lengths)
+    shortest = curate([r], [L], [-1], CurationRules(negative_selection="shortest"), lengths_by_prompt=lengths)
     assert shortest.kept[0].tolist() == [0, 3, 5, 7]  # lengths 1, 2
-    a = curate([r] * 3, [L] * 3, [-1] * 3, negative_selection="random", rng=np.random.default_rng(7))
-    b = curate([r] * 3, [L] * 3, [-1] * 3, negative_selection="random", rng=np.random.default_rng(7))
+    a = curate([r] * 3, [L] * 3, [-1] * 3, CurationRules(negative_selection="random"), rng=np.random.default_rng(7))
+    b = curate([r] * 3, [L] * 3, [-1] * 3, CurationRules(negative_selection="random"), rng=np.random.default_rng(7))
     assert [x.tolist() for x in a.kept] == [x.tolist() for x in b.kept]
     for kept in a.kept:
         assert {0, 3} <= set(kept.tolist()) and len(kept) == 4 and (r[kept] == 0).sum() == 2
     with pytest.raises(ValueError):
-        curate([r], [L], [-1], negative_selection="longest")
+        curate([r], [L], [-1], CurationRules(negative_selection="longest"))
     with pytest.raises(ValueError):
-        curate([r], [L], [-1], negative_selection="random", rng=None)
+        curate([r], [L], [-1], CurationRules(negative_selection="random"), rng=None)
 
 
 def test_random_rescue_negative_and_zero_variance_selection():
     rewards, strata, rescued_at = _batch()
-    c = curate(rewards, strata, rescued_at, rescue_negative="random", zero_variance_selection="random",
-               negative_selection="first", rng=np.random.default_rng(3))
+    rules = CurationRules(rescue_negative="random", zero_variance_selection="random", negative_selection="first")
+    c = curate(rewards, strata, rescued_at, rules, rng=np.random.default_rng(3))
     neg, pos = c.kept[0].tolist()
     assert pos == 11 and neg < 11 and rewards[0][neg] == 0
     assert len(c.kept[1]) == 4 and len(set(c.kept[1].tolist())) == 4 and c.kept[1].max() < 28
@@ -105,8 +104,8 @@ def test_ablation_s1_s2():
 def test_s1_off_requires_no_rescue():
     rewards, strata, rescued_at = _batch()
     with pytest.raises(ValueError):
-        curate(rewards, strata, rescued_at, s1=False)
-    c = curate([np.zeros(8), np.array([0, 1] * 4, F)], [R, H], [-1, -1], s1=False)
+        curate(rewards, strata, rescued_at, CurationRules(s1=False))
+    c = curate([np.zeros(8), np.array([0, 1] * 4, F)], [R, H], [-1, -1], CurationRules(s1=False))
     assert c.kinds == ["bayes", "high"] and c.u_tilde[0] == pytest.approx(0.1)
 
 
@@ -114,7 +113,7 @@ def test_S_positive_rescue_set_prompts():
     # S = 2: prompt 0 has c = 1 in explore, is never rescued after 4 rescue rollouts -> low partial
     #        prompt 1 has c = 2 in explore, rescued at index 9 -> group of 2, explore positives dropped
     rew = [np.array([0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0], F), np.array([1, 1, 0, 0, 0, 0, 0, 0, 0, 1], F)]
-    c = curate(rew, [R, R], [-1, 9], negative_selection="first")
+    c = curate(rew, [R, R], [-1, 9], CurationRules(negative_selection="first"))
     assert c.kinds == ["low", "rescued"]
     assert c.kept[0].tolist() == [0, 2] and c.kept[1].tolist() == [2, 9]
     with pytest.raises(ValueError):
@@ -162,3 +161,19 @@ def test_theorem41_factor_maximised_at_m_equals_c():
         assert int(np.argmax(f)) == c and f[c] == pytest.approx(0.25)
         assert (f[m != c] < 0.25).all()
     assert theorem41_factor(0, 0) == 0.0 and theorem41_factor(2, 6) == pytest.approx(12 / 64)
+
+
+def test_curation_rules_from_config_section():
+    from trainer.methods.aero import AEROConfig
+
+    sec = AEROConfig(n_explore=6, k=2.0, alpha0=0.5, beta0=2.0, zero_variance_keep=3, negative_selection="longest",
+                     rescue_negative="random", zero_variance_selection="random")
+    rules = CurationRules.from_config(sec, (True, True, False))
+    assert rules == CurationRules(s1=True, s2=True, s3=False, n_explore=6, alpha0=0.5, beta0=2.0, k=2.0,
+                                  zero_variance_keep=3, negative_selection="longest", rescue_negative="random",
+                                  zero_variance_selection="random")
+    assert CurationRules.from_config(sec, (True, True, True), n_explore=4).n_explore == 4  # aero-mem's smaller first call
+    assert CurationRules.from_config(AEROConfig(), (True, True, True)) == CurationRules()  # defaults: the paper's
+    rewards, strata, rescued_at = _batch()
+    with pytest.raises(TypeError):
+        curate(rewards, strata, rescued_at, k=2)  # settings travel in CurationRules only

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from trainer.core.aero import Stratum, curate
+from trainer.core.aero import CurationRules, Stratum, curate
 from trainer.core.savings import ladder_counts, savings_cost, waterfall
 
 R, L, H = int(Stratum.RESCUE), int(Stratum.LOW), int(Stratum.HIGH)
@@ -38,9 +38,9 @@ def test_k2_changes_only_s3():
 def test_aero_rung_matches_curation():
     rewards = [np.array([0] * 8 + [0, 0, 0, 1.0]), np.zeros(28), np.array([0, 1, 0, 0, 0, 1, 0, 0.0]),
                np.array([1, 1, 0, 1, 0, 1, 1, 0.0]), np.ones(8)]
-    cur = curate(rewards, FACTS["strata"], [11, -1, -1, -1, -1], negative_selection="first")
+    cur = curate(rewards, FACTS["strata"], [11, -1, -1, -1, -1], CurationRules(negative_selection="first"))
     assert ladder_counts(**FACTS, n_total=16)["aero"].tolist() == cur.n_kept.tolist()
-    cur_s1 = curate(rewards, FACTS["strata"], [11, -1, -1, -1, -1], s2=False, s3=False)
+    cur_s1 = curate(rewards, FACTS["strata"], [11, -1, -1, -1, -1], CurationRules(s2=False, s3=False))
     assert ladder_counts(**FACTS, n_total=16)["s1"].tolist() == cur_s1.n_kept.tolist()
 
 

@@ -14,7 +14,9 @@ import pytest
 import torch
 
 from trainer.config import RunConfig
-from trainer.core.aero import Stratum, aero_advantages, curate, plan_rounds, replay, start_rescue, stratify
+from trainer.core.aero import (
+    CurationRules, Stratum, aero_advantages, curate, plan_rounds, replay, start_rescue, stratify,
+)
 from trainer.core.dapo import nonzero_variance_mask, overlong_penalty
 from trainer.methods.aero import aero_step_with_ledger
 from trainer.methods.spec import get_step
@@ -68,10 +70,10 @@ def reference_aero(cfg, fake, rng):
         state, used = replay(state, plan, [np.array([r.reward for r in g]) for g in new_groups])
         for p in range(P):
             groups[p] += [r for r, u in zip(new_groups[p], used[p]) if u]
-    curated = curate([np.array([r.reward for r in g]) for g in groups], strata, state.rescued_at, s1=s1, s2=s2, s3=s3,
-                     n_explore=a.n_explore, alpha0=a.alpha0, beta0=a.beta0, k=a.k,
-                     zero_variance_keep=a.zero_variance_keep, negative_selection=a.negative_selection,
-                     rescue_negative=a.rescue_negative, zero_variance_selection=a.zero_variance_selection,
+    rules = CurationRules(s1=s1, s2=s2, s3=s3, n_explore=a.n_explore, alpha0=a.alpha0, beta0=a.beta0, k=a.k,
+                          zero_variance_keep=a.zero_variance_keep, negative_selection=a.negative_selection,
+                          rescue_negative=a.rescue_negative, zero_variance_selection=a.zero_variance_selection)
+    curated = curate([np.array([r.reward for r in g]) for g in groups], strata, state.rescued_at, rules,
                      lengths_by_prompt=[np.array([r.length for r in g]) for g in groups], rng=rng)
     prompt_idx, roll_idx, gid = curated.flat()
     train = [groups[p][i] for p, i in zip(prompt_idx.tolist(), roll_idx.tolist())]
