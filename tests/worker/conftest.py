@@ -12,7 +12,7 @@ import pytest
 from backend.db.migrate import migrate
 from backend.db.runs import create_run
 from backend.db.session import get_engine, session_scope
-from trainer.config import RunConfig
+from trainer.config import RunConfig, for_method
 
 PG_DSN = os.environ.get("AERO_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 
@@ -24,7 +24,8 @@ def tiny_config(**kw) -> dict:
                 aero=dict(n_explore=2, n_max=4, k_max=1))
     if os.environ.get("AERO_TEST_MODEL_PATH"):  # a local checkpoint instead of the shipped preset
         base.update(preset=None, model_path=os.environ["AERO_TEST_MODEL_PATH"])
-    return RunConfig(**{**base, **kw}).model_dump(mode="json")
+    cfg = {**base, **kw}
+    return RunConfig(**for_method(cfg, cfg["method"])).model_dump(mode="json")  # each method keeps its own sections
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ import pytest
 
 pytest.importorskip("verl")
 
-from trainer.config import parse_run_config  # noqa: E402
+from trainer.config import for_method, parse_run_config  # noqa: E402
 from trainer.sinks import MemorySink  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -42,7 +42,7 @@ def ray_session():
 def train(name: str, out: Path, should_stop=None, **kw):
     from trainer.verl.runner import run_verl
 
-    cfg = parse_run_config({**TINY, **kw})
+    cfg = parse_run_config(for_method({**TINY, **kw}, kw.get("method", "aero")))
     sink = MemorySink()
     t0 = time.monotonic()
     summary = run_verl(cfg, out, sink, should_stop=should_stop)
