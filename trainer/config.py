@@ -139,6 +139,10 @@ class _RunFields(Strict):
     std_unbiased: bool = Field(True, description="Group std with Bessel's correction (as verl/torch.std).")
     ppo_epochs: int = Field(1, ge=1, le=16, description="Passes over each step's batch (paper: 1).")
     mini_batches: int = Field(1, ge=1, le=1024, description="Optimizer steps per pass.")
+    shuffle_mini_batches: bool = Field(True, description="With mini_batches > 1: deal the training rows into "
+                                       "mini-batches afresh each PPO epoch (seeded by the run, checkpointed). false "
+                                       "keeps them in generation order, as the verl engine lays them out (verl "
+                                       "refuses true with several mini-batches).")
     eval_every: int = Field(5, ge=0, le=1_000_000, description="Evaluate every K steps, and at step 0 (the base) and the end (0 = only "
                             "at the end). Evaluation time is not counted in a run's training time.")
     eval_n: int = Field(8, ge=1, le=1024, description="Samples per eval problem (Avg@k / Pass@k with k <= eval_n).")
@@ -284,6 +288,10 @@ def verl_issues(cfg: RunConfig) -> list[tuple[str, str]]:
     if cfg.model_path is not None and cfg.task == "arithmetic":
         issues.append(("task", "a model_path run on verl trains the math task (the arithmetic task's tokenizer "
                        "ships with the tiny preset)"))
+    if cfg.mini_batches > 1 and cfg.shuffle_mini_batches:
+        issues.append(("shuffle_mini_batches", "the verl engine lays mini-batches out in generation order (the "
+                       "embedded engine reshuffles them each epoch): set shuffle_mini_batches=false with "
+                       f"mini_batches={cfg.mini_batches} on verl"))
     if cfg.mini_batches <= cfg.batch_prompts and cfg.batch_prompts % cfg.mini_batches:
         issues.append(("mini_batches", f"batch_prompts ({cfg.batch_prompts}) must be a multiple of mini_batches "
                        f"on verl; got {cfg.mini_batches}"))

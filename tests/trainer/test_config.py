@@ -89,9 +89,12 @@ def test_code_task_config():
 
 
 def test_verl_rules_accept_a_runnable_verl_config():
-    cfg = parse_run_config({**VERL, "batch_prompts": 12, "mini_batches": 3})
+    cfg = parse_run_config({**VERL, "batch_prompts": 12, "mini_batches": 3, "shuffle_mini_batches": False})
     assert (cfg.engine, cfg.batch_prompts % cfg.mini_batches) == ("verl", 0)
+    with pytest.raises(ConfigError) as err:   # verl has no per-epoch reshuffle of the curated rows
+        parse_run_config({**VERL, "batch_prompts": 12, "mini_batches": 3})
+    assert [loc for loc, _ in err.value.issues] == ["shuffle_mini_batches"]
     with pytest.raises(ConfigError) as err:   # the same numbers are fine on the embedded engine
-        parse_run_config({**VERL, "batch_prompts": 10, "mini_batches": 3})
+        parse_run_config({**VERL, "batch_prompts": 10, "mini_batches": 3, "shuffle_mini_batches": False})
     assert [loc for loc, _ in err.value.issues] == ["mini_batches"]
     assert parse_run_config({**VERL, "engine": "embedded", "batch_prompts": 10, "mini_batches": 3}).mini_batches == 3

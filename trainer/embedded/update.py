@@ -192,7 +192,7 @@ class Updater:
         warmup = warmup_length(cfg.steps * per_step, cfg.optim.warmup_ratio, cfg.optim.warmup_steps, per_step)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: warmup_constant_lr(s, warmup))
         return cls(model, optimizer, scheduler, UpdateSettings.from_config(cfg, pad_id, device), ref_model,
-                   shuffle_rng(cfg.seed))
+                   shuffle_rng(cfg.seed) if cfg.shuffle_mini_batches else None)
 
     @property
     def lr(self) -> float:

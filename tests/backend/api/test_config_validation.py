@@ -100,6 +100,9 @@ def test_verl_rules_are_a_422_at_submit(client, auth, enqueued, tmp_path):
     data = tmp_path / "data"  # the test app's data directory: the default data root
     verl = {"engine": "verl", "preset": None, "model_path": str(data / "models" / "qwen"), "task": "math",
             "train_data": str(data / "train.jsonl")}
+    r = client.post("/api/runs", json={"config": {**verl, "batch_prompts": 12, "mini_batches": 3}}, headers=auth)
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "config", "shuffle_mini_batches"]
+    verl["shuffle_mini_batches"] = False  # verl lays mini-batches out in order: the config must say so
     r = client.post("/api/runs", json={"config": {**verl, "batch_prompts": 10, "mini_batches": 3}}, headers=auth)
     assert r.status_code == 422, r.text
     detail = r.json()["detail"]

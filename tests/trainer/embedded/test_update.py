@@ -229,3 +229,6 @@ def test_the_updater_is_built_from_the_config():
     assert u.settings.agg == Aggregation("token-mean", max_len=cfg.max_new_tokens)
     assert u.lr == pytest.approx(1e-3 / 8)  # warmup: 2 steps x 4 optimizer steps each
     assert u.shuffle.bit_generator.state == shuffle_rng(cfg.seed).bit_generator.state
+    # shuffle_mini_batches=false keeps generation order (verl's layout): no shuffle RNG at all
+    kept = Updater.from_config(cfg.model_copy(update={"shuffle_mini_batches": False}), small_model(), pad_id=PAD)
+    assert kept.shuffle is None

@@ -71,7 +71,7 @@ def test_verl_rules_at_submit():
 
 
 def test_shared_settings_follow_the_run_config():
-    o = as_dict(overrides(method="aero", mini_batches=2, kl_coef=0.01, gradient_checkpointing=True, eval_every=0,
+    o = as_dict(overrides(method="aero", mini_batches=2, shuffle_mini_batches=False, kl_coef=0.01, gradient_checkpointing=True, eval_every=0,
                           checkpoint_every=5, steps=40))
     assert o["data.train_batch_size"] == "8" and o["actor_rollout_ref.actor.ppo_mini_batch_size"] == "4"
     assert (o["data.max_prompt_length"], o["data.max_response_length"]) == ("1024", "1536")
@@ -98,7 +98,9 @@ def test_reward_goes_through_the_reward_keys_only():
 def test_batch_must_split_into_mini_batches():
     """A rule of the config (trainer.config.verl_issues): refused at parse, before any override."""
     with pytest.raises(ConfigError, match="mini_batches"):
-        parse_run_config({**BASE, "batch_prompts": 6, "mini_batches": 4})
+        parse_run_config({**BASE, "batch_prompts": 6, "mini_batches": 4, "shuffle_mini_batches": False})
+    with pytest.raises(ConfigError, match="shuffle_mini_batches"):  # the embedded reshuffle has no verl twin
+        parse_run_config({**BASE, "batch_prompts": 8, "mini_batches": 4})
 
 
 @pytest.mark.parametrize("method", ["grpo", "dapo", "aero", "aero-s1s2"])

@@ -46,7 +46,7 @@ def test_worker_check_names_model_path(model_dir, tmp_path):
 def test_verl_rules_are_refused_at_parse(model_dir, tmp_path):
     """The verl-only rules live in parse_run_config, so they never reach the worker."""
     with pytest.raises(ConfigError) as err:
-        cfg_for(model_dir, tmp_path, mini_batches=3)
+        cfg_for(model_dir, tmp_path, mini_batches=3, shuffle_mini_batches=False)
     assert "mini_batches" in dict(err.value.issues)
 
 

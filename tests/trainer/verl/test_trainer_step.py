@@ -18,7 +18,7 @@ from trainer.config import for_method, parse_run_config  # noqa: E402
 from trainer.sinks import MemorySink  # noqa: E402
 
 CFG = {"preset": None, "model_path": "/m", "task": "math", "train_data": "/d.jsonl", "engine": "verl",
-       "method": "aero", "batch_prompts": 4, "n_total": 6, "mini_batches": 2,
+       "method": "aero", "batch_prompts": 4, "n_total": 6, "mini_batches": 2, "shuffle_mini_batches": False,
        "aero": {"n_explore": 4, "n_max": 10, "delta_n": 2, "negative_selection": "first", "rounds_per_call": 1}}
 SCRIPT = {0: [[0, 0, 0, 0], [0, 0], [0, 0], [1, 0]], 1: [[1, 1, 1, 1]], 2: [[1, 0, 0, 0]], 3: [[0, 0, 0, 0], [0, 1]]}
 
