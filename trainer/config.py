@@ -19,7 +19,7 @@ from pydantic import (AfterValidator, Field, ValidationError, ValidationInfo, cr
 from pydantic.json_schema import SkipJsonSchema
 
 from trainer.methods.section import Strict
-from trainer.methods.spec import all_sections, get_method, method_names, specs
+from trainer.methods.spec import all_sections, get_method, method_names, section_readers, specs
 from trainer.safetext import no_control_chars  # noqa: F401  (also backend.schemas's, via this module)
 
 if TYPE_CHECKING:
@@ -168,7 +168,7 @@ class _RunFields(Strict):
 
 
 def _section_field(sec, shared: bool = False) -> tuple[Any, Any]:
-    readers = ", ".join(s.name for s in specs() if s.reads(sec.name))
+    readers = ", ".join(section_readers(sec.name))
     rule = "each run of those methods takes it" if shared else "defaults when omitted; refused for other methods"
     return sec.model | None, Field(None, description=f"{sec.title}: read by {readers} only ({rule}).")
 
@@ -194,8 +194,8 @@ class _MethodSections(_RunFields):
     def _section_of_method(cls, value: Any, info: ValidationInfo) -> Any:
         method = info.data.get("method")
         if value is not None and method is not None and not get_method(method).reads(info.field_name):
-            readers = ", ".join(s.name for s in specs() if s.reads(info.field_name))
-            raise ValueError(f"method {method} has no {info.field_name} section (read by {readers}); remove it")
+            raise ValueError(f"method {method} has no {info.field_name} section (read by "
+                             f"{', '.join(section_readers(info.field_name))}); remove it")
         return value
 
     @property
@@ -321,7 +321,7 @@ def unread_sections(data: Mapping[str, Any], methods: Sequence[str]) -> list[tup
     known = [m for m in methods if m in METHODS]
     return [(name, f"no method of {', '.join(known)} reads the {name} section; remove it or add a method that does")
             for name in SECTION_NAMES if data.get(name) is not None and known
-            and not any(get_method(m).reads(name) for m in known)]
+            and not set(known) & set(section_readers(name))]
 
 
 def parse_run_config(data: dict[str, Any] | RunConfig, policy: RunPolicy | None = None) -> RunConfig:

@@ -180,6 +180,11 @@ def all_sections() -> tuple[Section, ...]:
     return tuple(out.values())
 
 
+def section_readers(section: str) -> tuple[str, ...]:
+    """The methods that read config section ``section``, in display order."""
+    return tuple(s.name for s in specs() if s.reads(section))
+
+
 def baseline_method() -> str:
     """The method the others are compared against (savings, reach, Compare's default)."""
     base = [s.name for s in specs() if s.baseline]

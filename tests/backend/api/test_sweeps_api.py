@@ -62,6 +62,12 @@ def test_invalid_grid_point_is_422_naming_override_and_field_and_stores_nothing(
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "base", "optim", "lr"]
     for bad in ({"methods": []}, {"methods": ["ppo"]}, {"methods": ["grpo"], "seeds": [-1]}, {"methods": ["grpo"], "overrides": []}):
         assert client.post("/api/sweeps", json={"base": BASE, **bad}, headers=auth).status_code == 422, bad
+    # a section no method of the sweep reads would be dropped from every run: refused, named
+    r = client.post("/api/sweeps", json={"base": BASE, "methods": ["grpo"], "overrides": [{"aero.k": 2}]}, headers=auth)
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "overrides", 0, "aero"]
+    r = client.post("/api/sweeps", json={"base": {**BASE, "dapo": {"eps_high": 0.3}}, "methods": ["grpo", "aero"]},
+                    headers=auth)
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "base", "dapo"]
     too_big = {"base": BASE, "methods": ["grpo", "aero"], "seeds": list(range(64)), "overrides": [{}] * 5}
     assert client.post("/api/sweeps", json=too_big, headers=auth).status_code == 422
     assert client.get("/api/runs").json()["count"] == 0 and enqueued.sent == []
