@@ -1,18 +1,42 @@
-"""``aero token create NAME`` (the CLI wraps this): create an API token, print it once."""
+"""``aero token create NAME --role ...`` and ``aero token revoke NAME`` (the CLI wraps these):
+token changes made by the operator at the command line, on the configured store, each recorded
+in the audit log (as made by no user: the operator's shell is not an API caller)."""
 
 from __future__ import annotations
 
+from sqlalchemy import select
+
+from backend.db import audit
 from backend.db.migrate import migrate
+from backend.db.models import ApiToken
 from backend.db.session import session_scope
 from backend.db.tokens import create_token as _create
+from backend.db.tokens import revoke_token_id, user_name
 from backend.settings import Settings, get_settings
 
 
-def create_token(name: str, settings: Settings | None = None) -> str:
-    """Create a token called ``name`` in the configured store (migrating it first) and return
-    the plaintext token; only its SHA-256 hash is stored, so it cannot be shown again."""
+def create_token(name: str, settings: Settings | None = None, role: str = "admin", user: str | None = None) -> str:
+    """Create a token called ``name`` with ``role`` for ``user`` (default: the user called
+    ``name``) in the configured store (migrating it first) and return the plaintext token; only
+    its SHA-256 hash is stored, so it cannot be shown again."""
     settings = settings or get_settings()
     migrate(settings.database_url)
     with session_scope(settings.database_url) as session:
-        _, token = _create(session, name)
+        row, token = _create(session, name, role, user)
+        audit.record(session, "token.create", user=None, role=None, target=f"token:{row.id}",
+                     after={"name": row.name, "user": user_name(session, row), "role": row.role})
     return token
+
+
+def revoke_tokens(name: str, settings: Settings | None = None) -> int:
+    """Revoke every live token called ``name``; returns how many."""
+    settings = settings or get_settings()
+    with session_scope(settings.database_url) as session:
+        ids = list(session.scalars(select(ApiToken.id).where(ApiToken.name == name, ApiToken.revoked_at.is_(None))))
+        for token_id in ids:
+            row = revoke_token_id(session, token_id)
+            assert row is not None
+            audit.record(session, "token.revoke", user=None, role=None, target=f"token:{token_id}",
+                         before={"name": row.name, "user": user_name(session, row), "role": row.role},
+                         after={"revoked_at": str(row.revoked_at)})
+    return len(ids)

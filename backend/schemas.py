@@ -41,6 +41,8 @@ RunStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 Tag = Annotated[str, StringConstraints(min_length=1, max_length=64), AfterValidator(no_control_chars), AfterValidator(_storable)]
 Label = Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(no_control_chars), AfterValidator(_storable)]
 Notes = Annotated[str, StringConstraints(max_length=10_000, pattern=r"^[^\x00]*$"), AfterValidator(_storable)]
+UserName = Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(no_control_chars), AfterValidator(_storable)]
+Role = Literal["admin", "member", "viewer"]
 
 
 # The store keeps naive UTC; the API says so explicitly ("...Z").
@@ -93,6 +95,7 @@ class RunPublic(BaseModel):
     sweep_id: int | None
     cancel_requested: bool
     attempts: int
+    owner: str | None = Field(None, description="The submitting user; null for runs stored before users existed.")
     config: dict[str, Any]
 
 
@@ -130,6 +133,7 @@ class SweepSummary(BaseModel):
     id: int
     name: str
     created_at: UtcDatetime
+    owner: str | None = Field(None, description="The submitting user; null for sweeps stored before users existed.")
     spec: dict[str, Any]
     status_counts: dict[str, int]
     run_count: int
@@ -500,3 +504,70 @@ class MethodPublic(BaseModel):
 
 class MethodsPublic(BaseModel):
     methods: list[MethodPublic]
+
+
+# ----------------------------------------------------------------------------- users, tokens, audit
+
+
+class TokenCreate(_In):
+    """POST /api/tokens (admins): a token for ``user`` (default: the user called ``name``, created if new)."""
+
+    name: Label = Field(description="A label for the token (who or what uses it).")
+    role: Role = Field("member", description="admin: everything; member: submit and change own runs; viewer: read only.")
+    user: UserName | None = Field(None, description="The user the token belongs to; default: ``name``.")
+
+
+class TokenPublic(BaseModel):
+    id: int
+    name: str
+    user: str
+    role: Role
+    created_at: UtcDatetime
+    last_used_at: UtcDatetime | None
+    revoked_at: UtcDatetime | None
+
+
+class TokenCreated(TokenPublic):
+    token: str = Field(description="The token itself, shown only in this answer (the store keeps its hash).")
+
+
+class TokensPublic(BaseModel):
+    data: list[TokenPublic]
+    count: int
+
+
+class QuotaUsage(BaseModel):
+    limits: dict[str, int] = Field(description="The operator's quotas by variable name (0 = no limit).")
+    queued: int
+    running: int
+
+
+class MePublic(BaseModel):
+    """GET /api/me: who the token belongs to and what it may do."""
+
+    user: str
+    role: Role
+    token: str = Field(description="The token's name.")
+    may_submit: bool
+    may_change_others: bool
+    quota: QuotaUsage
+
+
+class AuditEventPublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    at: UtcDatetime
+    user: str | None = Field(description="Who made the change; null for the operator at the command line.")
+    role: str | None
+    action: str
+    target: str | None = Field(description="What changed, as kind:id (run:12, sweep:3, token:5).")
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+
+
+class AuditPublic(BaseModel):
+    data: list[AuditEventPublic]
+    count: int = Field(description="Events matching the filters, before limit/offset.")
+    limit: int
+    offset: int

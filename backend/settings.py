@@ -18,6 +18,9 @@ AERO_MIGRATE_ON_START  run Alembic ``upgrade head`` when the app starts  ``true`
 AERO_DATA_ROOTS        where run configs may read models and data       the data directory
 AERO_SANDBOX_*         code sandbox isolation, interpreter, uid, caps   see docs/deploy.md
 AERO_MAX_*             caps on a run config's sizes (steps, batch...)   see docs/deploy.md
+AERO_QUOTA_ACTIVE_RUNS  per user: queued + running runs (0 = no limit)  ``0``
+AERO_QUOTA_RUNNING_RUNS per user: runs running at once (0 = no limit)   ``0``
+AERO_QUOTA_RUN_WORK     per run: steps x batch_prompts x n_total        ``0`` (no limit)
 =====================  ===============================================  =======================
 
 The run policy (``AERO_SANDBOX_*``, ``AERO_MAX_*``, ``AERO_DATA_ROOTS``; trainer/policy.py) is
@@ -56,6 +59,11 @@ class Settings(BaseSettings):
     migrate_on_start: bool = Field(True, validation_alias=AliasChoices("AERO_MIGRATE_ON_START", "migrate_on_start"))
     cpu_queue: str = Field("cpu", validation_alias=AliasChoices("AERO_CPU_QUEUE", "cpu_queue"))
     gpu_queue: str = Field("gpu", validation_alias=AliasChoices("AERO_GPU_QUEUE", "gpu_queue"))
+    # Per-user quotas (backend/services/quotas.py); 0 means no limit. Active and work quotas are
+    # checked at submit (429); the running quota by the workers' claim (worker/runner.py).
+    quota_active_runs: int = Field(0, ge=0, validation_alias=AliasChoices("AERO_QUOTA_ACTIVE_RUNS", "quota_active_runs"))
+    quota_running_runs: int = Field(0, ge=0, validation_alias=AliasChoices("AERO_QUOTA_RUNNING_RUNS", "quota_running_runs"))
+    quota_run_work: int = Field(0, ge=0, validation_alias=AliasChoices("AERO_QUOTA_RUN_WORK", "quota_run_work"))
     # The operator's run policy, from the AERO_SANDBOX_* / AERO_MAX_* / AERO_DATA_ROOTS variables
     # (trainer.policy.ENV); tests pass ``policy=RunPolicy(...)``. Use ``run_policy``.
     policy: RunPolicy = Field(default_factory=RunPolicy.from_env, validation_alias=AliasChoices("policy"))

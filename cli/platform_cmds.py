@@ -95,14 +95,14 @@ def call(c: httpx.Client, method: str, path: str, **kw) -> Any:
 
 def runs_table(runs: list[dict], title: str | None = None) -> Table:
     t = Table(title=title)  # callers escape the title; every cell from the API is escaped here
-    for col in ("id", "name", "method", "status", "progress", "step", "queue", "sweep", "tags"):
+    for col in ("id", "name", "method", "status", "progress", "step", "queue", "sweep", "owner", "tags"):
         t.add_column(col, justify="right" if col in ("id", "progress", "step", "sweep") else "left")
     colors = {"succeeded": "green", "failed": "red", "running": "cyan", "cancelled": "yellow", "queued": "white"}
     for r in runs:
         st = r["status"]
         t.add_row(str(r["id"]), safe(r["name"]), safe(r["method"]), f"[{colors.get(st, 'white')}]{safe(st)}[/]",
                   f"{100 * r['progress']:.0f}%", f"{r['current_step']}/{r['total_steps']}", safe(r["queue"]),
-                  str(r["sweep_id"] or ""), safe(",".join(r["tags"])))
+                  str(r["sweep_id"] or ""), safe(r.get("owner") or ""), safe(",".join(r["tags"])))
     return t
 
 
@@ -153,27 +153,42 @@ def list_runs_cmd(
     method: Annotated[Optional[list[str]], typer.Option("--method", "-m")] = None,
     tag: Annotated[Optional[str], typer.Option("--tag")] = None,
     sweep: Annotated[Optional[int], typer.Option("--sweep", help="Sweep id.")] = None,
+    owner: Annotated[Optional[str], typer.Option("--owner", help="Only runs of this user.")] = None,
+    mine: Annotated[bool, typer.Option("--mine", help="Only the runs of the token's own user.")] = False,
     limit: Annotated[int, typer.Option(help="Newest N runs.")] = 50,
     api: ApiOpt = None,
     token: TokenOpt = None,
 ):
     """List runs (newest first) as a table."""
     params: dict[str, Any] = {"limit": limit}
-    for key, val in (("status", status), ("method", method), ("tag", tag), ("sweep_id", sweep)):
+    for key, val in (("status", status), ("method", method), ("tag", tag), ("sweep_id", sweep), ("owner", owner)):
         if val:
             params[key] = val
     with client(api, token) as c:
+        if mine:
+            params["owner"] = call(c, "GET", "/me")["user"]
         page = call(c, "GET", "/runs", params=params)
     out.print(runs_table(page["data"], f"{len(page['data'])} of {page['count']} run(s)"))
 
 
+ROLES = ("admin", "member", "viewer")
+
+
 @token_app.command("create")
-def token_create(name: Annotated[str, typer.Argument(help="A label for the token (who or what uses it).")]):
+def token_create(
+    name: Annotated[str, typer.Argument(help="A label for the token (who or what uses it).")],
+    role: Annotated[str, typer.Option("--role", help="admin: everything, tokens and users too; member: submit and "
+                                      "change only their own runs and sweeps; viewer: read only.")] = "admin",
+    user: Annotated[Optional[str], typer.Option("--user", help="The user the token belongs to (created if new; default NAME).")] = None,
+):
     """Create an API token in the configured store and print it (only now: it is stored hashed)."""
     from backend.cli_token import create_token
 
-    tok = create_token(name)
-    err.print(f"token [bold]{safe(name)}[/] created; it is shown only once:")
+    if role not in ROLES:
+        err.print(f"[red]--role must be one of {', '.join(ROLES)}[/], not {safe(role)}")
+        raise typer.Exit(2)
+    tok = create_token(name, role=role, user=user)
+    err.print(f"{role} token [bold]{safe(name)}[/] for user [bold]{safe(user or name)}[/] created; it is shown only once:")
     print(tok)
 
 
@@ -182,27 +197,25 @@ def token_list():
     """Token names and dates (never the tokens)."""
     from backend.db.migrate import migrate
     from backend.db.session import session_scope
-    from backend.db.tokens import list_tokens
+    from backend.db.tokens import list_tokens_with_users
     from backend.settings import get_settings
 
     url = get_settings().database_url
     migrate(url)
-    t = Table("id", "name", "created", "last used", "revoked")
+    t = Table("id", "name", "user", "role", "created", "last used", "revoked")
     with session_scope(url) as s:
-        for row in list_tokens(s):
-            t.add_row(str(row.id), safe(row.name), str(row.created_at)[:19], str(row.last_used_at or "")[:19], str(row.revoked_at or "")[:19])
+        for row, user in list_tokens_with_users(s):
+            t.add_row(str(row.id), safe(row.name), safe(user), row.role, str(row.created_at)[:19],
+                      str(row.last_used_at or "")[:19], str(row.revoked_at or "")[:19])
     out.print(t)
 
 
 @token_app.command("revoke")
 def token_revoke(name: str):
-    """Revoke every live token called NAME."""
-    from backend.db.session import session_scope
-    from backend.db.tokens import revoke_token
-    from backend.settings import get_settings
+    """Revoke every live token called NAME (recorded in the audit log)."""
+    from backend.cli_token import revoke_tokens
 
-    with session_scope(get_settings().database_url) as s:
-        n = revoke_token(s, name)
+    n = revoke_tokens(name)
     err.print(f"revoked {n} token(s) named {safe(name)}")
 
 

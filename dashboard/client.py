@@ -186,9 +186,15 @@ class AeroClient:
         """The OpenAPI document (served at /openapi.json, outside /api)."""
         return self.request("GET", self.base_url + "/openapi.json")
 
+    def me(self) -> dict:
+        """The token's user, role and quota usage (GET /api/me; 401 without a valid token)."""
+        return self.request("GET", "/me")
+
     def list_runs(self, *, status: Sequence[str] = (), method: Sequence[str] = (), tag: str | None = None,
-                  sweep_id: int | None = None, limit: int = 200, offset: int = 0) -> dict:
+                  sweep_id: int | None = None, owner: str | None = None, limit: int = 200, offset: int = 0) -> dict:
         params: dict[str, Any] = {"limit": limit, "offset": offset}
+        if owner:
+            params["owner"] = owner
         if status:
             params["status"] = list(status)
         if method:

@@ -55,12 +55,13 @@ def runs_frame(runs: Sequence[Mapping[str, Any]], latest: Mapping[int, Mapping[s
             "method": method_label(r["method"]), "progress": progress_svg(r.get("progress") or 0.0, method_color(r["method"])),
             "step": f"{r['current_step']}/{r['total_steps']}", "mean step time (s)": last.get(STEP_TIME_MEAN),
             "reward": last.get(mk.REWARD_MEAN), "zero-acc ratio": None if zero is None else 100 * zero,
+            "owner": r.get("owner") or "",
             "tags": ", ".join(r.get("tags") or []), "sweep": r.get("sweep_id"), "created": str(r.get("created_at", ""))[5:16].replace("T", " "),
             "message": last_line(r.get("error"))[:160],
             "open": f"./run?run={r['id']}",
         })
     return pd.DataFrame(rows, columns=["id", "open", "name", "status", "method", "progress", "step", "mean step time (s)",
-                                       "reward", "zero-acc ratio", "tags", "sweep", "created", "message"])
+                                       "reward", "zero-acc ratio", "owner", "tags", "sweep", "created", "message"])
 
 
 def latest_runs(runs: Sequence[Mapping[str, Any]], n: int = 5, max_running: int = 10) -> list[Mapping[str, Any]]:

@@ -103,8 +103,51 @@ def health(url: str) -> dict:
 
 @st.cache_data(ttl=2, show_spinner=False)
 def runs_page(url: str, token: str | None, status: tuple[str, ...] = (), method: tuple[str, ...] = (), tag: str = "",
-              sweep_id: int | None = None, limit: int = 200) -> dict:
-    return _client(url, token).list_runs(status=status, method=method, tag=tag or None, sweep_id=sweep_id, limit=limit)
+              sweep_id: int | None = None, limit: int = 200, owner: str | None = None) -> dict:
+    return _client(url, token).list_runs(status=status, method=method, tag=tag or None, sweep_id=sweep_id, owner=owner,
+                                         limit=limit)
+
+
+@st.cache_data(ttl=30, show_spinner=False)
+def _me(url: str, token: str | None) -> dict | None:
+    if not token:
+        return None
+    try:
+        return _client(url, token).me()
+    except ApiError:
+        return None  # no valid token (or an API without users): every write stays hidden
+
+
+def me() -> dict | None:
+    """Who the dashboard's token belongs to (GET /api/me, cached 30 s): ``user``, ``role``,
+    ``may_submit``, ``may_change_others``; None without a valid token."""
+    return _me(api_url(), api_token())
+
+
+def may_submit() -> bool:
+    """Whether the token may submit runs (an admin or member token)."""
+    who = me()
+    return bool(who and who.get("may_submit"))
+
+
+def may_change(run: dict) -> bool:
+    """Whether the token may cancel, edit or delete ``run``: an admin any run, a member their own."""
+    who = me()
+    if not who or not who.get("may_submit"):
+        return False
+    return bool(who.get("may_change_others")) or (run.get("owner") is not None and run.get("owner") == who.get("user"))
+
+
+def access_note() -> str:
+    """One sentence on what the token may do (shown where actions are hidden)."""
+    who = me()
+    if who is None:
+        return "Actions need a valid API token (set one under Settings)."
+    if not who.get("may_submit"):
+        return f"Your token ({md(who['user'])}, {who['role']}) may only read."
+    if not who.get("may_change_others"):
+        return f"As a member ({md(who['user'])}), you may change only your own runs."
+    return ""
 
 
 @st.cache_data(ttl=3600, max_entries=2000, show_spinner=False)

@@ -11,6 +11,15 @@ not mistaken for the old owner). Every write a worker makes to its run is condit
 owning it, so a worker that lost its run (re-queued by the reaper while it was frozen) stops at
 its next step instead of fighting the new owner.
 
+Fair share: a task message is a *ticket*, not an order for one run. The task for run X claims
+the queued run that the fair-share rule picks on X's queue (``backend.db.runs.claim_next``:
+round-robin across owners, the owner with the fewest running runs first, then the one served
+longest ago, each owner's oldest run first), which is X itself when X is the only one queued.
+Every queued run has one message behind it, so no run is left without one; a message that
+finds nothing to claim (its run was cancelled, another message took it) does nothing. The
+claimed run records the ticket (``runs.ticket``), so a redelivered message goes back to the run
+its first delivery was serving (:func:`acquire`).
+
 Redelivery (Redis visibility timeout, a pool process killed, the reaper re-queueing): a task for
 a run that is already ``running`` takes it over only if its owner is gone, i.e. the owner is a
 dead process on this host, or its heartbeat is older than ``AERO_STALE_AFTER_S``. For an owner
@@ -143,19 +152,42 @@ def _act(url: str, run: Run, d: Decision, me: str, max_attempts: int) -> Run | N
     return None
 
 
+def _claim_fair(url: str, ticket: int, me: str, queue: str | None, running_cap: int) -> tuple[Run | None, str]:
+    """The ticket's fresh delivery: cancel its own run if that was cancelled while queued, then
+    claim the run the fair-share rule picks on the ticket's queue."""
+    note = ""
+    with session_scope(url) as s:
+        own = s.get(Run, ticket)
+        if own is not None:
+            queue = own.queue
+            if own.status == "queued" and own.cancel_requested and repo.cancel_queued(s, ticket):
+                note = f"run {ticket} cancelled: cancel requested before it started; "
+    if queue is None:
+        return None, f"run {ticket} does not exist and the message named no queue"
+    with session_scope(url) as s:
+        run = repo.claim_next(s, queue, me, ticket, running_cap)
+    if run is None:
+        return None, f"{note}no queued run on {queue} to take (ticket {ticket})"
+    return run, "claimed" if run.id == ticket else f"claimed by fair share (ticket {ticket})"
+
+
 def acquire(url: str, run_id: int, me: str, ws: WorkerSettings,
-            sleep: Callable[[float], None] = time.sleep, now: Callable[[], datetime] = utcnow) -> tuple[Run | None, str]:
-    """Claim ``run_id`` for process ``me``. Returns (run, why) with run None when there is nothing
-    to run (finished, cancelled, owned by a live worker, failed for lack of attempts).
-    ``sleep`` and ``now`` are injectable for tests."""
+            sleep: Callable[[float], None] = time.sleep, now: Callable[[], datetime] = utcnow,
+            queue: str | None = None, running_cap: int = 0) -> tuple[Run | None, str]:
+    """Serve the ticket ``run_id`` in process ``me``: go back to the running run this message
+    was serving if its first delivery's worker is gone (takeover), else claim the queued run the
+    fair-share rule picks on the ticket's queue (``queue`` when the ticket's run no longer
+    exists); owners at ``running_cap`` running runs are skipped. Returns (run, why) with run None
+    when there is nothing to run (nothing queued, owned by a live worker, failed for lack of
+    attempts). ``sleep`` and ``now`` are injectable for tests."""
     first_beat: Any = ...
     while True:
         # Read and write in separate transactions: on SQLite (WAL) a read transaction that then
         # writes fails at once if another process wrote in between. Every write is a CAS anyway.
         with session_scope(url) as s:
-            run = s.get(Run, run_id)
+            run = repo.run_of_ticket(s, run_id)
         if run is None:
-            return None, f"run {run_id} does not exist"
+            return _claim_fair(url, run_id, me, queue, running_cap)
         age = _age_s(run.heartbeat_at, now())
         d = decide(run.status, worker=run.worker, me=me, owner=owner_state(run.worker), heartbeat_age_s=age,
                    attempts=run.attempts, cancel_requested=run.cancel_requested,
@@ -259,17 +291,43 @@ def run_dir(settings: Settings, run_id: int) -> Path:
     return settings.runs_dir / str(run_id)
 
 
-def execute_run(run_id: int, settings: Settings | None = None, ws: WorkerSettings | None = None) -> str:
-    """Run (or resume) training for ``run_id`` and record its outcome. Returns the outcome:
-    succeeded | cancelled | failed | lost | skipped: <why>."""
-    from trainer.embedded.loop import run_training  # heavy (torch): import in the worker process only
+def _send_ticket(settings: Settings, queue: str) -> None:
+    """With a running quota, a ticket that found only capped owners' runs did nothing: when a run
+    ends (a slot frees), send one more ticket if runs are still queued there (an extra ticket
+    finds nothing and does nothing)."""
+    from backend.queue import enqueue_run
 
+    try:
+        with session_scope(settings.database_url) as s:
+            head = s.scalar(select(Run.id).where(Run.queue == queue, Run.status == "queued").order_by(Run.id).limit(1))
+        if head is not None:
+            enqueue_run(settings, head, queue)
+    except Exception:  # noqa: BLE001  (the reaper re-sends nothing here; log it for the operator)
+        log.warning("could not send a ticket for queue %s after a run ended", queue, exc_info=True)
+
+
+def execute_run(run_id: int, settings: Settings | None = None, ws: WorkerSettings | None = None,
+                queue: str | None = None) -> str:
+    """Serve the ticket ``run_id`` (the task message's run id; :func:`acquire` picks the run by
+    fair share on its queue, or ``queue`` when that run is gone): run (or resume) training and
+    record its outcome. Returns the outcome: succeeded | cancelled | failed | lost | skipped: <why>."""
     settings, ws = settings or get_settings(), ws or WorkerSettings()
     url, me = settings.database_url, worker_identity()
-    run, why = acquire(url, run_id, me, ws)
+    run, why = acquire(url, run_id, me, ws, queue=queue, running_cap=settings.quota_running_runs)
     if run is None:
-        log.info("run %s skipped: %s", run_id, why)
+        log.info("ticket %s skipped: %s", run_id, why)
         return f"skipped: {why}"
+    try:
+        return _train(settings, ws, run, why, me)
+    finally:
+        if settings.quota_running_runs:
+            _send_ticket(settings, run.queue)
+
+
+def _train(settings: Settings, ws: WorkerSettings, run: Run, why: str, me: str) -> str:
+    from trainer.embedded.loop import run_training  # heavy (torch): import in the worker process only
+
+    url, run_id = settings.database_url, run.id
     log.info("run %s: %s (attempt %d) as %s", run_id, why, run.attempts, me)
     out_dir = run_dir(settings, run_id)
     control = RunControl(url, run_id, me)

@@ -13,11 +13,13 @@ from worker.celery_app import app
 from worker.runner import execute_run
 
 
-@app.task(name="worker.tasks.train_run", autoretry_for=(OperationalError, InterfaceError), retry_backoff=2,
+@app.task(name="worker.tasks.train_run", bind=True, autoretry_for=(OperationalError, InterfaceError), retry_backoff=2,
           retry_backoff_max=60, retry_jitter=True, max_retries=8)
-def train_run(run_id: int) -> str:
-    """Train (or resume) one run; returns its outcome. A training error never raises: the run is
+def train_run(self, run_id: int) -> str:
+    """Serve one ticket: train (or resume) the run the fair-share rule picks on this message's
+    queue (worker/runner.py); returns its outcome. A training error never raises: the run is
     marked failed with its error text. The store being unreachable (before training starts or
     when recording the outcome) raises, and the task is retried with backoff (2 s .. 60 s, 8
     times): its run must not be left queued with no message behind it."""
-    return execute_run(int(run_id))
+    queue = (self.request.delivery_info or {}).get("routing_key") or None
+    return execute_run(int(run_id), queue=queue)

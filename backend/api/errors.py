@@ -2,6 +2,8 @@
 
 * ConfigError -> 422 with pydantic-style detail items whose ``loc`` names the field
   (``["body", "config", "aero", "n_explore"]``).
+* QuotaExceeded -> 429 with ``detail`` (one sentence naming the limit and the usage) and
+  ``quota`` (limit, max, usage, requested, user).
 * RunNotFound / SweepNotFound -> 404; RunConflict / SweepConflict -> 409; EnqueueError /
   SweepEnqueueError -> 503.
 * Bodies over ``max_body_bytes`` -> 413 (by Content-Length, or while streaming a chunked body).
@@ -30,11 +32,16 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from backend.db.runs import RunConflict, RunNotFound
 from backend.db.sweeps import SweepConflict, SweepNotFound
+from backend.services.quotas import QuotaExceeded
 from backend.services.submit import EnqueueError
 from backend.services.sweep_submit import SweepEnqueueError
 from trainer.config import ConfigError, RunConfig
 
 NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "Unknown id."}}
+FORBIDDEN: dict[int | str, dict[str, Any]] = {403: {"description": "The token's role may not do this (a viewer "
+                                                    "writes nothing; a member changes only their own runs and sweeps)."}}
+QUOTA: dict[int | str, dict[str, Any]] = {429: {"description": "Over one of the caller's quotas; the answer names "
+                                                "the limit and the current usage, and nothing was stored."}}
 
 
 def conflict_responses(why: str) -> dict[int | str, dict[str, Any]]:
@@ -155,6 +162,11 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(EnqueueError, detail(503))
     app.add_exception_handler(SweepConflict, detail(409))
     app.add_exception_handler(SweepEnqueueError, detail(503))
+
+    async def quota_exceeded(_: Request, exc: QuotaExceeded) -> JSONResponse:
+        return JSONResponse({"detail": str(exc), "quota": exc.body()}, status_code=429)
+
+    app.add_exception_handler(QuotaExceeded, quota_exceeded)
 
     async def bare_config_error(_: Request, exc: ConfigError) -> JSONResponse:  # a route forgot its prefix
         return JSONResponse({"detail": config_validation_error(exc, ["body"]).errors()}, status_code=422)

@@ -60,6 +60,8 @@ class Sweep(Base):
     name: Mapped[str] = mapped_column(String(200))
     spec: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    # The submitting user's name (User.name); None for sweeps stored before users existed.
+    owner: Mapped[str | None] = mapped_column(String(200), index=True, default=None)
 
 
 class Run(Base):
@@ -91,6 +93,13 @@ class Run(Base):
     # Bumped by every step-metrics write (backend.db.metrics.upsert_step_metrics): readers cache
     # a run's metric responses under (id, metrics_version, status).
     metrics_version: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # The submitting user's name (User.name); None for runs stored before users existed (only an
+    # admin may change those). Quotas and the workers' fair share count runs per owner.
+    owner: Mapped[str | None] = mapped_column(String(200), index=True, default=None)
+    # The run id named by the task message ("ticket") whose worker claimed this run: a message
+    # claims the next run by the fair-share rule (worker/runner.py), so a redelivered message
+    # finds the run it was serving through this column.
+    ticket: Mapped[int | None] = mapped_column(Id, index=True, default=None)
 
 
 class StepMetric(Base):
@@ -163,14 +172,45 @@ class Checkpoint(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
 
 
+ROLES: tuple[str, ...] = ("admin", "member", "viewer")
+
+
+class User(Base):
+    """A person (or service) that holds tokens and owns runs; quotas count per user."""
+
+    __tablename__ = "users"
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
 class ApiToken(Base):
-    """An API token. Only its SHA-256 hex digest is stored; the token is shown once at creation."""
+    """An API token. Only its SHA-256 hex digest is stored; the token is shown once at creation.
+    It belongs to a user and carries a role (``ROLES``: admin, member, viewer)."""
 
     __tablename__ = "api_tokens"
     id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
     name: Mapped[str] = mapped_column(String(200))
+    user_id: Mapped[int | None] = mapped_column(Id, ForeignKey("users.id", ondelete="CASCADE"), index=True, default=None)
+    role: Mapped[str] = mapped_column(String(16), default="admin", server_default="admin")
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
     last_used_at: Mapped[datetime | None] = mapped_column(DateTime, default=None)
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime, default=None)
 
+
+
+class AuditEvent(Base):
+    """One state change, written in the transaction that makes it (a quota refusal in its own):
+    who (user name and role; None for the operator's CLI), when, what (``action`` such as
+    ``run.cancel``, on ``target`` = ``run:12``) and the state before and after."""
+
+    __tablename__ = "audit_log"
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(DateTime, default=utcnow, index=True)
+    user: Mapped[str | None] = mapped_column(String(200), index=True, default=None)
+    role: Mapped[str | None] = mapped_column(String(16), default=None)
+    action: Mapped[str] = mapped_column(String(64), index=True)
+    target: Mapped[str | None] = mapped_column(String(64), default=None)
+    before: Mapped[dict[str, Any] | None] = mapped_column(Json, default=None)
+    after: Mapped[dict[str, Any] | None] = mapped_column(Json, default=None)

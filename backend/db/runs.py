@@ -97,12 +97,72 @@ def _move(session: Session, run_id: int, dst: str, sources: Sequence[str], *wher
 # ---------------------------------------------------------------- worker-side transitions
 
 
-def claim_run(session: Session, run_id: int, worker: str) -> Run | None:
+def claim_run(session: Session, run_id: int, worker: str, ticket: int | None = None) -> Run | None:
     """queued -> running for ``worker`` (attempts += 1). None when the run is not queued (another
     delivery won, it finished, it does not exist) or carries a cancel request (see :func:`cancel_queued`).
-    Never takes a *running* run: two deliveries racing for one queued run must not both win."""
-    ok = _move(session, run_id, "running", ["queued"], Run.cancel_requested.is_(False), worker=worker, error=None)
+    Never takes a *running* run: two deliveries racing for one queued run must not both win.
+    ``ticket``: the run id the claiming task message named (:func:`claim_next`)."""
+    ok = _move(session, run_id, "running", ["queued"], Run.cancel_requested.is_(False), worker=worker, error=None,
+               ticket=run_id if ticket is None else ticket)
     return get_run(session, run_id, refresh=True) if ok else None
+
+
+# ---------------------------------------------------------------- fair share (which queued run next)
+
+
+def fair_order(queued_heads: dict[str | None, int], running: dict[str | None, int],
+               last_served: dict[str | None, datetime], running_cap: int = 0) -> list[int]:
+    """The fair-share rule, pure: the run ids to try, best first, one per owner with queued runs.
+
+    ``queued_heads`` maps each owner with queued runs to their oldest queued run (lowest id);
+    ``running`` the owner's running runs; ``last_served`` when a run of the owner last started.
+    Owners are taken round-robin: fewest running runs first, then the one served longest ago
+    (never served first), then the owner whose oldest queued run is oldest. Owners already at
+    ``running_cap`` (> 0) running runs are left out: their runs wait. Runs stored before users
+    existed (owner None) count as one more owner."""
+    never = datetime.min
+    eligible = [o for o in queued_heads if not running_cap or running.get(o, 0) < running_cap]
+    eligible.sort(key=lambda o: (running.get(o, 0), last_served.get(o) or never, queued_heads[o]))
+    return [queued_heads[o] for o in eligible]
+
+
+def fair_candidates(session: Session, queue: str, running_cap: int = 0) -> list[int]:
+    """:func:`fair_order` over the store's queued and running runs of ``queue`` (three grouped reads)."""
+    q = Run.queue == queue
+    heads = dict(session.execute(select(Run.owner, func.min(Run.id)).where(
+        q, Run.status == "queued", Run.cancel_requested.is_(False)).group_by(Run.owner)).all())
+    if not heads:
+        return []
+    running = dict(session.execute(select(Run.owner, func.count(Run.id)).where(
+        Run.status == "running").group_by(Run.owner)).all())
+    served = dict(session.execute(select(Run.owner, func.max(Run.started_at)).where(
+        q, Run.started_at.is_not(None)).group_by(Run.owner)).all())
+    return fair_order(heads, running, served, running_cap)
+
+
+def claim_next(session: Session, queue: str, worker: str, ticket: int, running_cap: int = 0,
+               tries: int = 20) -> Run | None:
+    """Claim for ``worker`` the queued run of ``queue`` the fair-share rule picks (:func:`fair_order`),
+    recording ``ticket``; None when no run is eligible. Race-safe: each attempt is the compare-and-set
+    of :func:`claim_run` (``UPDATE ... WHERE status = 'queued'``), and a worker that loses a race
+    re-reads the queue and picks again (PostgreSQL's row lock or SQLite's single writer decides)."""
+    for _ in range(tries):
+        candidates = fair_candidates(session, queue, running_cap)
+        if not candidates:
+            return None
+        for run_id in candidates:
+            run = claim_run(session, run_id, worker, ticket=ticket)
+            if run is not None:
+                return run
+    return None
+
+
+def run_of_ticket(session: Session, ticket: int) -> Run | None:
+    """The running run a task message (``ticket``) is serving, or None: a redelivered message
+    goes back to the run its first delivery claimed. Runs claimed before tickets existed
+    (ticket None) are served by their own id's message."""
+    stmt = select(Run).where(Run.status == "running", (Run.ticket == ticket) | ((Run.ticket.is_(None)) & (Run.id == ticket)))
+    return session.scalars(stmt.order_by(Run.id).limit(1)).first()
 
 
 def cancel_queued(session: Session, run_id: int) -> bool:
@@ -223,8 +283,9 @@ def create_run(
     tags: Sequence[str] = (),
     notes: str = "",
     sweep_id: int | None = None,
+    owner: str | None = None,
 ) -> Run:
-    """Insert a queued run. ``config`` is a validated RunConfig as JSON (``model_dump(mode='json')``)."""
+    """Insert a queued run of ``owner``. ``config`` is a validated RunConfig as JSON (``model_dump(mode='json')``)."""
     run = Run(
         name=name or config.get("name") or f"{config['method']}-seed{config['seed']}",
         method=config["method"],
@@ -236,6 +297,7 @@ def create_run(
         tags=list(dict.fromkeys(tags)),
         notes=notes,
         sweep_id=sweep_id,
+        owner=owner,
     )
     session.add(run)
     session.flush()
@@ -258,7 +320,7 @@ def _has_tag(session: Session, tag: str):
     return exists(select(literal(1)).select_from(each).where(each.c.value == tag))
 
 
-def _filtered(session: Session, stmt: Select, status, method, tag, sweep_id) -> Select:
+def _filtered(session: Session, stmt: Select, status, method, tag, sweep_id, owner=None) -> Select:
     if status:
         stmt = stmt.where(Run.status.in_([status] if isinstance(status, str) else list(status)))
     if method:
@@ -267,6 +329,8 @@ def _filtered(session: Session, stmt: Select, status, method, tag, sweep_id) -> 
         stmt = stmt.where(_has_tag(session, tag))
     if sweep_id is not None:
         stmt = stmt.where(Run.sweep_id == sweep_id)
+    if owner is not None:
+        stmt = stmt.where(Run.owner == owner)
     return stmt
 
 
@@ -277,12 +341,13 @@ def list_runs(
     method: str | Sequence[str] | None = None,
     tag: str | None = None,
     sweep_id: int | None = None,
+    owner: str | None = None,
     limit: int = 50,
     offset: int = 0,
 ) -> tuple[list[Run], int]:
     """Runs matching every given filter, newest first, and the total count before paging."""
-    total = session.scalar(_filtered(session, select(func.count(Run.id)), status, method, tag, sweep_id)) or 0
-    stmt = _filtered(session, select(Run), status, method, tag, sweep_id).order_by(Run.id.desc()).limit(limit).offset(offset)
+    total = session.scalar(_filtered(session, select(func.count(Run.id)), status, method, tag, sweep_id, owner)) or 0
+    stmt = _filtered(session, select(Run), status, method, tag, sweep_id, owner).order_by(Run.id.desc()).limit(limit).offset(offset)
     return list(session.scalars(stmt)), total
 
 
@@ -337,6 +402,7 @@ def runs_by_status(session: Session) -> dict[str, int]:
 
 __all__ = [
     "TRANSITIONS", "RunNotFound", "RunConflict", "can_transition", "sources_of", "claim_run", "cancel_queued",
+    "fair_order", "fair_candidates", "claim_next", "run_of_ticket",
     "take_over", "record_progress", "mark_succeeded", "mark_cancelled", "mark_failed", "orphan_fate",
     "release_orphan", "stale_runs", "recover_stale_runs", "create_run", "get_run", "list_runs", "update_run",
     "request_cancel", "delete_run", "runs_by_status",

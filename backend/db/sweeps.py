@@ -26,8 +26,8 @@ class SweepConflict(RuntimeError):
         super().__init__(f"sweep {sweep_id} has unfinished runs ({what}): cancel them first, then delete the sweep")
 
 
-def create_sweep(session: Session, name: str, spec: dict[str, Any]) -> Sweep:
-    sweep = Sweep(name=name, spec=spec)
+def create_sweep(session: Session, name: str, spec: dict[str, Any], owner: str | None = None) -> Sweep:
+    sweep = Sweep(name=name, spec=spec, owner=owner)
     session.add(sweep)
     session.flush()
     return sweep

@@ -1,5 +1,9 @@
-"""API tokens. A token is ``aero_`` + 43 URL-safe random characters (256 bits); the store keeps
-only its SHA-256 hex digest, so a leaked database does not leak usable tokens."""
+"""API tokens and their users. A token is ``aero_`` + 43 URL-safe random characters (256 bits);
+the store keeps only its SHA-256 hex digest, so a leaked database does not leak usable tokens.
+
+A token belongs to a user (created on first use of the name) and carries a role:
+``admin`` (everything, tokens and users too), ``member`` (submit; change only their own runs
+and sweeps), ``viewer`` (read only)."""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
-from backend.db.models import ApiToken, utcnow
+from backend.db.models import ROLES, ApiToken, User, utcnow
 
 TOKEN_PREFIX = "aero_"
 LAST_USED_RESOLUTION = timedelta(minutes=1)  # write last_used_at at most once a minute per token
@@ -25,13 +29,34 @@ def new_token() -> str:
     return TOKEN_PREFIX + secrets.token_urlsafe(32)
 
 
-def create_token(session: Session, name: str) -> tuple[ApiToken, str]:
-    """Create a token named ``name``; returns the row and the plaintext (shown once)."""
+def get_or_create_user(session: Session, name: str) -> User:
+    """The user called ``name``, created if new."""
+    user = session.scalar(select(User).where(User.name == name))
+    if user is None:
+        user = User(name=name)
+        session.add(user)
+        session.flush()
+    return user
+
+
+def create_token(session: Session, name: str, role: str = "admin", user: str | None = None) -> tuple[ApiToken, str]:
+    """Create a token named ``name`` with ``role`` for ``user`` (default: the user called ``name``,
+    created if new); returns the row and the plaintext (shown once)."""
+    if role not in ROLES:
+        raise ValueError(f"role must be one of {', '.join(ROLES)}, not {role!r}")
     token = new_token()
-    row = ApiToken(name=name, token_hash=hash_token(token))
+    owner = get_or_create_user(session, user or name)
+    row = ApiToken(name=name, token_hash=hash_token(token), role=role, user_id=owner.id)
     session.add(row)
     session.flush()
     return row, token
+
+
+def user_name(session: Session, token: ApiToken) -> str:
+    """The name of the user ``token`` belongs to (the token's own name for a token without one)."""
+    if token.user_id is None:
+        return token.name
+    return session.scalar(select(User.name).where(User.id == token.user_id)) or token.name
 
 
 def verify_token(session: Session, token: str) -> ApiToken | None:
@@ -57,5 +82,20 @@ def revoke_token(session: Session, name: str) -> int:
     return res.rowcount
 
 
+def revoke_token_id(session: Session, token_id: int) -> ApiToken | None:
+    """Revoke the token ``token_id`` (idempotent); the row, or None when there is none."""
+    row = session.get(ApiToken, token_id)
+    if row is not None and row.revoked_at is None:
+        row.revoked_at = utcnow()
+        session.flush()
+    return row
+
+
 def list_tokens(session: Session) -> list[ApiToken]:
     return list(session.scalars(select(ApiToken).order_by(ApiToken.id)))
+
+
+def list_tokens_with_users(session: Session) -> list[tuple[ApiToken, str]]:
+    """Every token with its user's name, oldest first."""
+    rows = session.execute(select(ApiToken, User.name).outerjoin(User, User.id == ApiToken.user_id).order_by(ApiToken.id))
+    return [(tok, name or tok.name) for tok, name in rows.all()]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -13,7 +14,7 @@ from backend.queue import Enqueuer
 from backend.services.configs import queue_for, validate_config
 from backend.services.sweeps import MAX_RUNS_PER_SWEEP, expand_grid, run_name
 from common.dotted import flatten, nest
-from trainer.config import ConfigError, SharedConfig, for_method, unread_sections
+from trainer.config import ConfigError, RunConfig, SharedConfig, for_method, unread_sections
 from trainer.policy import RunPolicy
 
 
@@ -56,9 +57,11 @@ def enqueue_sweep(session: Session, enqueue: Enqueuer, sweep: Sweep, runs: list[
 
 def build_sweep(session: Session, *, name: str, base: SharedConfig, methods: list[str], seeds: list[int] | None,
                 overrides: list[dict[str, Any]], tags: list[str], cpu_queue: str = "cpu", gpu_queue: str = "gpu",
-                policy: RunPolicy | None = None) -> tuple[Sweep, list[Run]]:
-    """Expand and validate the grid (all points, before writing anything), then insert the sweep
-    and one queued run per point. The caller commits and enqueues."""
+                policy: RunPolicy | None = None, owner: str | None = None,
+                admit: Callable[[Sequence[RunConfig]], None] | None = None) -> tuple[Sweep, list[Run]]:
+    """Expand and validate the grid (all points, before writing anything), let ``admit`` refuse
+    the whole grid (the caller's quotas: all or nothing), then insert the sweep and one queued
+    run per point, owned by ``owner``. The caller commits and enqueues."""
     seeds = seeds or [base.seed]
     n = len(methods) * len(seeds) * len(overrides)
     if n > MAX_RUNS_PER_SWEEP:
@@ -80,11 +83,13 @@ def build_sweep(session: Session, *, name: str, base: SharedConfig, methods: lis
             configs.append(validate_config(p.config, policy))
         except ConfigError as e:
             raise SweepConfigError(e, ["body", "overrides", p.override_index]) from None
+    if admit is not None:
+        admit(configs)
     spec = {"base": base_json, "methods": methods, "seeds": seeds, "overrides": overrides, "tags": tags}
-    sweep = create_sweep(session, name, spec)
+    sweep = create_sweep(session, name, spec, owner=owner)
     runs = [
         repo.create_run(session, cfg.model_dump(mode="json"), queue=queue_for(cfg, cpu_queue, gpu_queue),
-                        name=run_name(name, p, len(overrides)), tags=tags, sweep_id=sweep.id)
+                        name=run_name(name, p, len(overrides)), tags=tags, sweep_id=sweep.id, owner=owner)
         for p, cfg in zip(points, configs)
     ]
     return sweep, runs

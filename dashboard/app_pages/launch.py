@@ -134,7 +134,11 @@ def main() -> None:
         for path, msg in general.items():
             if path not in known:
                 st.error(ui.md(f"{path}: {msg}" if path else msg), icon=":material/error:")
-        submitted = st.form_submit_button("Launch", type="primary", icon=":material/rocket_launch:")
+        who = ui.me()
+        read_only = who is not None and not who.get("may_submit")  # a viewer token: no Launch (no token: the API says why)
+        if read_only:
+            st.caption(ui.access_note())
+        submitted = st.form_submit_button("Launch", type="primary", icon=":material/rocket_launch:", disabled=read_only)
     if submitted:
         submit(methods, dotted.nest(config), seeds_text, name, tags_text)
         st.rerun()

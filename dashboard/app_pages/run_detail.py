@@ -41,6 +41,8 @@ def pick_run() -> dict | None:
 
 def header(run: dict) -> None:
     st.html(f"<h3 style='margin:0'>#{run['id']} {ui.esc(run['name'])}</h3>" + ui.method_chip(run["method"]))
+    if run.get("owner"):
+        st.caption(f"Submitted by **{ui.md(run['owner'])}**")
     if run["status"] == "failed":
         st.error("**This run failed.** The worker reported:", icon=":material/error:")
         st.code(run.get("error") or "(no error text was recorded)", language=None)
@@ -52,7 +54,7 @@ def header(run: dict) -> None:
     if run["status"] == "running" and run.get("cancel_requested"):
         st.warning("Cancel requested: the worker stops within one step.", icon=":material/stop_circle:")
     c1, c2, c3 = st.columns([2, 2, 5])
-    if ui.is_live(run) and not run.get("cancel_requested"):
+    if ui.is_live(run) and not run.get("cancel_requested") and ui.may_change(run):
         if c3.button("Cancel run", icon=":material/stop_circle:", key="detail_cancel"):
             try:
                 ui.client().cancel_run(run["id"])

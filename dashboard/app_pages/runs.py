@@ -1,5 +1,6 @@
 """Runs: every run with its status, progress (a bar in its method's colour), mean step time,
-latest reward and zero-accuracy ratio; filters; open, compare, cancel and delete. The table
+latest reward, zero-accuracy ratio and owner; filters (``My runs``: the token's user's); open,
+compare, cancel and delete (shown only for runs the token may change). The table
 refreshes itself while runs train."""
 
 import streamlit as st
@@ -27,6 +28,7 @@ COLUMNS = {
     "zero-acc ratio": st.column_config.NumberColumn("zero-acc ratio", format="%.1f%%",
                                                     help="Prompts with no correct rollout after rescue, last step."),
     "sweep": st.column_config.NumberColumn("sweep", format="%d"),
+    "owner": st.column_config.TextColumn("owner", help="The user who submitted the run."),
     "open": st.column_config.LinkColumn("open", display_text="open ↗", help="Open the run's live page."),
     "message": st.column_config.TextColumn("message", help="Why a run failed or was re-queued."),
 }
@@ -40,6 +42,9 @@ def sweep_label(sweep_id: int | None, names: dict[int, str]) -> str:
 
 
 def filters() -> dict:
+    who = ui.me()
+    mine = st.toggle("My runs", key="runs_mine", disabled=who is None,
+                     help="Only the runs your token's user submitted." if who else "Needs a valid API token.")
     c1, c2, c3, c4 = st.columns([3, 3, 2, 2])
     status = c1.multiselect("Status", STATUSES, key="runs_status", format_func=lambda s: f"{STATUS_ICONS[s]} {s}")
     method = c2.multiselect("Method", list(charts.METHOD_LABELS), key="runs_method", format_func=charts.method_label)
@@ -47,7 +52,8 @@ def filters() -> dict:
     names = {sw["id"]: sw["name"] for sw in ui.sweeps_page(ui.api_url(), ui.api_token(), limit=SWEEPS_LISTED)["data"]}
     sweep = c4.selectbox("Sweep", [None, *names], key="runs_sweep", format_func=lambda i: sweep_label(i, names),
                          help="Only the runs of one sweep.")
-    return {"status": tuple(status), "method": tuple(method), "tag": tag.strip(), "sweep_id": sweep}
+    return {"status": tuple(status), "method": tuple(method), "tag": tag.strip(), "sweep_id": sweep,
+            "owner": who["user"] if (mine and who) else None}
 
 
 def latest_of(runs: list[dict]) -> dict[int, dict]:
@@ -95,15 +101,20 @@ def actions(runs: list[dict]) -> None:
             st.caption("Choose one run to open it.")
     if c2.button("Compare", disabled=len(chosen) < 1, icon=":material/compare_arrows:", key="runs_compare"):
         st.switch_page(ui.PAGES["compare"], query_params={"runs": ",".join(map(str, chosen))})
-    if c3.button("Cancel", disabled=not any(ui.is_live(by_id[i]) for i in chosen), icon=":material/stop_circle:", key="runs_cancel"):
-        done = [i for i in chosen if ui.is_live(by_id[i])]
+    mine = [i for i in chosen if ui.may_change(by_id[i])]  # the runs this token may change
+    if note := ui.access_note():
+        st.caption(note)
+    if not any(ui.may_change(r) for r in runs):
+        return  # nothing here the token may cancel or delete: no such buttons
+    if c3.button("Cancel", disabled=not any(ui.is_live(by_id[i]) for i in mine), icon=":material/stop_circle:", key="runs_cancel"):
+        done = [i for i in mine if ui.is_live(by_id[i])]
         for i in done:
             ui.client().cancel_run(i)
         ui.clear_caches()
         st.toast(f"Cancel requested for run(s) {', '.join(map(str, done))}: a running run stops within one step.")
     with st.container(horizontal=True, vertical_alignment="center"):
         confirm = st.checkbox("Confirm deletion (metrics and evals are deleted too)", key="runs_confirm_delete")
-        finished = [i for i in chosen if not ui.is_live(by_id[i])]
+        finished = [i for i in mine if not ui.is_live(by_id[i])]
         if st.button("Delete", disabled=not (confirm and finished), type="primary", icon=":material/delete:", key="runs_delete"):
             for i in finished:
                 ui.client().delete_run(i)

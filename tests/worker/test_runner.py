@@ -103,7 +103,40 @@ def test_finished_and_cancelled_runs_are_not_rerun(db_url, make_run):
     assert acquire(db_url, cancelled, "me:1:1", WS)[0] is None
     r = get_run(db_url, cancelled)
     assert r.status == "cancelled" and r.attempts == 0 and r.started_at is None
-    assert acquire(db_url, 999_999, "me:1:1", WS) == (None, "run 999999 does not exist")
+    run, why = acquire(db_url, 999_999, "me:1:1", WS)
+    assert run is None and "run 999999 does not exist" in why
+
+
+# ---------------------------------------------------------------- tickets: fair share and redelivery
+
+
+def test_a_ticket_claims_the_fair_pick_and_its_redelivery_returns_to_that_run(db_url, make_run):
+    a1, a2, a3, b1 = make_run(), make_run(), make_run(), make_run()
+    for rid in (a1, a2, a3):
+        set_run(db_url, rid, owner="alice")
+    set_run(db_url, b1, owner="bob")
+    set_run(db_url, a1, status="running", worker="remote-host:7:7", heartbeat_at=utcnow(), started_at=utcnow(), attempts=1)
+    run, why = acquire(db_url, a2, "me:1:1", WS)  # a2's message: bob has nothing running, alice has a1
+    assert run.id == b1 and run.ticket == a2 and "fair share" in why
+    dead = f"{socket.gethostname()}:{dead_pid()}:1"
+    set_run(db_url, b1, worker=dead)  # the worker serving ticket a2 dies; the broker redelivers a2
+    run, why = acquire(db_url, a2, "me:2:2", WS, sleep=lambda s: pytest.fail("must not wait"))
+    assert run.id == b1 and run.worker == "me:2:2" and run.attempts == 2 and "gone" in why
+    assert get_run(db_url, a2).status == "queued"
+    # a message whose run was deleted still serves its queue: the oldest of alice's queued runs
+    run, _ = acquire(db_url, 999_999, "me:3:3", WS, queue="cpu")
+    assert run.id == a2 and run.ticket == 999_999
+
+
+def test_owners_at_the_running_quota_are_skipped(db_url, make_run):
+    a1, a2, b1 = make_run(), make_run(), make_run()
+    set_run(db_url, a1, owner="alice", status="running", worker="remote-host:7:7", heartbeat_at=utcnow(), attempts=1)
+    set_run(db_url, a2, owner="alice")
+    set_run(db_url, b1, owner="bob")
+    assert acquire(db_url, a2, "me:1:1", WS, running_cap=1)[0].id == b1
+    run, why = acquire(db_url, b1, "me:1:1", WS, running_cap=1)  # only alice's a2 is left, and alice is at 1
+    assert run is None and "no queued run" in why and get_run(db_url, a2).status == "queued"
+    assert acquire(db_url, b1, "me:1:1", WS, running_cap=2)[0].id == a2
 
 
 def test_redelivered_run_with_dead_owner_is_taken_over_at_once(db_url, make_run):
@@ -209,5 +242,6 @@ def test_execute_run_marks_a_failing_run_failed_with_its_error(db_url, make_run,
     r = get_run(db_url, rid)
     assert outcome == "failed" and r.status == "failed" and r.finished_at is not None and r.attempts == 1
     assert r.error.startswith("ConfigError: model_path:") and "Traceback" in r.error
-    # A redelivered message for it is a no-op.
-    assert execute_run(rid, Settings(data_dir=tmp_path, database_url=db_url), WS) == "skipped: run already failed"
+    # A redelivered message for it is a no-op: the run stays failed, and nothing else is queued.
+    assert execute_run(rid, Settings(data_dir=tmp_path, database_url=db_url), WS).startswith("skipped: no queued run")
+    assert get_run(db_url, rid).attempts == 1

@@ -1,0 +1,97 @@
+"""Per-user quotas (operator settings) at submit, on SQLite and PostgreSQL: over a quota the
+API answers 429 naming the limit and the user's usage, stores nothing but the audit record,
+and a sweep is refused whole; other users are not affected."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import func, select
+
+from backend.db.models import AuditEvent, Run, Sweep
+from backend.db.tokens import create_token
+from backend.main import create_app
+
+TINY = {"steps": 2, "batch_prompts": 2, "n_total": 8}  # work 32
+
+
+@pytest.fixture
+def quota_client(make_settings, enqueued, session):
+    headers = {}
+    for name in ("alice", "bob"):
+        _, tok = create_token(session, name, "member")
+        headers[name] = {"Authorization": f"Bearer {tok}"}
+    session.commit()
+
+    def make(**quotas):
+        return TestClient(create_app(make_settings(**quotas), enqueue=enqueued)), headers
+
+    return make
+
+
+def counts(session) -> tuple[int, int]:
+    session.expire_all()
+    return session.scalar(select(func.count(Run.id))), session.scalar(select(func.count(Sweep.id)))
+
+
+def test_active_runs_quota_refuses_with_429_naming_limit_and_usage(quota_client, session, enqueued):
+    client, h = quota_client(quota_active_runs=2)
+    with client:
+        for _ in range(2):
+            assert client.post("/api/runs", json={"config": TINY}, headers=h["alice"]).status_code == 201
+        stored = counts(session)
+        r = client.post("/api/runs", json={"config": TINY}, headers=h["alice"])
+        assert r.status_code == 429, r.text
+        body = r.json()
+        assert body["quota"] == {"limit": "AERO_QUOTA_ACTIVE_RUNS", "max": 2, "usage": 2, "requested": 1, "user": "alice"}
+        assert "AERO_QUOTA_ACTIVE_RUNS=2" in body["detail"] and "alice has 2" in body["detail"]
+        assert counts(session) == stored and len(enqueued.sent) == 2  # nothing stored, nothing sent
+        assert client.post("/api/runs", json={"config": TINY}, headers=h["bob"]).status_code == 201  # per user
+        first = client.get("/api/runs", params={"owner": "alice"}).json()["data"][-1]
+        assert client.post(f"/api/runs/{first['id']}/cancel", headers=h["alice"]).status_code == 200
+        assert client.post("/api/runs", json={"config": TINY}, headers=h["alice"]).status_code == 201  # a slot freed
+        me = client.get("/api/me", headers=h["alice"]).json()
+        assert me["quota"]["queued"] == 2 and me["quota"]["limits"]["AERO_QUOTA_ACTIVE_RUNS"] == 2
+
+
+def test_sweep_is_all_or_nothing_against_the_quota(quota_client, session, enqueued):
+    client, h = quota_client(quota_active_runs=3)
+    with client:
+        assert client.post("/api/runs", json={"config": TINY}, headers=h["alice"]).status_code == 201
+        stored = counts(session)
+        r = client.post("/api/sweeps", json={"methods": ["grpo", "dapo", "aero"], "base": TINY}, headers=h["alice"])
+        assert r.status_code == 429, r.text
+        assert r.json()["quota"] == {"limit": "AERO_QUOTA_ACTIVE_RUNS", "max": 3, "usage": 1, "requested": 3, "user": "alice"}
+        assert counts(session) == stored and len(enqueued.sent) == 1
+        r = client.post("/api/sweeps", json={"methods": ["grpo", "dapo"], "base": TINY}, headers=h["alice"])
+        assert r.status_code == 201 and len(r.json()["runs"]) == 2
+
+
+def test_work_budget_per_run(quota_client, session):
+    client, h = quota_client(quota_run_work=32)
+    with client:
+        assert client.post("/api/runs", json={"config": TINY}, headers=h["alice"]).status_code == 201
+        stored = counts(session)
+        r = client.post("/api/runs", json={"config": {**TINY, "steps": 3}}, headers=h["alice"])
+        assert r.status_code == 429
+        assert r.json()["quota"] == {"limit": "AERO_QUOTA_RUN_WORK", "max": 32, "usage": 0, "requested": 48, "user": "alice"}
+        assert "steps x batch_prompts x n_total" in r.json()["detail"]
+        big = client.post("/api/sweeps", json={"methods": ["grpo"], "base": TINY, "overrides": [{}, {"steps": 5}]},
+                          headers=h["alice"])
+        assert big.status_code == 429 and big.json()["quota"]["requested"] == 80
+        assert counts(session) == stored
+
+
+def test_quota_refusal_is_audited(quota_client, session):
+    client, h = quota_client(quota_run_work=1)
+    with client:
+        assert client.post("/api/runs", json={"config": TINY}, headers=h["bob"]).status_code == 429
+    session.expire_all()
+    events = list(session.scalars(select(AuditEvent)))
+    assert [(e.action, e.user, e.role) for e in events] == [("quota.refuse", "bob", "member")]
+    assert events[0].after["limit"] == "AERO_QUOTA_RUN_WORK" and events[0].after["requested"] == 32
+
+
+def test_no_quota_by_default(client, auth):
+    for _ in range(3):
+        assert client.post("/api/runs", json={"config": TINY}, headers=auth).status_code == 201
