@@ -46,7 +46,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 
 from backend.db import runs as repo
 from backend.db.models import FINISHED_STATUSES, Run, utcnow
-from backend.db.session import session_scope
+from backend.db.session import get_engine, make_sessionmaker, session_scope
 from backend.settings import Settings, get_settings
 from trainer.config import parse_run_config
 from worker.heartbeat import Heartbeat
@@ -164,8 +164,9 @@ def _claim_fair(url: str, ticket: int, me: str, queue: str | None, running_cap: 
                 note = f"run {ticket} cancelled: cancel requested before it started; "
     if queue is None:
         return None, f"run {ticket} does not exist and the message named no queue"
-    with session_scope(url) as s:
+    with make_sessionmaker(get_engine(url))() as s:  # not session_scope: claim_next commits its reads itself
         run = repo.claim_next(s, queue, me, ticket, running_cap)
+        s.commit()
     if run is None:
         return None, f"{note}no queued run on {queue} to take (ticket {ticket})"
     return run, "claimed" if run.id == ticket else f"claimed by fair share (ticket {ticket})"

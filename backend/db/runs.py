@@ -145,9 +145,15 @@ def claim_next(session: Session, queue: str, worker: str, ticket: int, running_c
     """Claim for ``worker`` the queued run of ``queue`` the fair-share rule picks (:func:`fair_order`),
     recording ``ticket``; None when no run is eligible. Race-safe: each attempt is the compare-and-set
     of :func:`claim_run` (``UPDATE ... WHERE status = 'queued'``), and a worker that loses a race
-    re-reads the queue and picks again (PostgreSQL's row lock or SQLite's single writer decides)."""
+    re-reads the queue and picks again (PostgreSQL's row lock or SQLite's single writer decides).
+
+    Commits the session's reads before claiming: the claim's transaction then starts with its
+    write, which on SQLite waits for the writer lock instead of failing at once (a read
+    transaction that turns into a write fails if another process wrote meanwhile; see
+    backend/db/session.py). The caller commits the claim."""
     for _ in range(tries):
         candidates = fair_candidates(session, queue, running_cap)
+        session.commit()
         if not candidates:
             return None
         for run_id in candidates:

@@ -88,3 +88,40 @@ def test_migration_0005_keeps_only_the_sections_each_runs_method_reads(empty_db_
     assert got[5] == stored[5]  # a method the migration does not know is left as it was
     for run_id in (1, 2, 3, 4):
         assert parse_run_config(got[run_id]).method == stored[run_id]["method"]
+
+
+def test_migration_0006_makes_existing_tokens_admin_tokens_of_their_own_users(empty_db_url):
+    """Tokens from before users and roles were all-powerful: each becomes an admin token of a
+    user named like it (two tokens of one name share the user); runs keep no owner (unknown);
+    downgrade removes the columns and keeps the runs and their metrics."""
+    from sqlalchemy import select, text
+
+    from backend.db.models import ApiToken, Run, StepMetric, User
+    from backend.db.tokens import hash_token, verify_token
+    from backend.db.session import make_sessionmaker
+
+    migrate(empty_db_url, "0005")
+    with get_engine(empty_db_url).begin() as conn:
+        for i, name in enumerate(["ci", "ci", "admin (aero up)"]):
+            conn.execute(text("INSERT INTO api_tokens (name, token_hash, created_at) VALUES (:n, :h, CURRENT_TIMESTAMP)"),
+                         {"n": name, "h": hash_token(f"aero_old{i}")})
+        conn.execute(text("INSERT INTO runs (id, name, method, engine, config, status, queue, progress, current_step, "
+                          "total_steps, tags, notes, cancel_requested, attempts, created_at, metrics_version) VALUES "
+                          "(7, 'r', 'grpo', 'embedded', '{}', 'succeeded', 'cpu', 1, 2, 2, '[]', '', false, 1, "
+                          "CURRENT_TIMESTAMP, 0)"))
+        conn.execute(text("INSERT INTO step_metrics (run_id, step, metrics, logged_at) VALUES (7, 1, '{}', CURRENT_TIMESTAMP)"))
+    migrate(empty_db_url)
+    with make_sessionmaker(get_engine(empty_db_url))() as s:
+        users = {u.name: u.id for u in s.scalars(select(User))}
+        assert set(users) == {"ci", "admin (aero up)"}
+        tokens = list(s.scalars(select(ApiToken).order_by(ApiToken.id)))
+        assert [(t.role, t.user_id) for t in tokens] == [("admin", users["ci"])] * 2 + [("admin", users["admin (aero up)"])]
+        assert verify_token(s, "aero_old0").role == "admin"  # the old token still works, as an admin
+        assert s.get(Run, 7).owner is None
+    downgrade(empty_db_url, "0005")
+    with get_engine(empty_db_url).connect() as conn:
+        assert conn.execute(select(StepMetric.__table__.c.run_id)).all() == [(7,)]  # nothing cascaded away
+        assert "owner" not in {c["name"] for c in inspect(conn).get_columns("runs")}
+        assert "role" not in {c["name"] for c in inspect(conn).get_columns("api_tokens")}
+    migrate(empty_db_url)
+    assert _diff(empty_db_url) == []
