@@ -8,7 +8,11 @@ BUDGET_S / (2 x operations) seconds. Counts cases, status classes and 5xx (not_a
 and in positive mode also runs response_schema_conformance, status_code_conformance and
 content_type_conformance on every response. The database is dropped at the end.
 
-    python benchmarks/schemathesis_run.py sqlite|postgresql BUDGET_S POSITIVE NEGATIVE
+ROLE (default admin) is the role of the token the cases are sent with (admin, member, viewer);
+it also counts the writes (POST, PATCH, PUT, DELETE) that answered 2xx, which must be 0 for a
+viewer.
+
+    python benchmarks/schemathesis_run.py sqlite|postgresql BUDGET_S POSITIVE NEGATIVE [ROLE]
 """
 import collections
 import sys
@@ -32,6 +36,7 @@ from backend.settings import Settings
 from trainer.config import RunConfig
 
 kind, budget = sys.argv[1], float(sys.argv[2])
+role = sys.argv[5] if len(sys.argv) > 5 else "admin"
 EX = {GenerationMode.POSITIVE: int(sys.argv[3]), GenerationMode.NEGATIVE: int(sys.argv[4])}
 CHECKS = {"response_schema_conformance": oc.response_schema_conformance,
           "status_code_conformance": oc.status_code_conformance,
@@ -48,7 +53,7 @@ with temp_database(kind, tmp) as url:
                 repo.mark_succeeded(s, run.id)
             upsert_step_metrics(s, run.id, {1: {"a": 1.0}, 2: {"a": 2.0}})
             upsert_eval_results(s, run.id, 2, {"arith": {"k": 1, "avg_at_k": 0.5, "pass_at_k": 0.5}})
-        _, tok = create_token(s, "st")
+        _, tok = create_token(s, "st", role)
         s.commit()
     sent = []
     app = create_app(Settings(database_url=url, data_dir=tmp / "data", migrate_on_start=False),
@@ -62,6 +67,7 @@ with temp_database(kind, tmp) as url:
     per_op = budget / (2 * len(ops))
     cases, statuses, fails = collections.Counter(), collections.Counter(), collections.Counter()
     fivexx, fail_ex = [], {}
+    writes_ok = collections.Counter()
     t0 = time.time()
     for mode in EX:
         for op in ops:
@@ -74,6 +80,8 @@ with temp_database(kind, tmp) as url:
                 r = case.call(headers=dict(auth))
                 cases[(mode.value, op.label)] += 1
                 statuses[r.status_code // 100] += 1
+                if op.method.upper() in ("POST", "PATCH", "PUT", "DELETE") and r.status_code < 300:
+                    writes_ok[op.label] += 1
                 if r.status_code >= 500:
                     fivexx.append((op.label, r.status_code, r.text[:500], case.as_curl_command()))
                 if mode is GenerationMode.POSITIVE:
@@ -92,6 +100,7 @@ with temp_database(kind, tmp) as url:
     print(f"elapsed {el:.0f}s  cases total {sum(cases.values())}  positive {by_mode['positive']}  "
           f"negative {by_mode['negative']}")
     print("status classes", dict(sorted(statuses.items())))
+    print("role", role, " writes answered 2xx", sum(writes_ok.values()), dict(writes_ok))
     print("5xx", len(fivexx))
     for f in fivexx[:10]:
         print("  5XX", f)

@@ -1,6 +1,8 @@
 """Property-based run over the OpenAPI schema (schemathesis): no generated request — valid
 ones (positive mode) or schema-violating ones (negative mode) — makes the server answer 5xx,
-on SQLite and PostgreSQL. Bounded (few examples per operation) to stay fast. The SSE stream
+on SQLite and PostgreSQL, with a token of each role (admin, member, viewer); with a viewer's
+token no write succeeds (no 2xx to any POST, PATCH or DELETE, and no audit record of theirs),
+and a member's never creates or revokes a token. Bounded (few examples per operation) to stay fast. The SSE stream
 is excluded: it waits for the run to finish by design (tested in test_sse.py).
 
 (Each operation runs under Hypothesis' ``@given`` inside one test; schemathesis' own pytest
@@ -12,11 +14,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 
+from sqlalchemy import func, select
+
 from backend.db import runs as repo
+from backend.db.models import AuditEvent
+from backend.db.tokens import create_token
 from backend.db.metrics import upsert_eval_results, upsert_step_metrics
 from trainer.config import RunConfig
 
-NO_PARAMETERS = {"GET /api/health", "GET /api/metrics", "GET /metrics"}
+NO_PARAMETERS = {"GET /api/health", "GET /api/metrics", "GET /metrics", "GET /api/me", "GET /api/tokens", "GET /api/users"}
+WRITES = {"POST", "PATCH", "PUT", "DELETE"}
 EXAMPLES = {GenerationMode.POSITIVE: 10, GenerationMode.NEGATIVE: 6}
 
 
@@ -33,8 +40,12 @@ def seeded_app(app, session):
     return app
 
 
+@pytest.mark.parametrize("role", ["admin", "member", "viewer"])
 @pytest.mark.parametrize("mode", list(EXAMPLES), ids=lambda m: m.value)
-def test_no_server_errors(seeded_app, auth, mode):
+def test_no_server_errors(seeded_app, session, mode, role):
+    _, tok = create_token(session, f"st-{role}", role)
+    session.commit()
+    auth = {"Authorization": f"Bearer {tok}"}
     schema = schemathesis.openapi.from_asgi("/openapi.json", seeded_app)
     ops = [r.ok() for r in schema.get_all_operations()]
     ops = [op for op in ops if not op.path.endswith("/stream")]
@@ -48,6 +59,9 @@ def test_no_server_errors(seeded_app, auth, mode):
             response = case.call(headers=dict(auth))
             seen.append((op.label, response.status_code))
             assert response.status_code < 500, f"{op.label}: {response.status_code} {response.text[:500]}\n{case.as_curl_command()}"
+            wrote = op.method.upper() in WRITES and response.status_code < 300
+            assert not (wrote and role == "viewer"), f"a viewer's write succeeded: {op.label} {response.status_code}"
+            assert not (wrote and role == "member" and "/tokens" in op.path), f"a member changed tokens: {op.label}"
 
         try:
             check()
@@ -55,3 +69,7 @@ def test_no_server_errors(seeded_app, auth, mode):
             assert mode is GenerationMode.NEGATIVE and op.label in NO_PARAMETERS, op.label
     assert {label for label, _ in seen} | NO_PARAMETERS >= {op.label for op in ops}
     assert {label for label, _ in seen} >= {op.label for op in ops} - NO_PARAMETERS
+    if role == "viewer":  # its writes reached the role check (403), and none left a record
+        assert {label for label, code in seen if code == 403} >= {"POST /api/runs", "POST /api/sweeps", "POST /api/tokens"}
+        session.expire_all()
+        assert session.scalar(select(func.count(AuditEvent.id)).where(AuditEvent.user == f"st-{role}")) == 0
