@@ -135,8 +135,10 @@ def fair_candidates(session: Session, queue: str, running_cap: int = 0) -> list[
         return []
     running = dict(session.execute(select(Run.owner, func.count(Run.id)).where(
         Run.status == "running").group_by(Run.owner)).all())
+    named = [o for o in heads if o is not None]
+    of_heads = Run.owner.in_(named) | Run.owner.is_(None) if None in heads else Run.owner.in_(named)
     served = dict(session.execute(select(Run.owner, func.max(Run.started_at)).where(
-        q, Run.started_at.is_not(None)).group_by(Run.owner)).all())
+        q, Run.started_at.is_not(None), of_heads).group_by(Run.owner)).all())
     return fair_order(heads, running, served, running_cap)
 
 
