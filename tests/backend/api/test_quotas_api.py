@@ -95,3 +95,26 @@ def test_quota_refusal_is_audited(quota_client, session):
 def test_no_quota_by_default(client, auth):
     for _ in range(3):
         assert client.post("/api/runs", json={"config": TINY}, headers=auth).status_code == 201
+
+
+def test_concurrent_submissions_of_one_user_cannot_both_pass_the_count(quota_client, session):
+    """Eight submissions at once against a quota of 3: exactly three are stored (the user's row
+    is locked first in each submit's transaction), the rest answer 429, none fails."""
+    import threading
+
+    client, h = quota_client(quota_active_runs=3)
+    codes: list[int] = []
+    start = threading.Barrier(8)
+
+    def submit() -> None:
+        start.wait()
+        codes.append(client.post("/api/runs", json={"config": TINY}, headers=h["alice"]).status_code)
+
+    with client:
+        threads = [threading.Thread(target=submit) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    assert sorted(codes) == [201] * 3 + [429] * 5
+    assert counts(session)[0] == 3
