@@ -77,3 +77,24 @@ def test_aero_audit_reads_the_log_with_an_admin_token(data_env, monkeypatch):
     assert res.exit_code == 0 and "run.create" in res.output and "token.create" not in res.output
     res = runner.invoke(app, ["audit", "--token", tokens["alice"]])
     assert res.exit_code == 1 and "403" in res.output and "admin" in res.output
+
+
+def test_aero_runs_mine_lists_only_the_tokens_users_runs(data_env, monkeypatch):
+    from cli import platform_cmds
+
+    tokens = {name: runner.invoke(app, ["token", "create", name, "--role", "member"]).stdout.strip().splitlines()[-1]
+              for name in ("alice", "bob")}
+    api = create_app(data_env, enqueue=lambda run_id, queue: None)
+
+    def client(_api, token, timeout=30.0):
+        return TestClient(api, base_url="http://testserver/api", headers={"Authorization": f"Bearer {token}"})
+
+    monkeypatch.setattr(platform_cmds, "client", client)
+    for name in ("alice", "bob"):
+        with client(None, tokens[name]) as c:
+            assert c.post("/runs", json={"config": {"method": "grpo", "steps": 2}, "name": f"{name}-run"}).status_code == 201
+    res = runner.invoke(app, ["runs", "--mine", "--token", tokens["bob"]], env={"COLUMNS": "250"})
+    assert res.exit_code == 0, res.output
+    assert "bob-run" in res.output and "alice-run" not in res.output and "1 of 1 run(s)" in res.output
+    res = runner.invoke(app, ["runs", "--owner", "alice", "--token", tokens["bob"]], env={"COLUMNS": "250"})
+    assert "alice-run" in res.output and "bob-run" not in res.output
