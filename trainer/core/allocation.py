@@ -48,8 +48,8 @@ def knapsack_allocate(p: Sequence[float], budget: int, n_low: int, n_high: int) 
     Ties go to the smaller N, so prompts of value zero (p in {0, 1}) keep the floor n_low and
     the budget left unspent is what :func:`fallback` hands out. Raises ValueError when even the
     floors do not fit (P * n_low > budget)."""
-    p = np.asarray(p, dtype=float)
-    P = len(p)
+    rate = np.asarray(p, dtype=float)
+    P = len(rate)
     if P * n_low > budget:
         raise ValueError(f"{P} prompts at n_low = {n_low} need {P * n_low} rollouts; the budget is {budget}")
     if P == 0:
@@ -59,7 +59,7 @@ def knapsack_allocate(p: Sequence[float], budget: int, n_low: int, n_high: int) 
     best = np.zeros(budget + 1)  # best value of the prompts so far with at most b rollouts
     pick = np.zeros((P, budget + 1), dtype=np.int64)
     for i in range(P):
-        values = task_value(p[i], choices)
+        values = task_value(rate[i], choices)
         new = np.full(budget + 1, -np.inf)
         for c, v in zip(choices, values):
             cand = np.full(budget + 1, -np.inf)
