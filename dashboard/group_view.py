@@ -259,6 +259,8 @@ def arena_section(body: Mapping[str, Any]) -> None:
     widths = [1.6, 0.8, 1.1, 1.6, 1.1, 1.0, 1.0, 1.0, 0.9, 1.9, 1.9, 1.9]
     ui.plot(charts.table_figure(table.columns, table.rows, table.bold, col_widths=widths), key="arena_table")
     lv = level(body.get("alpha"))
+    if points := tables.arena_points(body):
+        ui.plot(charts.arena_figure(points, k=table.k, level=lv), key="arena_tradeoff")
     st.caption(f"Sorted by final Avg@{table.k or 'k'} (the last evaluation pooled over benchmarks, mean ± half the {lv}% "
                "Student-t CI across seeds). *diff vs baseline*: mean difference per problem against the baseline group "
                "with its CI and the p-value of the paired sign-flip permutation test over problems (seeds averaged). "
@@ -266,6 +268,7 @@ def arena_section(body: Mapping[str, Any]) -> None:
                "counts, wall seconds per step); *rollouts gen / trained*: what each method generated and trained within "
                "the same n_total per prompt. The last columns give, **per seed**, the training FLOPs and seconds at the "
                "first evaluation that reaches 50/75/90% of the baseline's gain; *not reached* stays in the table. "
+               "The chart plots each group's final Avg@k against its FLOPs per step, with the CI across seeds on both. "
                "How to read it: docs/comparisons.md, *The rollout-allocation arena*.")
     st.download_button("Download leaderboard (CSV)", table.frame.to_csv(index=False).encode(), file_name="aero-arena.csv",
                        mime="text/csv", icon=":material/download:", key="cmp_arena_csv")

@@ -655,3 +655,16 @@ def arena_table(body: Mapping[str, Any]) -> BenchTable:
                 rec[f"{f:.0%}:seed{s.get('seed')}:seconds"] = s.get("seconds") if s.get("reached") else None
         records.append(rec)
     return BenchTable(columns, rows, bold, pd.DataFrame(records), k)
+
+
+def arena_points(body: Mapping[str, Any]) -> list[Any]:
+    """charts.ArenaPoint per seed group with both a final Avg@k and a FLOPs-per-step mean."""
+    from dashboard.charts import ArenaPoint
+
+    out = []
+    for g in body["groups"]:
+        acc = (g.get("evals") or {}).get(mk.OVERALL, {}).get("avg_at_k") or {}
+        flops = (g.get("mean") or {}).get(mk.FLOPS_TOTAL) or {}
+        if acc.get("mean") is not None and flops.get("mean") is not None:
+            out.append(ArenaPoint(g["label"], g["method"], flops["mean"], half_ci(flops), acc["mean"], half_ci(acc)))
+    return out

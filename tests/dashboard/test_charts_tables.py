@@ -558,3 +558,6 @@ def test_arena_table_sorts_by_accuracy_keeps_not_reached_and_marks_the_baseline(
     rec = t.frame.set_index("group")
     assert rec.loc["speed", "p_value"] == 0.0123 and rec.loc["speed", "50%:seed0:flops"] == 2e9
     assert pd.isna(rec.loc["speed", "50%:seed1:flops"])  # not reached: empty in the CSV, not dropped
+    fig = charts.arena_figure(tables.arena_points(body), k=8)
+    assert [t.name for t in fig.data] == ["grpo", "speed"] and fig.data[1].marker.color == charts.method_color("speed")
+    assert fig.data[1].x == (1e9,) and fig.data[1].y == (0.45,) and fig.data[1].error_y.array == (pytest.approx(0.01),)

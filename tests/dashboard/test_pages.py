@@ -713,3 +713,7 @@ def test_compare_arena_leaderboard_ranks_groups_against_the_baseline(reach_group
     assert board["cells"][col["rollouts gen / step"]][grpo] != "–"
     assert "Download leaderboard (CSV)" in [b.label for b in at.get("download_button")]
     assert "not reached* stays in the table" in texts(at.caption)
+    trade = fig_titled(at, "Final Avg@8 vs FLOPs per step")  # the trade-off chart under the table
+    assert [t["name"] for t in trade["data"]] == ["grpo", "aero", "dapo"]
+    assert trade["data"][1]["marker"]["color"] == "#E45756" and trade["data"][1]["error_y"]["visible"] is True
+    assert trade["data"][0]["y"] == [pytest.approx(finals["grpo"])]
