@@ -3,7 +3,8 @@ docs/algorithms.md "Rollout allocation: the arena's peers"). Pure numpy, no torc
 tested on hand-computed cases in tests/trainer/core/test_allocation.py.
 
 - Knapsack RL (Li et al. 2025, arXiv 2509.25849, §3): a prompt's value under N rollouts,
-  and the multiple-choice knapsack that spreads a fixed budget over the prompts.
+  and the knapsack that spreads a fixed budget over the prompts (solved greedily, exact
+  because the value is concave in N).
 - SPEED-RL (Zhang et al. 2025, arXiv 2506.09016, §4): which screened prompts qualify, and
   how the rest of the budget is spread over them.
 - GRESO (Zheng et al. 2025, arXiv 2506.02177, §4, Algorithm 1): the probability of rolling
@@ -42,35 +43,40 @@ def task_value(p: np.ndarray | float, N: np.ndarray | int) -> np.ndarray:
 
 def knapsack_allocate(p: Sequence[float], budget: int, n_low: int, n_high: int) -> np.ndarray:
     """int[P]: rollouts per prompt maximising sum_i Value(N_i, p_i) subject to sum_i N_i <= budget
-    and n_low <= N_i <= n_high (Knapsack RL §3, the knapsack with costs N_i and values Value),
-    by dynamic programming over the budget, O(P * budget * (n_high - n_low)).
+    and n_low <= N_i <= n_high (Knapsack RL §3: items of cost N_i and value Value(N_i, p_i), one
+    choice of N per prompt).
 
-    Ties go to the smaller N, so prompts of value zero (p in {0, 1}) keep the floor n_low and
-    the budget left unspent is what :func:`fallback` hands out. Raises ValueError when even the
-    floors do not fit (P * n_low > budget)."""
+    Solved exactly by greedy marginal allocation: Value is concave in N (its increment
+    Value(N + 1) - Value(N) = p (1 - p)^2 (p^N (1 - p) + (1 - p)^N p) falls as N grows), and for a
+    separable concave objective under one budget, giving each next rollout to the prompt with
+    the largest increment is optimal. From the floors, at most budget - P * n_low heap steps,
+    instead of the paper's dynamic program over the whole budget. Only strictly positive
+    increments are taken (ties to the earlier prompt), so prompts of value zero (p in {0, 1})
+    keep the floor and what remains is left for :func:`fallback`. Raises ValueError when even
+    the floors do not fit (P * n_low > budget)."""
+    import heapq
+
     rate = np.asarray(p, dtype=float)
     P = len(rate)
     if P * n_low > budget:
         raise ValueError(f"{P} prompts at n_low = {n_low} need {P * n_low} rollouts; the budget is {budget}")
-    if P == 0:
-        return np.zeros(0, dtype=np.int64)
-    n_high = max(n_low, min(n_high, budget - (P - 1) * n_low))
-    choices = np.arange(n_low, n_high + 1)
-    best = np.zeros(budget + 1)  # best value of the prompts so far with at most b rollouts
-    pick = np.zeros((P, budget + 1), dtype=np.int64)
-    for i in range(P):
-        values = task_value(rate[i], choices)
-        new = np.full(budget + 1, -np.inf)
-        for c, v in zip(choices, values):
-            cand = np.full(budget + 1, -np.inf)
-            cand[c:] = best[: budget + 1 - c] + v
-            better = cand > new + 1e-15  # strict: a tie keeps the smaller c
-            new[better], pick[i, better] = cand[better], c
-        best = new
-    out, b = np.zeros(P, dtype=np.int64), budget
-    for i in range(P - 1, -1, -1):
-        out[i] = pick[i, b]
-        b -= out[i]
+    out = np.full(P, n_low, dtype=np.int64)
+
+    pr = rate.tolist()
+
+    def gain(i: int) -> float:  # Value(N + 1, p) - Value(N, p) in closed form (plain floats: the hot loop)
+        a, b, n = pr[i], 1.0 - pr[i], int(out[i])
+        return a * b * b * (a ** n * b + b ** n * a)
+
+    heap = [(-gain(i), i) for i in range(P) if out[i] < n_high]
+    heapq.heapify(heap)
+    left = budget - P * n_low
+    while left > 0 and heap and -heap[0][0] > 1e-15:
+        _, i = heapq.heappop(heap)
+        out[i] += 1
+        left -= 1
+        if out[i] < n_high:
+            heapq.heappush(heap, (-gain(i), i))
     return out
 
 

@@ -62,3 +62,17 @@ def test_greso_probability_and_adaptation():
     assert adapt_base(0.5, 0.2, 0.083, 0.01, 0.05) == pytest.approx(0.49)  # too many easy groups: skip more
     assert adapt_base(0.5, 0.0, 0.083, 0.01, 0.05) == pytest.approx(0.51)
     assert adapt_base(0.05, 1.0, 0.083, 0.01, 0.05) == 0.05 and adapt_base(1.0, 0.0, 0.1, 0.01, 0.05) == 1.0
+
+
+def test_knapsack_scales_to_large_budgets():
+    p = np.linspace(0.0, 1.0, 512)
+    counts = knapsack_allocate(p, 512 * 64, 2, 4096)  # 32k rollouts over 512 prompts
+    assert counts.sum() == 512 * 64 and counts[0] == 2 and counts[-1] == 2  # p = 0 and p = 1 keep the floor
+    # rarely-failing prompts need many rollouts to show a failure: they get more than p = 1/2
+    assert counts[np.argmin(np.abs(p - 0.9))] > counts[np.argmin(np.abs(p - 0.5))]
+
+
+@pytest.mark.parametrize("p", [0.05, 0.3, 0.5, 0.9])
+def test_task_value_is_concave_in_n(p):
+    steps = np.diff(task_value(p, np.arange(1, 64)))
+    assert (steps >= 0).all() and (np.diff(steps) <= 1e-15).all()  # what makes the greedy allocation exact
