@@ -256,7 +256,7 @@ def arena_section(body: Mapping[str, Any]) -> None:
         st.caption("Choose runs of at least two methods (or configs) to rank them against the baseline.")
         return
     table = tables.arena_table(body)
-    widths = [1.6, 0.8, 1.1, 1.6, 1.1, 1.0, 1.0, 1.0, 0.9, 1.9, 1.9, 1.9]
+    widths = [1.5, 0.8, 1.1, 2.2, 1.1, 1.0, 0.9, 0.9, 0.9, 1.9, 1.9, 1.9]
     ui.plot(charts.table_figure(table.columns, table.rows, table.bold, col_widths=widths), key="arena_table")
     lv = level(body.get("alpha"))
     if points := tables.arena_points(body):
