@@ -50,7 +50,7 @@ def knapsack_allocate(p: Sequence[float], budget: int, n_low: int, n_high: int) 
     Value(N + 1) - Value(N) = p (1 - p)^2 (p^N (1 - p) + (1 - p)^N p) falls as N grows), and for a
     separable concave objective under one budget, giving each next rollout to the prompt with
     the largest increment is optimal. From the floors, at most budget - P * n_low heap steps,
-    instead of the paper's dynamic program over the whole budget. Only strictly positive
+    instead of a dynamic program over the whole budget. Only strictly positive
     increments are taken (ties to the earlier prompt), so prompts of value zero (p in {0, 1})
     keep the floor and what remains is left for :func:`fallback`. Raises ValueError when even
     the floors do not fit (P * n_low > budget)."""
