@@ -84,8 +84,8 @@ def plan_counts(cfg: RunConfig, rates: list[float | None]) -> tuple[np.ndarray, 
         stats = {"knapsack/fallback": float(counts[seen].sum() - spent), "knapsack/unspent": float(budget - counts[seen].sum())}
     else:
         stats = {"knapsack/fallback": 0.0, "knapsack/unspent": 0.0}
-    stats.update({"knapsack/seen": float(seen.sum()), "knapsack/max_n": float(counts.max(initial=0)),
-                  "knapsack/min_n": float(counts.min(initial=0))})
+    stats.update({"knapsack/seen": float(seen.sum()), "knapsack/max_n": float(counts.max()) if len(counts) else 0.0,
+                  "knapsack/min_n": float(counts.min()) if len(counts) else 0.0})
     return counts, stats
 
 

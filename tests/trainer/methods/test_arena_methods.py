@@ -30,6 +30,7 @@ def test_knapsack_plan_by_hand():
     # unseen: n_total; the three seen share 24: floors 2 + 2 for the value-zero pair, 20 (the
     # ceiling) for p = 0.5, and the fallback gives the never-solved prompt the 0 left.
     assert counts.tolist() == [8, 20, 2, 2] and stats["knapsack/unspent"] == 0
+    assert (stats["knapsack/min_n"], stats["knapsack/max_n"], stats["knapsack/seen"]) == (2, 20, 3)
     counts, stats = plan_counts(cfg, [0.5, 0.0, 1.0])
     assert counts.tolist() == [20, 2, 2] and stats["knapsack/fallback"] == 0
     cfg = RunConfig(method="knapsack", n_total=8, train_size=16, knapsack={"n_low": 2, "n_high": 10})
