@@ -144,14 +144,17 @@ def bench(
                                                       "and report mean ± 95% CI across seeds.")] = None,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the full report here.")] = None,
     ablations: Annotated[bool, typer.Option(help="Also run aero-s1 and aero-s1s2 (measured waterfall).")] = False,
-    methods: Annotated[Optional[str], typer.Option(help="Comma-separated methods instead of grpo,dapo,aero.")] = None,
+    methods: Annotated[Optional[str], typer.Option(help="Comma-separated methods instead of grpo,dapo,aero; the "
+                                                       "rollout-allocation arena: grpo,dapo,aero,cppo,knapsack,speed,greso "
+                                                       "with --set train_size=1024 (knapsack and greso need it).")] = None,
     out: Annotated[Path, typer.Option(help="Directory of the runs (OUT/METHOD or OUT/seedS/METHOD: config.json, "
                                            "metrics.jsonl, evals.jsonl).")] = Path("runs/bench"),
     sets: SetOpt = None,
 ):
-    """Train GRPO, DAPO and AERO side by side from the same base and seed, in one table.
+    """Train GRPO, DAPO and AERO (or --methods) side by side from the same base and seed, in one table.
 
-    Also reports the compute each method needs to reach fractions of GRPO's accuracy gain."""
+    Also reports the compute each method needs to reach fractions of GRPO's accuracy gain; with
+    --seeds, the leaderboard against GRPO (docs/comparisons.md "The rollout-allocation arena")."""
     from trainer.bench import ABLATIONS, MAIN_METHODS, run_bench
     from trainer.bench_seeds import run_bench_seeds
     from trainer.bench_table import render_markdown, render_reach, render_seeds_markdown

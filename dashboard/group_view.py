@@ -248,6 +248,32 @@ def group_headline(body: Mapping[str, Any], ids: tuple[int, ...], versions: tupl
                      body.get("k"), seeds=True, level=level(body.get("alpha")))
 
 
+def arena_section(body: Mapping[str, Any]) -> None:
+    """The rollout-allocation arena's leaderboard (docs/comparisons.md "The rollout-allocation
+    arena"): every seed group against the baseline group, from the same GET /compare/groups answer."""
+    st.subheader("Leaderboard (rollout-allocation arena)")
+    if len(body["groups"]) < 2:
+        st.caption("Choose runs of at least two methods (or configs) to rank them against the baseline.")
+        return
+    table = tables.arena_table(body)
+    widths = [1.5, 0.8, 1.1, 2.2, 1.1, 1.0, 0.9, 0.9, 0.9, 1.9, 1.9, 1.9]
+    ui.plot(charts.table_figure(table.columns, table.rows, table.bold, col_widths=widths), key="arena_table")
+    lv = level(body.get("alpha"))
+    if points := tables.arena_points(body):
+        ui.plot(charts.arena_figure(points, k=table.k, level=lv), key="arena_tradeoff")
+    st.caption(f"Sorted by final Avg@{table.k or 'k'} (the last evaluation pooled over benchmarks, mean ± half the {lv}% "
+               "Student-t CI across seeds). *diff vs baseline*: mean difference per problem against the baseline group "
+               "with its CI and the p-value of the paired sign-flip permutation test over problems (seeds averaged). "
+               "Costs are per-step means under one accounting for every method (FLOPs of rollout + train from token "
+               "counts, wall seconds per step); *rollouts gen / trained*: what each method generated and trained within "
+               "the same n_total per prompt. The last columns give, **per seed**, the training FLOPs and seconds at the "
+               "first evaluation that reaches 50/75/90% of the baseline's gain; *not reached* stays in the table. "
+               "The chart plots each group's final Avg@k against its FLOPs per step, with the CI across seeds on both. "
+               "How to read it: docs/comparisons.md, *The rollout-allocation arena*.")
+    st.download_button("Download leaderboard (CSV)", table.frame.to_csv(index=False).encode(), file_name="aero-arena.csv",
+                       mime="text/csv", icon=":material/download:", key="cmp_arena_csv")
+
+
 def doc_link() -> None:
     """'How to read a comparison' (docs/comparisons.md), shown in place: the dashboard has no
     docs server, and the file ships with the checkout it runs from."""
@@ -262,10 +288,11 @@ def doc_link() -> None:
 def group_page(body: dict, ids: tuple[int, ...], versions: tuple, curves: Mapping[str, tuple[str, str | None]],
                waterfall: Any) -> None:
     """The whole group view: baseline group, the headline (accuracy vs compute, compute to reach),
-    curves, waterfall (``waterfall()`` draws it), Fig. 9, tables."""
+    the arena's leaderboard, curves, waterfall (``waterfall()`` draws it), Fig. 9, tables."""
     url, token = ui.api_url(), ui.api_token()
     body = choose_baseline(body, url, token, ids, versions)
     group_headline(body, ids, versions)
+    arena_section(body)
     st.caption(" · ".join(ui.md(group_name(g)) + (" (baseline)" if g["key"] == body["baseline"] else "") for g in body["groups"]))
     doc_link()
     axis, curve_body = curves_section(ids, versions, curves)

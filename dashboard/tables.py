@@ -591,3 +591,81 @@ def reach_table(entries: Sequence[Mapping[str, Any]], reach: Mapping[str, Any], 
         bold.append([False] + [best[j][i] for j in range(len(fractions))])
         records.append(rec)
     return BenchTable(columns, rows, bold, pd.DataFrame(records), k)
+
+
+# ---------------------------------------------------------------- the rollout-allocation arena (leaderboard)
+ARENA_FRACTIONS = (0.5, 0.75, 0.9)
+
+
+def seed_reach_text(t: Mapping[str, Any] | None) -> str:
+    """One target of one group, per seed: 's0 1.2 GFLOP · 3.4 s; s1 not reached' (every seed kept)."""
+    if not t or not t.get("seeds"):
+        return "–"
+    parts = []
+    for s in t["seeds"]:
+        cost = f"{si(s['flops'], 'FLOP')} · {si(s['seconds'], 's')}" if s.get("reached") and s.get("flops") is not None \
+            else "not reached"
+        parts.append(f"s{s.get('seed')} {cost}")
+    return "<br>".join(parts)
+
+
+def _arena_test(body: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
+    return _significance(body.get("significance") or {}, mk.OVERALL, key, "avg_at_k")
+
+
+def arena_table(body: Mapping[str, Any]) -> BenchTable:
+    """The arena's leaderboard from GET /compare/groups: one row per seed group (a method at one
+    config), against the baseline group. Final Avg@k overall (last evaluation, mean ± half-CI
+    across seeds), its difference to the baseline with the paired test's CI and p-value, FLOPs
+    and seconds per step, rollouts generated and trained per step, the zero-accuracy ratio, then
+    per seed the FLOPs and seconds to reach 50/75/90% of the baseline's gain ('not reached'
+    kept). Rows sorted by final Avg@k, best first; best of each column bold."""
+    groups, base = body["groups"], body["baseline"]
+    k = group_k(groups)
+    reach = {g["key"]: g for g in (body.get("reach") or {}).get("groups") or []}
+    cols = (("FLOPs / step", mk.FLOPS_TOTAL, "FLOP"), ("time / step", mk.STEP_S, "s"),
+            ("rollouts gen / step", mk.ROLLOUTS_GENERATED, ""), ("rollouts trained / step", mk.ROLLOUTS_TRAINED, ""))
+    final = [(g.get("evals") or {}).get(mk.OVERALL, {}).get("avg_at_k") for g in groups]
+    order = sorted(range(len(groups)), key=lambda i: -((final[i] or {}).get("mean") or -1.0))
+    columns = ["group", "seeds", f"final Avg@{k or 'k'}", "diff vs baseline (p)", *[c[0] for c in cols], "zero-acc ratio",
+               *[f"to {f:.0%} of the baseline's gain (per seed)" for f in ARENA_FRACTIONS]]
+    means = {c[1]: [((g.get("mean") or {}).get(c[1]) or {}).get("mean") for g in groups] for c in cols}
+    zero = [((g.get("mean") or {}).get(mk.ZERO_ACC_AFTER_RESCUE) or {}).get("mean") for g in groups]
+    best_final = _best([(f or {}).get("mean") for f in final], True, _acc_text)
+    best_cost = {c[1]: _best(means[c[1]], False, lambda v, u=c[2]: si(v, u)) for c in cols[:2]}
+    rows, bold, records = [], [], []
+    for i in order:
+        g, is_base = groups[i], groups[i]["key"] == base
+        test = None if is_base else _arena_test(body, g["key"])
+        diff = "—" if is_base else ("–" if not test else f"{test['diff']:+.3f} {ci_text(test.get('ci'))}<br>{p_text(test.get('p_value'))}")
+        targets = {round(t["fraction"], 6): t for t in (reach.get(g["key"]) or {}).get("targets") or []}
+        row = [g["label"] + (" (baseline)" if is_base else ""), seeds_text(g), stat_text(final[i]), diff,
+               *[si_stat_text((g.get("mean") or {}).get(c[1]), c[2]) for c in cols],
+               stat_text((g.get("mean") or {}).get(mk.ZERO_ACC_AFTER_RESCUE), _pct),
+               *[seed_reach_text(targets.get(round(f, 6))) for f in ARENA_FRACTIONS]]
+        rows.append(row)
+        bold.append([False, False, best_final[i], False, *[best_cost[c[1]][i] if c[1] in best_cost else False for c in cols],
+                     False, *[False] * len(ARENA_FRACTIONS)])
+        rec: dict[str, Any] = {"group": g["key"], "label": g["label"], "method": g["method"], "baseline": is_base,
+                               "seeds": len(g.get("seeds") or g.get("run_ids") or []), "final_avg_at_k": (final[i] or {}).get("mean"),
+                               "diff": (test or {}).get("diff"), "p_value": (test or {}).get("p_value"),
+                               **{c[1]: means[c[1]][i] for c in cols}, mk.ZERO_ACC_AFTER_RESCUE: zero[i]}
+        for f in ARENA_FRACTIONS:
+            for s in (targets.get(round(f, 6)) or {}).get("seeds") or []:
+                rec[f"{f:.0%}:seed{s.get('seed')}:flops"] = s.get("flops") if s.get("reached") else None
+                rec[f"{f:.0%}:seed{s.get('seed')}:seconds"] = s.get("seconds") if s.get("reached") else None
+        records.append(rec)
+    return BenchTable(columns, rows, bold, pd.DataFrame(records), k)
+
+
+def arena_points(body: Mapping[str, Any]) -> list[Any]:
+    """charts.ArenaPoint per seed group with both a final Avg@k and a FLOPs-per-step mean."""
+    from dashboard.charts import ArenaPoint
+
+    out = []
+    for g in body["groups"]:
+        acc = (g.get("evals") or {}).get(mk.OVERALL, {}).get("avg_at_k") or {}
+        flops = (g.get("mean") or {}).get(mk.FLOPS_TOTAL) or {}
+        if acc.get("mean") is not None and flops.get("mean") is not None:
+            out.append(ArenaPoint(g["label"], g["method"], flops["mean"], half_ci(flops), acc["mean"], half_ci(acc)))
+    return out

@@ -66,6 +66,8 @@ def summarize_run(sink: MemorySink, wall_s: float) -> dict[str, Any]:
     out["final_avg_at_k"] = {name: final_accuracy([sink.evals[s][name]["avg_at_k"] for s in sorted(sink.evals)])
                              for name in final}
     out["curve"] = eval_curve(sink) if sink.evals else None
+    # The last evaluation's per-problem (n, c): the arena's paired test over problems (trainer/bench_arena.py).
+    out["last_per_problem"] = {name: r["per_problem"] for name, r in final.items() if r.get("per_problem")}
     return out
 
 

@@ -5,7 +5,8 @@ Each seed is one ``run_bench`` (all methods interleaved step by step from the sa
 OUT/seed<S>/<method>. The summary gives, per method, the mean and a Student-t 95% interval
 across seeds of every per-step cost, of the final accuracy (mean of the last 3 evals) and of
 its gain over the base per benchmark; ratios to GRPO paired by seed; and the compute each
-method needs to reach fractions of GRPO's gain (trainer.core.reach).
+method needs to reach fractions of GRPO's gain (trainer.core.reach); and the arena's
+leaderboard (trainer/bench_arena.py), one row per method against GRPO.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any, Sequence
 
 import common.metric_keys as mk
 from trainer.bench import COST_FIELDS, run_bench
+from trainer.bench_arena import leaderboard
 from trainer.core.reach import reach_across_seeds
 from trainer.core.stats import mean_ci, paired_ratios
 from trainer.methods.spec import baseline_method
@@ -64,4 +66,5 @@ def summarize_seeds(reports: Sequence[dict[str, Any]], alpha: float = 0.05) -> d
             }
         if all("reach" in r for r in reports):
             out["reach"] = reach_across_seeds([r["reach"] for r in reports], BASELINE, alpha)
+    out["leaderboard"] = leaderboard(reports, out, BASELINE if BASELINE in methods else None, alpha)
     return out

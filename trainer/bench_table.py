@@ -91,6 +91,9 @@ def render_seeds_markdown(report: dict[str, Any]) -> str:
         lines.append(_row([name, *[pm(m["gain"][b], sign=True) for b in benches]]))
     if "reach" in summ:
         lines += ["", render_reach(summ["reach"], k)]
+    if summ.get("leaderboard"):
+        base = next((r["method"] for r in summ["leaderboard"] if r["baseline"]), None)
+        lines += ["", render_leaderboard(summ["leaderboard"], k, base)]
     return "\n".join(lines)
 
 
@@ -109,4 +112,42 @@ def render_reach(r: dict[str, Any], k: int) -> str:
             lines.append(_row([name, f"{row['fraction']:.0%}", f"{row['reached']}/{row['of']}",
                                pm(row["flops"], "{:.0f}", 1e9), pm(row["seconds"], "{:.1f}"),
                                bracket(ratio["flops"]), bracket(ratio["seconds"]), per_seed]))
+    return "\n".join(lines)
+
+
+def _p(test: dict[str, Any] | None) -> str:
+    return "–" if not test else f"{test['p_value']:.3g}"
+
+
+def _reach_cell(row: dict[str, Any], cost: str, fmt: str, scale: float) -> str:
+    """Per seed, the cost to reach (or 'not reached'), then the mean over the seeds that did."""
+    per_seed = "; ".join(f"s{s['seed']} " + ("not reached" if s[cost] is None else fmt.format(s[cost] / scale))
+                         for s in row["seeds"])
+    return f"{row['reached']}/{row['of']}: {per_seed}"
+
+
+def render_leaderboard(rows: list[dict[str, Any]], k: int, baseline: str | None) -> str:
+    """The arena's leaderboard (trainer/bench_arena.py) as Markdown: accuracy and p-value, costs
+    per step, then the compute to reach 50/75/90% of the baseline's gain per seed."""
+    if not rows:
+        return ""
+    base = baseline or "the baseline"
+    head = ["method", f"final Avg@{k}", f"diff vs {base}", "p", "GFLOPs / step", "s / step", "rollouts gen / step",
+            "rollouts trained / step", "zero-acc ratio"]
+    lines = [f"Leaderboard (equal rollout budget n_total per prompt; mean ± 95% t half-width across seeds; p: paired "
+             f"sign-flip permutation over problems of the last evaluation against {base}):", "",
+             _row(head), _row(["---"] * len(head))]
+    for r in rows:
+        lines.append(_row([f"**{r['method']}**" if r["baseline"] else r["method"], pm(r["final"]),
+                           "—" if r["baseline"] else pm(r["diff"], sign=True), "—" if r["baseline"] else _p(r["test"]),
+                           pm(r["flops_total"], "{:.2f}", 1e9), pm(r["step_s"], "{:.3f}"),
+                           pm(r["rollouts_generated"], "{:.1f}"), pm(r["rollouts_trained"], "{:.1f}"),
+                           pm(r["zero_acc_after_rescue"])]))
+    head = ["method", "target (of the gain)", "GFLOPs to reach, per seed", "seconds to reach, per seed"]
+    lines += ["", f"Compute to reach {base}'s gain, per seed (training compute only; 'not reached' kept):", "",
+              _row(head), _row(["---"] * len(head))]
+    for r in rows:
+        for t in r["reach"]:
+            lines.append(_row([r["method"], f"{t['fraction']:.0%}", _reach_cell(t, "flops", "{:.0f}", 1e9),
+                               _reach_cell(t, "seconds", "{:.1f}", 1.0)]))
     return "\n".join(lines)

@@ -85,3 +85,22 @@ def test_eval_prints_a_table():
     res = runner.invoke(app, ["eval", "--n", "2", "--problems", "4"])
     assert res.exit_code == 0, res.output
     assert "overall" in res.output and "Pass@2" in res.output
+
+
+def test_bench_arena_gives_a_leaderboard_against_grpo(tmp_path):
+    report = tmp_path / "bench.json"
+    res = runner.invoke(app, ["bench", "--steps", "2", "--seeds", "0,1", "--methods", "grpo,knapsack,speed,greso",
+                              "--json", str(report), "--out", str(tmp_path / "runs"), "--set", "train_size=8",
+                              "--set", "eval_every=1", *SMALL[:-2]])
+    assert res.exit_code == 0, res.output
+    board = json.loads(report.read_text())["summary"]["leaderboard"]
+    assert [r["method"] for r in board] == ["grpo", "knapsack", "speed", "greso"]
+    assert board[0]["baseline"] and board[0]["test"] is None
+    for row in board[1:]:
+        assert 0.0 <= row["test"]["p_value"] <= 1.0 and row["test"]["problems"] > 0
+        assert row["rollouts_generated"]["mean"] <= board[0]["rollouts_generated"]["mean"]  # never above GRPO's budget
+        assert [t["fraction"] for t in row["reach"]] == [0.5, 0.75, 0.9]
+        assert all(len(t["seeds"]) == 2 for t in row["reach"])  # every seed kept, reached or not
+    assert "Leaderboard (equal rollout budget" in res.output and "diff vs grpo" in res.output
+    refused = runner.invoke(app, ["bench", "--steps", "1", "--methods", "grpo,knapsack", "--out", str(tmp_path / "r2"), *SMALL])
+    assert refused.exit_code == 2 and "train_size" in refused.output

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
 from dashboard import charts, tables
@@ -522,3 +523,41 @@ def test_table_figure_is_as_tall_as_its_rows():
     two = charts.table_figure(["a"], [["x"]], [[False]])
     tall = charts.table_figure(["a<br>b"], [["x<br>y<br>z"], ["x"]], [[False], [False]])
     assert two.layout.height == 45 + 48 and tall.layout.height == 45 + 18 + (12 + 18 * 3) + 48
+
+
+# ---------------------------------------------------------------- the arena's leaderboard
+
+
+def _stat(mean):
+    return {"mean": mean, "lo": mean - 0.01, "hi": mean + 0.01, "n": 2}
+
+
+def _group(key, final, flops, seeds_reach):
+    return {"key": key, "label": key, "method": key, "run_ids": [1, 2], "seeds": [0, 1],
+            "mean": {"flops/total": _stat(flops), "time/step_s": _stat(2.0), "rollout/generated": _stat(64.0),
+                     "rollout/trained": _stat(32.0), "zero_acc/after_rescue": _stat(0.25)},
+            "evals": {"overall": {"k": 8, "avg_at_k": _stat(final)}}, "_reach": seeds_reach}
+
+
+def test_arena_table_sorts_by_accuracy_keeps_not_reached_and_marks_the_baseline():
+    seeds = lambda *fl: [{"seed": s, "reached": f is not None, "flops": f, "seconds": None if f is None else 10.0}  # noqa: E731
+                         for s, f in enumerate(fl)]
+    groups = [_group("grpo", 0.40, 2e9, seeds(4e9, 6e9)), _group("speed", 0.45, 1e9, seeds(2e9, None))]
+    body = {"baseline": "grpo", "alpha": 0.05, "groups": groups,
+            "significance": {"overall": [{"group": "speed", "metric": "avg_at_k", "diff": 0.05, "ci": [0.01, 0.09],
+                                          "p_value": 0.0123}]},
+            "reach": {"groups": [{"key": g["key"], "targets": [{"fraction": f, "seeds": g["_reach"]} for f in (0.5, 0.75, 0.9, 1.0)]}
+                                 for g in groups]}}
+    t = tables.arena_table(body)
+    assert [r[0] for r in t.rows] == ["speed", "grpo (baseline)"]  # best final Avg@8 first
+    assert t.columns[2] == "final Avg@8" and t.rows[0][2] == "0.450 ± 0.010"
+    assert t.rows[0][3] == "+0.050 [0.010, 0.090]<br>p=0.012" and t.rows[1][3] == "—"
+    half = t.columns.index("to 50% of the baseline's gain (per seed)")
+    assert t.rows[0][half] == "s0 2 GFLOP · 10 s<br>s1 not reached"
+    assert t.bold[0][2] and not t.bold[1][2] and t.bold[0][4]  # best accuracy, least FLOPs per step
+    rec = t.frame.set_index("group")
+    assert rec.loc["speed", "p_value"] == 0.0123 and rec.loc["speed", "50%:seed0:flops"] == 2e9
+    assert pd.isna(rec.loc["speed", "50%:seed1:flops"])  # not reached: empty in the CSV, not dropped
+    fig = charts.arena_figure(tables.arena_points(body), k=8)
+    assert [t.name for t in fig.data] == ["grpo", "speed"] and fig.data[1].marker.color == charts.method_color("speed")
+    assert fig.data[1].x == (1e9,) and fig.data[1].y == (0.45,) and fig.data[1].error_y.array == (pytest.approx(0.01),)

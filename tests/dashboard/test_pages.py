@@ -574,8 +574,13 @@ def test_compare_sweep_aggregates_seed_groups(seed_groups, use_api):
     mean = aero["evals"]["overall"]["avg_at_k"]["mean"]
     assert total[0].endswith("(—)") and total[1] == f"<b>{mean:.3f} ({p_text(test['p_value'])})</b>"  # AERO best: bold
     assert test["p_value"] < 0.05  # AERO solves 2 more per problem on every seed
+    # the arena's leaderboard: AERO first (best final), its paired difference and p-value against GRPO
+    board = next(t for t in tables_of(at) if "diff vs baseline (p)" in t["header"])
+    assert board["cells"][0] == ["aero", "grpo (baseline)"]
+    diff = board["cells"][board["header"].index("diff vs baseline (p)")]
+    assert diff[0].startswith(f"{test['diff']:+.3f} [") and diff[0].endswith(p_text(test["p_value"])) and diff[1] == "—"
     labels = [b.label for b in at.get("download_button")]
-    assert labels == ["Download summary (CSV)", "Download benchmarks (CSV)"]
+    assert labels == ["Download leaderboard (CSV)", "Download summary (CSV)", "Download benchmarks (CSV)"]
     assert "paired sign-flip permutation over problems" in texts(at.caption) and "per seed pair" in texts(at.caption)
     assert any("How to read a comparison" in e.label for e in at.expander)
 
@@ -677,3 +682,38 @@ def test_run_detail_defaults_to_held_out_accuracy(reach_groups, use_api):
     no_errors(at)
     first = figures(at)[0]
     assert plain_title(first) == "Held-out Avg@8 over training" and first["data"][0]["x"] == [0, 5, 10, 15, 20]
+
+
+# ---------------------------------------------------------------- compare: the rollout-allocation arena's leaderboard
+
+
+def test_compare_arena_leaderboard_ranks_groups_against_the_baseline(reach_groups, use_api):
+    from dashboard.charts import si
+
+    use_api(reach_groups)
+    at = open_page("compare", {"sweep": str(reach_groups.ids["sweep"])})
+    no_errors(at)
+    assert "Leaderboard (rollout-allocation arena)" in [h.value for h in at.subheader]
+    board = next(t for t in tables_of(at) if "diff vs baseline (p)" in t["header"])
+    ids = ",".join(str(reach_groups.ids[f"{m}{s}"]) for m in ("grpo", "aero", "dapo") for s in (0, 1))
+    api = httpx.get(f"{reach_groups.url}/api/compare/groups", params={"run_ids": ids}).json()
+    finals = {g["label"]: g["evals"]["overall"]["avg_at_k"]["mean"] for g in api["groups"]}
+    names = [n.replace(" (baseline)", "") for n in board["cells"][0]]
+    assert names == sorted(finals, key=lambda n: -finals[n])  # best final Avg@8 first
+    col = {h: board["header"].index(h) for h in board["header"]}
+    row = {n: i for i, n in enumerate(names)}
+    grpo, aero, dapo = row["grpo"], row["aero"], row["dapo"]
+    assert board["cells"][col["diff vs baseline (p)"]][grpo] == "—"
+    assert not api["significance"] and board["cells"][col["diff vs baseline (p)"]][aero] == "–"  # no per-problem evals here
+    half = col["to 50% of the baseline's gain (per seed)"]
+    assert board["cells"][half][dapo] == "s0 not reached<br>s1 not reached"  # 'not reached' kept per seed
+    reach = next(g for g in api["reach"]["groups"] if g["label"] == "aero")["targets"][0]["seeds"]
+    assert board["cells"][half][aero] == "<br>".join(f"s{s['seed']} {si(s['flops'], 'FLOP')} · {si(s['seconds'], 's')}"
+                                                     for s in reach)
+    assert board["cells"][col["rollouts gen / step"]][grpo] != "–"
+    assert "Download leaderboard (CSV)" in [b.label for b in at.get("download_button")]
+    assert "not reached* stays in the table" in texts(at.caption)
+    trade = fig_titled(at, "Final Avg@8 vs FLOPs per step")  # the trade-off chart under the table
+    assert [t["name"] for t in trade["data"]] == ["grpo", "aero", "dapo"]
+    assert trade["data"][1]["marker"]["color"] == "#E45756" and trade["data"][1]["error_y"]["visible"] is True
+    assert trade["data"][0]["y"] == [pytest.approx(finals["grpo"])]

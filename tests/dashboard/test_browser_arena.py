@@ -1,0 +1,85 @@
+"""The arena's leaderboard on Compare in a real browser: a sweep of three methods x two seeds
+on the live test API (conftest.py), `streamlit run`, /compare?sweep=ID. AppTest checks the
+figures' JSON (test_pages.py); this test checks that the page a user opens draws the
+leaderboard and the trade-off chart, each marker in its method's colour, without an error."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.dashboard.test_browser_look import pixels_near, rgb, shot
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+
+@pytest.fixture
+def arena_dashboard(tmp_path, helpers):
+    """A sweep of GRPO, DAPO and AERO x seeds 0, 1 (evals at 0, 10, 20 with per-problem counts)
+    and `streamlit run` on the live API."""
+    with helpers.serve(f"sqlite:///{tmp_path / 'aero.sqlite'}", tmp_path) as api:
+        with helpers.session_scope(api.db_url) as s:
+            sweep = helpers.create_sweep(s, "arena", {"methods": ["grpo", "dapo", "aero"], "seeds": [0, 1]}).id
+        for method in ("grpo", "dapo", "aero"):
+            for seed in (0, 1):
+                helpers.add_run(api.db_url, method, steps=20, done=20, status="succeeded", seed=seed, sweep_id=sweep,
+                                evals_at=(0, 10, 20), vary=True)
+        port = helpers.free_port()
+        env = {**os.environ, "AERO_API_URL": api.url, "AERO_API_TOKEN": api.token, "AERO_DATA_DIR": str(tmp_path / "none")}
+        log = tmp_path / "streamlit.log"
+        with open(log, "wb") as f:
+            proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", helpers.app, "--server.port", str(port),
+                                     "--server.address", "127.0.0.1", "--server.headless", "true",
+                                     "--browser.gatherUsageStats", "false"], cwd=ROOT, env=env, stdout=f,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 90
+            while True:
+                assert proc.poll() is None and time.monotonic() < deadline, log.read_text(errors="replace")[-3000:]
+                try:
+                    if httpx.get(f"{url}/_stcore/health", timeout=2).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.3)
+            yield url, sweep
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def test_compare_sweep_draws_the_arena_leaderboard(page, arena_dashboard):
+    url, sweep = arena_dashboard
+    pg = page
+    pg.goto(f"{url}/compare?sweep={sweep}")
+    pg.get_by_role("heading", name="Leaderboard (rollout-allocation arena)").first.wait_for()
+    board = pg.locator(".js-plotly-plot").filter(has_text=re.compile(r"diff\s*vs\s*baseline")).first  # wrapped header
+    board.wait_for()
+    board.scroll_into_view_if_needed()
+    pg.wait_for_timeout(1000)
+    shot(pg, board, "arena-leaderboard")
+    text = board.inner_text()
+    assert "(baseline)" in text and re.search(r"p[=<]0\.\d+", text), text  # the paired test's p-value
+    chart = pg.locator(".js-plotly-plot").filter(has_text=re.compile(r"Final Avg@8 vs FLOPs per step")).first
+    chart.wait_for()
+    pg.get_by_role("button", name="Download leaderboard (CSV)").first.wait_for()
+    assert pg.locator('[data-testid="stException"]').count() == 0
+    chart.scroll_into_view_if_needed()
+    pg.wait_for_timeout(1000)
+    png = shot(pg, chart, "arena-tradeoff")
+    counts = {m: pixels_near(png, rgb(c)) for m, c in (("grpo", "#4C78A8"), ("dapo", "#F58518"), ("aero", "#E45756"))}
+    assert all(n > 40 for n in counts.values()), counts  # a marker of each method, in its colour
