@@ -4,7 +4,7 @@ its evaluations, its config and, for a failed run, the error text."""
 
 import streamlit as st
 
-from dashboard import charts, tables, ui
+from dashboard import charts, rollouts_view, step_detail_view, tables, ui
 from dashboard.client import ApiError
 import common.metric_keys as mk
 
@@ -158,6 +158,9 @@ def main() -> None:
     if live:
         st.caption(f":green[●] Live: refreshing every {REFRESH_S} s.")
     st.fragment(ui.guarded(live_panel), run_every=REFRESH_S if live else None)(run["id"], live)
+    step_detail_view.key_picker(run)
+    step_detail_view.heatmaps(run)
+    rollouts_view.section(run)
     with st.expander("Config", icon=":material/tune:"):
         st.json(run["config"], expanded=True)
     with st.expander("Run record", icon=":material/info:"):
