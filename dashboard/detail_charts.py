@@ -26,7 +26,9 @@ def key_figure(steps: Sequence[int], series: Mapping[str, Sequence[float | None]
     dashes = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
     curves = [Curve(k, method, list(steps), list(series.get(k) or [None] * len(steps)), dash=dashes[i % len(dashes)])
               for i, k in enumerate(keys)]
-    return lines_figure(curves, title=title, x_title="step", y_title="value")
+    fig = lines_figure(curves, title=title, x_title="step", y_title="value")
+    fig.update_layout(showlegend=True)  # the legend names the key, even for one curve
+    return fig
 
 
 def system_figures(steps: Sequence[int], series: Mapping[str, Sequence[float | None]], method: str) -> list[go.Figure]:
