@@ -71,7 +71,7 @@ class RunPolicy(BaseModel):
     max_dapo_gen_rounds: int = Field(64, ge=1, description="Cap on dapo.max_gen_rounds (prompt batches generated "
                                      "per step: each one costs a GRPO step's generation).")
     rollout_sample_prompts: int = Field(4, ge=0, le=4096, description="Rollouts stored per step: this many random "
-                                        "prompt groups with all their rollouts, plus every rescue group (0: none).")
+                                        "prompt groups with all their rollouts, plus every rescued group (0: none).")
     rollout_sample_max_rows: int = Field(256, ge=0, le=65536, description="Cap on the rollouts stored per step "
                                          "(whole groups only).")
     rollout_text_chars: int = Field(2000, ge=16, le=1_000_000, description="Each stored prompt and response is "

@@ -6,8 +6,8 @@ numeric metrics (``MetricSink.log_detail``). docs/metrics.md "Rollouts and histo
 
 The sample rule (operator settings, trainer/policy.py; never the submitter's):
 
-- every *rescue* group that got rescue rounds (AERO: the prompts that explored with c <= S and
-  were given more rollouts), rescued ones first: what the rescue rounds found;
+- every *rescued* group (AERO: a prompt that explored with c <= S and whose rescue rounds
+  found a correct rollout): what the rescue rounds found;
 - then ``prompts`` groups drawn at random from the rest, with a generator seeded by the run's
   seed and the step's data position (reproducible; it never draws from the training RNGs, so
   storing a sample does not change training);
@@ -95,15 +95,14 @@ def group_strata(group: np.ndarray, round_: np.ndarray, correct: np.ndarray, S: 
 
 
 def pick_groups(rows: StepRows, strata: dict[int, int], rules: SampleRules, rng: np.random.Generator) -> list[int]:
-    """The groups to store (module docstring): rescue groups with rescue rounds (rescued first),
-    then ``rules.prompts`` random others, whole groups while ``rules.max_rows`` allows."""
+    """The groups to store (module docstring): every rescued group, then ``rules.prompts`` random
+    others, whole groups while ``rules.max_rows`` allows."""
     if rules.prompts <= 0 or rules.max_rows <= 0:
         return []
     groups = [int(g) for g in np.unique(rows.group)]
     later = {int(g) for g in np.unique(rows.group[rows.round_ > 0])}
-    rescue = [g for g in groups if strata[g] == 0 and g in later and (rows.round_[rows.group == g] == 0).any()]
-    rescued = [g for g in rescue if (rows.correct & (rows.group == g) & (rows.round_ > 0)).any()]
-    first = rescued + [g for g in rescue if g not in rescued]
+    first = [g for g in groups if strata[g] == 0 and g in later and (rows.round_[rows.group == g] == 0).any()
+             and (rows.correct & (rows.group == g) & (rows.round_ > 0)).any()]
     rest = [g for g in groups if g not in set(first)]
     drawn = [rest[i] for i in rng.permutation(len(rest))[:rules.prompts]]
     picked, total = [], 0
