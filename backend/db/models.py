@@ -137,8 +137,8 @@ class StepDetail(Base):
     __tablename__ = "step_details"
     run_id: Mapped[int] = mapped_column(Id, ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
     step: Mapped[int] = mapped_column(Integer, primary_key=True)
+    histograms: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)  # first: small, read over every step
     rollouts: Mapped[list[dict[str, Any]]] = mapped_column(Json, default=list)
-    histograms: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
     logged_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
 
 
