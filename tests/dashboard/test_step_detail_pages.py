@@ -112,3 +112,22 @@ def test_compare_offers_every_logged_key(fresh_api, use_api, helpers):
     no_errors(at)
     fig = titled(at, "system/rss_mb per step")[0]
     assert len(fig["data"]) == 2 and fig["data"][0]["y"][:2] == [905.0, 910.0]
+
+
+def test_live_run_system_panel_and_heatmap_follow_new_steps(fresh_api, use_api, helpers):
+    from backend.db.runs import record_progress
+    from backend.db.session import session_scope
+    from tests.dashboard.step_details import add_details
+
+    use_api(fresh_api)
+    rid = helpers.add_run(fresh_api.db_url, "aero", steps=10, done=3, status="running")
+    add_details(fresh_api.db_url, rid, range(1, 4))
+    at = open_page("run_detail", {"run": str(rid)})
+    assert titled(at, "Resident memory")[0]["data"][0]["x"] == [1, 2, 3]
+    add_details(fresh_api.db_url, rid, range(4, 5))
+    with session_scope(fresh_api.db_url) as s:
+        record_progress(s, rid, 4, 10)
+    at.run()
+    no_errors(at)
+    assert titled(at, "Resident memory")[0]["data"][0]["x"] == [1, 2, 3, 4]
+    assert titled(at, "Per-prompt pass rate")[0]["data"][0]["x"] == [1, 2, 3, 4]
