@@ -23,13 +23,16 @@ def safe_lines(text: str) -> str:
     return "\n".join(safe(line) for line in (text or "").split("\n"))
 
 
+def num(value, fmt: str = ".3g") -> str:
+    return "-" if value is None else format(value, fmt)
+
+
 def summary_table(rows: list[dict]) -> Table:
     t = Table()
     for col in ("#", "group", "stage", "stratum", "reward", "advantage", "length", "truncated"):
         t.add_column(col, justify="right" if col in ("#", "group", "reward", "advantage", "length") else "left")
     for i, r in enumerate(rows):
-        adv = "-" if r["advantage"] is None else f"{r['advantage']:+.3f}"
-        t.add_row(str(i + 1), str(r["group"]), safe(r["stage"]), safe(r["stratum"]), f"{r['reward']:.3g}", adv,
+        t.add_row(str(i + 1), str(r["group"]), safe(r["stage"]), safe(r["stratum"]), num(r["reward"]), num(r["advantage"], "+.3f"),
                   str(r["length"]), "yes" if r["truncated"] else "")
     return t
 
@@ -64,5 +67,5 @@ def rollouts_cmd(
     for i, r in enumerate(rows if text else []):
         clipped = " (clipped)" if r["clipped"] else ""
         body_text = f"[bold]prompt{clipped}[/]\n{safe_lines(r['prompt'])}\n[bold]response[/]\n{safe_lines(r['response'])}"
-        out.print(Panel(body_text, title=f"#{i + 1} group {r['group']} - {safe(r['stage'])} - reward {r['reward']:.3g}",
+        out.print(Panel(body_text, title=f"#{i + 1} group {r['group']} - {safe(r['stage'])} - reward {num(r['reward'])}",
                         title_align="left"))

@@ -66,7 +66,7 @@ def section(run: dict) -> None:
                                 "response": st.column_config.TextColumn(width="large")})
     pick = st.selectbox("Show one in full", range(len(rows)), key="ro_pick",
                         format_func=lambda i: f"#{first + i}: group {rows[i]['group']}, {rows[i]['stage']}, "
-                                              f"reward {rows[i]['reward']:.3g}")
+                                              f"reward {'-' if rows[i]['reward'] is None else format(rows[i]['reward'], '.3g')}")
     r = rows[pick]
     st.caption("Prompt" + (" (clipped to the operator's cap)" if r["clipped"] else ""))
     st.code(r["prompt"], language=None, wrap_lines=True)
