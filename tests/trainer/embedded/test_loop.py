@@ -109,6 +109,9 @@ def test_resume_is_exact(name, tmp_path):
     a, b = _metrics(tmp_path / "a"), _metrics(tmp_path / "b")
     assert sorted(b) == [1, 2, 3, 4]
     assert a == b
+    details = lambda d: [json.loads(ln) for ln in (d / "details.jsonl").read_text().splitlines()]  # noqa: E731
+    assert [x["step"] for x in details(tmp_path / "b")] == [1, 2, 3, 4]
+    assert details(tmp_path / "a") == details(tmp_path / "b")  # the stored rollout sample resumes exactly too
     evals = lambda d: [json.loads(ln) for ln in (d / "evals.jsonl").read_text().splitlines()]  # noqa: E731
     assert evals(tmp_path / "a") == evals(tmp_path / "b")
 
