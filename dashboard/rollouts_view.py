@@ -14,6 +14,7 @@ import streamlit as st
 from dashboard import ui
 
 PAGE = 20
+MAX_SLIDER_STEPS = 1000  # past this many sampled steps a number box replaces the slider (one option per step)
 STAGES = ("explore", "rescue", "round", "curated out")
 STRATA = ("rescue", "low", "high")
 REWARD_RANGE = (-1.0, 1.0)
@@ -40,6 +41,17 @@ def filters() -> tuple:
             None if lo <= REWARD_RANGE[0] else lo, None if hi >= REWARD_RANGE[1] else hi)
 
 
+def pick_step(steps: list[int]) -> int:
+    """The step to show: a slider over the sampled steps, or for a long run a number box (the
+    nearest sampled step at or before the number typed)."""
+    if len(steps) == 1:
+        return steps[0]
+    if len(steps) <= MAX_SLIDER_STEPS:
+        return int(st.select_slider("Step", options=steps, value=steps[-1], key="ro_step"))
+    typed = st.number_input("Step", min_value=steps[0], max_value=steps[-1], value=steps[-1], step=1, key="ro_step_n")
+    return max(s for s in steps if s <= typed)
+
+
 def section(run: dict) -> None:
     st.subheader("Rollouts")
     url, token, version = ui.api_url(), ui.api_token(), ui.version(run)
@@ -49,7 +61,7 @@ def section(run: dict) -> None:
         st.caption("No rollouts stored yet: each step stores a sample of its rollouts (a few random prompts with all "
                    "their rollouts, plus every rescued group) as it is logged.")
         return
-    step = st.select_slider("Step", options=steps, value=steps[-1], key="ro_step") if len(steps) > 1 else steps[0]
+    step = pick_step(steps)
     wanted = filters()
     page = st.number_input("Page", min_value=1, value=1, step=1, key="ro_page")
     body = ui.rollouts(url, token, run["id"], int(step), wanted, (int(page) - 1) * PAGE, PAGE, version)
