@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.dashboard.apptest import open_page
 from tests.dashboard.step_details import HOSTILE, add_details
 
@@ -131,3 +133,15 @@ def test_live_run_system_panel_and_heatmap_follow_new_steps(fresh_api, use_api, 
     no_errors(at)
     assert titled(at, "Resident memory")[0]["data"][0]["x"] == [1, 2, 3, 4]
     assert titled(at, "Per-prompt pass rate")[0]["data"][0]["x"] == [1, 2, 3, 4]
+
+
+def test_seed_group_curves_offer_every_logged_key(seed_groups, use_api):
+    use_api(seed_groups)
+    at = open_page("compare", {"sweep": str(seed_groups.ids["sweep"])})
+    metric = at.selectbox(key="cmp_metric")
+    assert {"optim/lr", "train/clip_frac", "rescue/rounds"} <= set(metric.options)  # logged, not in the curated list
+    metric.set_value("train/clip_frac").run()
+    no_errors(at)
+    fig = titled(at, "train/clip_frac per step")[0]
+    lines = [t for t in fig["data"] if t.get("fill") != "toself"]
+    assert [t["name"] for t in lines] == ["grpo", "aero"] and lines[0]["y"][0] == pytest.approx(0.05)  # the seeded value
