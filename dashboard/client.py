@@ -218,6 +218,21 @@ class AeroClient:
             params["since_step"] = since_step
         return self.request("GET", f"/runs/{run_id}/metrics", params=params)
 
+    def metric_keys(self, run_id: int) -> list[str]:
+        """Every metric key the run logged (``GET /runs/{id}/metrics/keys``), sorted."""
+        return self.request("GET", f"/runs/{run_id}/metrics/keys")["keys"]
+
+    def rollouts(self, run_id: int, step: int | None = None, *, stratum: str | None = None, stage: str | None = None,
+                 min_reward: float | None = None, max_reward: float | None = None, offset: int = 0, limit: int = 50) -> dict:
+        """A page of one step's stored rollouts ``{step, data, count, offset, limit, steps}``; step None: the last."""
+        params = {k: v for k, v in (("step", step), ("stratum", stratum), ("stage", stage), ("min_reward", min_reward),
+                                    ("max_reward", max_reward)) if v is not None}
+        return self.request("GET", f"/runs/{run_id}/rollouts", params={**params, "offset": offset, "limit": limit})
+
+    def histograms(self, run_id: int, max_steps: int = 500) -> dict:
+        """Per-step fixed-bin histograms ``{steps, histograms: {name: {lo, hi, bins, counts}}}``."""
+        return self.request("GET", f"/runs/{run_id}/histograms", params={"max_steps": max_steps})
+
     def evals(self, run_id: int, *, per_problem: bool = False) -> list[dict]:
         return self.request("GET", f"/runs/{run_id}/evals", params={"per_problem": str(per_problem).lower()})["data"]
 

@@ -157,6 +157,25 @@ def metrics(url: str, token: str | None, run_id: int, keys: tuple[str, ...] | No
 
 
 @st.cache_data(ttl=3600, max_entries=500, show_spinner=False)
+def metric_keys(url: str, token: str | None, run_id: int, version: tuple) -> list[str]:
+    return _client(url, token).metric_keys(run_id)
+
+
+@st.cache_data(ttl=3600, max_entries=500, show_spinner=False)
+def rollouts(url: str, token: str | None, run_id: int, step: int | None, filters: tuple, offset: int, limit: int,
+             version: tuple) -> dict:
+    """A page of stored rollouts; ``filters`` = (stratum, stage, min_reward, max_reward)."""
+    stratum, stage, lo, hi = filters
+    return _client(url, token).rollouts(run_id, step, stratum=stratum, stage=stage, min_reward=lo, max_reward=hi,
+                                        offset=offset, limit=limit)
+
+
+@st.cache_data(ttl=3600, max_entries=500, show_spinner=False)
+def histograms(url: str, token: str | None, run_id: int, version: tuple) -> dict:
+    return _client(url, token).histograms(run_id)
+
+
+@st.cache_data(ttl=3600, max_entries=500, show_spinner=False)
 def evals(url: str, token: str | None, run_id: int, version: tuple) -> list[dict]:
     return _client(url, token).evals(run_id)
 

@@ -16,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${AERO_VERL_VENV:-.venv-verl}"
 
-if ! "$VENV/bin/python" -c "import verl, math_verify, pytest, celery, sqlalchemy, typer" >/dev/null 2>&1; then
+if ! "$VENV/bin/python" -c "import verl, math_verify, pytest, celery, sqlalchemy, typer, psutil, prometheus_client" >/dev/null 2>&1; then
   echo "test_verl: creating $VENV (torch 2.13 CPU, verl 0.9.1)" >&2
   python3 -m venv "$VENV"
   # torch first, pinned, from the CPU index (TORCH_INDEX / TORCH_SPEC as for scripts/install.sh):
@@ -29,7 +29,8 @@ if ! "$VENV/bin/python" -c "import verl, math_verify, pytest, celery, sqlalchemy
     pyarrow pytest pytest-timeout
   # the platform, for the worker end-to-end test (API, store, broker, CLI)
   "$VENV/bin/pip" install -q "sqlalchemy>=2.0" "alembic>=1.13" "celery[redis]>=5.4" "httpx>=0.27" "psycopg[binary]>=3.2" \
-    "orjson>=3.9" "sse-starlette>=2" "typer>=0.12" "rich>=13" scipy
+    "orjson>=3.9" "sse-starlette>=2" "typer>=0.12" "rich>=13" scipy \
+    "psutil>=5.9" "prometheus-client>=0.17"
   "$VENV/bin/pip" install -q --no-deps -e .
 fi
 

@@ -70,6 +70,12 @@ class RunPolicy(BaseModel):
     max_aero_delta_n: int = Field(1024, ge=1, description="Cap on aero.delta_n (rescue rollouts per prompt per round).")
     max_dapo_gen_rounds: int = Field(64, ge=1, description="Cap on dapo.max_gen_rounds (prompt batches generated "
                                      "per step: each one costs a GRPO step's generation).")
+    rollout_sample_prompts: int = Field(4, ge=0, le=4096, description="Rollouts stored per step: this many random "
+                                        "prompt groups with all their rollouts, plus every rescued group (0: none).")
+    rollout_sample_max_rows: int = Field(256, ge=0, le=65536, description="Cap on the rollouts stored per step "
+                                         "(whole groups only).")
+    rollout_text_chars: int = Field(2000, ge=16, le=1_000_000, description="Each stored prompt and response is "
+                                    "clipped to this many characters.")
     data_roots: tuple[Path, ...] | None = Field(None, description="Directories model_path, train_data and "
                                                 "benchmarks must resolve under (symlinks followed).")
     denied: tuple[str, ...] = Field((), description="fnmatch patterns of resolved paths refused even under a root "
@@ -113,6 +119,9 @@ ENV: dict[str, str] = {
     "max_aero_k": "AERO_MAX_AERO_K",
     "max_aero_delta_n": "AERO_MAX_AERO_DELTA_N",
     "max_dapo_gen_rounds": "AERO_MAX_DAPO_GEN_ROUNDS",
+    "rollout_sample_prompts": "AERO_ROLLOUT_SAMPLE_PROMPTS",
+    "rollout_sample_max_rows": "AERO_ROLLOUT_SAMPLE_MAX_ROWS",
+    "rollout_text_chars": "AERO_ROLLOUT_TEXT_CHARS",
     "data_roots": "AERO_DATA_ROOTS",
 }
 

@@ -26,6 +26,10 @@ class MetricSink(Protocol):
         "per_problem": [[n, c], ...]}}."""
         ...
 
+    def log_detail(self, step: int, detail: dict[str, Any]) -> None:
+        """One step's detail apart from its numbers (trainer/rollout_sample.py): {"rollouts": [...],
+        "histograms": {...}}. Idempotent on step, like ``log``; a sink that keeps numbers only ignores it."""
+
     def truncate_after(self, step: int) -> None:
         """The run resumed from the checkpoint of ``step``: drop what was logged after it (the loop
         logs those steps again), so a run that stops before it gets there keeps no lost future."""
@@ -47,7 +51,8 @@ def _clean(v: Any) -> Any:
 
 
 class JsonlSink(MetricSink):
-    """Appends one JSON object per line to DIR/metrics.jsonl (steps) and DIR/evals.jsonl.
+    """Appends one JSON object per line to DIR/metrics.jsonl (steps), DIR/evals.jsonl and
+    DIR/details.jsonl (each step's rollout sample and histograms).
     On resume, lines past the resumed step are dropped by ``truncate_after``. Logging a step the
     file already holds replaces its line (the later one wins, as in the platform's store): the
     verl launcher re-forwards a resumed run's earlier steps (trainer/verl/step_metrics.py)."""
@@ -57,6 +62,7 @@ class JsonlSink(MetricSink):
         self.dir.mkdir(parents=True, exist_ok=True)
         self.metrics_path = self.dir / "metrics.jsonl"
         self.evals_path = self.dir / "evals.jsonl"
+        self.details_path = self.dir / "details.jsonl"
         self._steps: dict[Path, set[int]] = {}
 
     def _lines(self, path: Path) -> list[str]:
@@ -81,7 +87,7 @@ class JsonlSink(MetricSink):
         self._steps[path].add(step)
 
     def truncate_after(self, step: int) -> None:
-        for path in (self.metrics_path, self.evals_path):
+        for path in (self.metrics_path, self.evals_path, self.details_path):
             if path.exists():
                 self._keep(path, lambda s: s <= step)
 
@@ -90,6 +96,9 @@ class JsonlSink(MetricSink):
 
     def log_eval(self, step: int, results: dict[str, dict[str, Any]]) -> None:
         self._append(self.evals_path, step, {"step": step, "results": results})
+
+    def log_detail(self, step: int, detail: dict[str, Any]) -> None:
+        self._append(self.details_path, step, {"step": step, "detail": detail})
 
     def close(self) -> None:
         pass
@@ -109,6 +118,10 @@ class MultiSink(MetricSink):
     def log_eval(self, step: int, results: dict[str, dict[str, Any]]) -> None:
         for s in self.sinks:
             s.log_eval(step, results)
+
+    def log_detail(self, step: int, detail: dict[str, Any]) -> None:
+        for s in self.sinks:
+            s.log_detail(step, detail)
 
     def truncate_after(self, step: int) -> None:
         for s in self.sinks:
@@ -134,6 +147,7 @@ class MemorySink(MetricSink):
     def __init__(self) -> None:
         self.steps: dict[int, dict[str, float]] = {}
         self.evals: dict[int, dict[str, dict[str, Any]]] = {}
+        self.details: dict[int, dict[str, Any]] = {}
         self.checkpoints: list[tuple[int, Path]] = []
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
@@ -142,9 +156,13 @@ class MemorySink(MetricSink):
     def log_eval(self, step: int, results: dict[str, dict[str, Any]]) -> None:
         self.evals[step] = results
 
+    def log_detail(self, step: int, detail: dict[str, Any]) -> None:
+        self.details[step] = detail
+
     def truncate_after(self, step: int) -> None:
         self.steps = {s: m for s, m in self.steps.items() if s <= step}
         self.evals = {s: r for s, r in self.evals.items() if s <= step}
+        self.details = {s: d for s, d in self.details.items() if s <= step}
 
     def on_checkpoint(self, step: int, path: Path) -> None:
         self.checkpoints.append((step, Path(path)))

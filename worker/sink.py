@@ -35,6 +35,7 @@ from typing import Any, Callable
 
 from backend.db.metrics import (clean_metrics, delete_steps_after, record_checkpoint, upsert_eval_results,
                                 upsert_step_metrics)
+from backend.db.rollouts import upsert_step_details
 from backend.db.runs import record_progress
 from backend.db.session import session_scope
 from trainer.sinks import MetricSink
@@ -84,6 +85,24 @@ class DbSink(MetricSink):
         self.write_s += time.perf_counter() - t0
         self.flushes += 1
         self.blocked_s += time.perf_counter() - t0
+
+    def log_detail(self, step: int, detail: dict[str, Any]) -> None:
+        """A step's rollout sample and histograms, written on the writer thread (inline without one).
+        Best effort: a failed write is logged and dropped (the sample is a view of the step, not
+        its record; the numbers are what a checkpoint must cover)."""
+        t0 = time.perf_counter()
+        if self._pool is None:
+            self._write_detail(int(step), detail)
+        else:
+            self._last = self._pool.submit(self._write_detail, int(step), detail)
+        self.blocked_s += time.perf_counter() - t0
+
+    def _write_detail(self, step: int, detail: dict[str, Any]) -> None:
+        try:
+            with session_scope(self.url) as s:
+                upsert_step_details(s, self.run_id, {step: detail})
+        except Exception:  # noqa: BLE001 - best effort (log_detail's docstring)
+            log.warning("run %s: storing the rollout sample of step %d failed", self.run_id, step, exc_info=True)
 
     def before_checkpoint(self, step: int) -> None:
         """Write every logged step now: the checkpoint about to exist covers them."""

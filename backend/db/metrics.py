@@ -20,7 +20,7 @@ from typing import Any
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
-from backend.db import series
+from backend.db import rollouts, series
 from backend.db.models import Checkpoint, EvalResult, Run, StepMetric, utcnow
 from backend.db.notify import notify_run_changed
 from backend.db.upsert import BATCH_ROWS as BATCH_ROWS  # re-exported: tests size their batches with it
@@ -85,6 +85,7 @@ def delete_steps_after(session: Session, run_id: int, step: int) -> int:
     bump_metrics_version(session, run_id)  # first: the run's row lock, as in upsert_step_metrics
     n = session.execute(delete(StepMetric).where(StepMetric.run_id == run_id, StepMetric.step > step)).rowcount
     series.truncate_after(session, run_id, step)
+    rollouts.delete_after(session, run_id, step)
     session.execute(delete(EvalResult).where(EvalResult.run_id == run_id, EvalResult.step > step))
     return n
 

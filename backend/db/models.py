@@ -138,6 +138,19 @@ class MetricSeries(Base):
     data: Mapped[str] = mapped_column(Text)
 
 
+class StepDetail(Base):
+    """A step's detail apart from its numbers (trainer/rollout_sample.py): the bounded sample of its
+    rollouts (text clipped, one JSON list) and its fixed-bin histograms (one small JSON dict), in two
+    columns so that a heatmap over every step never reads the rollouts' text."""
+
+    __tablename__ = "step_details"
+    run_id: Mapped[int] = mapped_column(Id, ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    step: Mapped[int] = mapped_column(Integer, primary_key=True)
+    histograms: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)  # first: small, read over every step
+    rollouts: Mapped[list[dict[str, Any]]] = mapped_column(Json, default=list)
+    logged_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
 class EvalResult(Base):
     """Per-benchmark evaluation at one step. ``per_problem`` holds [[n, c], ...] so any k can be
     recomputed; unique on (run, step, benchmark) so a re-logged eval replaces the old one."""

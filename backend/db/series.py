@@ -228,3 +228,9 @@ def truncate_after(session: Session, run_id: int, step: int) -> None:
     session.execute(delete(MetricSeries).where(MetricSeries.run_id == run_id, MetricSeries.chunk > c))
     session.execute(delete(MetricChunk).where(MetricChunk.run_id == run_id, MetricChunk.chunk > c))
     rebuild_chunk(session, run_id, c)
+
+
+def keys_of(session: Session, run_id: int) -> list[str]:
+    """Every metric key a run logged, sorted: the distinct keys of its columnar copy (a key has a
+    row in a chunk iff a step of the chunk logged it), found on the primary key's (run, key) prefix."""
+    return list(session.scalars(select(MetricSeries.key).where(MetricSeries.run_id == run_id).distinct().order_by(MetricSeries.key)))

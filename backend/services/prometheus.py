@@ -1,9 +1,13 @@
-"""GET /metrics: platform gauges in the Prometheus text exposition format (version 0.0.4)."""
+"""GET /metrics: platform gauges in the Prometheus text exposition format (version 0.0.4),
+written by prometheus_client (the official client library), not by hand."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -22,20 +26,31 @@ def platform_gauges(session: Session, window_s: int = WINDOW_S) -> dict:
     return {"by_status": runs_by_status(session), "recent_steps": int(recent), "window_s": window_s, "steps_total": int(total)}
 
 
+def families(by_status: dict[str, int], recent_steps: int, window_s: int, steps_total: int) -> list[GaugeMetricFamily]:
+    """The gauges, as prometheus_client metric families. Steps per second = steps stored over
+    the last window / window."""
+    runs = GaugeMetricFamily("aero_runs", "Runs by status.", labels=["status"])
+    for status, n in by_status.items():
+        runs.add_metric([status], n)
+    return [GaugeMetricFamily("aero_queue_depth", "Runs waiting for a worker (status queued).", value=by_status.get("queued", 0)),
+            runs,
+            GaugeMetricFamily("aero_steps_per_second", f"Training steps stored per second over the last {window_s} s, all runs.",
+                              value=recent_steps / window_s),
+            GaugeMetricFamily("aero_steps_stored", "Training steps stored, all runs.", value=steps_total)]
+
+
+class _Snapshot(Collector):
+    """A collector of values read once (this request's), so each answer reflects the store now."""
+
+    def __init__(self, fams: list[GaugeMetricFamily]):
+        self.fams = fams
+
+    def collect(self):
+        return iter(self.fams)
+
+
 def render(by_status: dict[str, int], recent_steps: int, window_s: int, steps_total: int) -> str:
-    """The exposition text. Steps per second = steps stored over the last window / window."""
-    lines = [
-        "# HELP aero_queue_depth Runs waiting for a worker (status queued).",
-        "# TYPE aero_queue_depth gauge",
-        f"aero_queue_depth {by_status.get('queued', 0)}",
-        "# HELP aero_runs Runs by status.",
-        "# TYPE aero_runs gauge",
-        *(f'aero_runs{{status="{s}"}} {n}' for s, n in by_status.items()),
-        f"# HELP aero_steps_per_second Training steps stored per second over the last {window_s} s, all runs.",
-        "# TYPE aero_steps_per_second gauge",
-        f"aero_steps_per_second {recent_steps / window_s:.6g}",
-        "# HELP aero_steps_stored Training steps stored, all runs.",
-        "# TYPE aero_steps_stored gauge",
-        f"aero_steps_stored {steps_total}",
-    ]
-    return "\n".join(lines) + "\n"
+    """The exposition text, written by prometheus_client from a registry of this request's values."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Snapshot(families(by_status, recent_steps, window_s, steps_total)))
+    return generate_latest(registry).decode()

@@ -32,6 +32,13 @@ CURVES: dict[str, tuple[str, str | None]] = {  # key -> (y axis title with unit,
     mk.TRAIN_ENTROPY: ("entropy (nats/token)", None),
     mk.TRAIN_GRAD_NORM: ("gradient norm (before clipping)", None),
 }
+def offered_curves(runs: list[dict]) -> dict[str, tuple[str, str | None]]:
+    """The curated curves first, then every other key any of ``runs`` logged (GET /runs/{id}/metrics/keys)."""
+    url, token = ui.api_url(), ui.api_token()
+    logged = sorted({k for r in runs for k in ui.metric_keys(url, token, r["id"], ui.version(r))})
+    return {**CURVES, **{k: (k, None) for k in logged if k not in CURVES}}
+
+
 BASE_KEYS = (mk.FLOPS_TOTAL, mk.STEP_S, mk.ELAPSED_S, mk.ZERO_ACC_AFTER_EXPLORE, mk.ZERO_ACC_AFTER_RESCUE)
 
 
@@ -119,12 +126,13 @@ def curves_section(runs: list[dict], data: dict[int, dict], versions: tuple) -> 
     st.subheader("Training curves")
     c1, c2, c3 = st.columns([2, 2, 1])
     axis = c1.segmented_control("x axis", list(tables.X_AXES), default="step", format_func=tables.X_AXES.get, key="cmp_x") or "step"
-    key = c2.selectbox("Metric", list(CURVES), key="cmp_metric", format_func=group_view.metric_label,
-                       help="Keys as in docs/metrics.md; eval/overall/avg_at_k is held-out Avg@k pooled over benchmarks, "
+    offered = offered_curves(runs)
+    key = c2.selectbox("Metric", list(offered), key="cmp_metric", format_func=group_view.metric_label,
+                       help="Every key the runs logged (docs/metrics.md); eval/overall/avg_at_k is held-out Avg@k pooled over benchmarks, "
                             "at each evaluation.")
     window = c3.number_input("Smoothing (points)", min_value=1, max_value=200, value=1, key="cmp_smooth",
                              help="Trailing moving average over this many plotted points (evaluations for held-out Avg@k).")
-    y_title, fmt = CURVES[key]
+    y_title, fmt = offered[key]
     title = group_view.curve_title(key)
     if key == group_view.EVAL_KEY:
         bands = eval_bands(runs, axis, int(window), versions)
@@ -258,7 +266,7 @@ def main() -> None:
         if any(ui.is_live(r) for r in runs):
             st.caption("Some runs are still training: reload the page (or change a control) for their newest steps.")
         cmp = ui.compare(url, token, tuple(ids), None, versions)
-        group_view.group_page(groups, tuple(ids), versions, CURVES, lambda: waterfall_section(cmp))
+        group_view.group_page(groups, tuple(ids), versions, offered_curves(runs), lambda: waterfall_section(cmp))
         return
     grpo = [r["id"] for r in runs if r["method"] == charts.baseline_method()]
     baseline = st.selectbox("Baseline", ids, index=ids.index(grpo[0]) if grpo else 0, key="cmp_baseline",

@@ -4,7 +4,7 @@ its evaluations, its config and, for a failed run, the error text."""
 
 import streamlit as st
 
-from dashboard import charts, tables, ui
+from dashboard import charts, rollouts_view, step_detail_view, tables, ui
 from dashboard.client import ApiError
 import common.metric_keys as mk
 
@@ -147,6 +147,8 @@ def live_panel(run_id: int, was_live: bool) -> None:
                 "no need to reload." if ui.is_live(run) else ""), icon=":material/hourglass_empty:")
     else:
         curves(run, m, rows)
+    step_detail_view.key_picker(run)  # in the fragment: a live run's system panels and heatmaps refresh too
+    step_detail_view.heatmaps(run)
     eval_section(run, rows)
 
 
@@ -160,6 +162,7 @@ def main() -> None:
     if live:
         st.caption(f":green[●] Live: refreshing every {REFRESH_S} s.")
     st.fragment(ui.guarded(live_panel), run_every=REFRESH_S if live else None)(run["id"], live)
+    rollouts_view.section(run)
     with st.expander("Config", icon=":material/tune:"):
         st.json(run["config"], expanded=True)
     with st.expander("Run record", icon=":material/info:"):

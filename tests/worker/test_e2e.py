@@ -88,6 +88,12 @@ def test_submit_train_stream_compare(broker, platform, request):
         assert all(set(d["metrics"]) == {"reward/mean"} for e, d in events if e == "metrics")
         evals = c.get(f"/runs/{aero}/evals").json()
         assert {e["step"] for e in evals["data"]} == {STEPS} and evals["count"] >= 1
+        # each step's rollout sample, histograms and system metrics came through the worker's sink
+        rollouts = c.get(f"/runs/{aero}/rollouts", params={"step": STEPS}).json()
+        assert rollouts["steps"] == list(range(1, STEPS + 1)) and rollouts["count"] > 0
+        assert all(r["prompt"] and r["stage"] for r in rollouts["data"])
+        assert c.get(f"/runs/{aero}/histograms").json()["steps"] == list(range(1, STEPS + 1))
+        assert {"system/cpu_percent", "system/rss_mb"} <= set(c.get(f"/runs/{aero}/metrics/keys").json()["keys"])
 
         p.wait(lambda: c.get(f"/runs/{grpo}").json()["status"] in ("succeeded", "failed"), 60, "grpo run")
         assert c.get(f"/runs/{grpo}").json()["status"] == "succeeded"

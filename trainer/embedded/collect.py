@@ -23,11 +23,13 @@ import torch
 
 import common.metric_keys as mk
 from trainer.config import RunConfig
+from trainer.core.aero import is_correct
 from trainer.flops import rollout_flops, train_flops
 from trainer.methods.sampler import Samples
 from trainer.methods.spec import get_step
-from trainer.methods.step import CostMetrics
+from trainer.methods.step import CostMetrics, StepResult
 from trainer.rollout.base import Rollout, RolloutEngine, SamplingParams
+from trainer.rollout_sample import SampleRules, StepRows, step_detail
 from trainer.tasks.base import Problem, Task
 from trainer.tasks.verify import score_batch
 
@@ -41,6 +43,8 @@ class StepContext:
     gen: torch.Generator  # sampling RNG (checkpointed)
     rng: np.random.Generator  # curation RNG (checkpointed)
     method_state: dict = field(default_factory=dict)  # a method's plain-data state across steps (checkpointed)
+    sample_rules: SampleRules | None = None  # the stored rollout sample's rule (None: store no detail)
+    detail: dict | None = None  # the last step's rollout sample and histograms (trainer/rollout_sample.py)
 
 
 @dataclass
@@ -110,6 +114,7 @@ class EmbeddedSampler:
         self.rollouts: list[Rollout] = []
         self.problems: list[Problem] = []
         self.prompts: list[list[int]] = []
+        self.groups: list[int] = []  # per generated row, its prompt group among all prompts drawn this step
 
     def next_prompts(self) -> int:
         cfg, task = self.ctx.cfg, self.ctx.task
@@ -125,8 +130,25 @@ class EmbeddedSampler:
         new = self.timed(self.prompts, self.problems, list(counts), round_)
         first = len(self.rollouts)
         self.rollouts += new
+        self.groups += [self.used - len(self.problems) + r.prompt_index for r in new]
         return Samples.build(first, [r.prompt_index for r in new], [r.reward for r in new], [r.length for r in new],
                              [len(r.prompt_ids) + r.length for r in new])
+
+    def step_rows(self) -> StepRows:
+        """Every row of the step, for its stored sample (texts decoded on demand)."""
+        rs, decode = self.rollouts, self.ctx.task.tokenizer.decode
+        return StepRows(group=np.asarray(self.groups, dtype=np.int64), round_=np.array([r.round for r in rs], dtype=np.int64),
+                        reward=np.array([r.reward for r in rs]), correct=is_correct([r.reward for r in rs]),
+                        length=np.array([r.length for r in rs], dtype=np.int64),
+                        truncated=np.array([not r.finished for r in rs], dtype=bool),
+                        prompt_text=lambda i: decode(rs[i].prompt_ids), response_text=lambda i: decode(rs[i].response_ids))
+
+
+def sample_detail(ctx: StepContext, sampler: EmbeddedSampler, res: StepResult, data_pos: int) -> dict | None:
+    """The step's stored rollout sample and histograms, or None when the context stores none."""
+    if ctx.sample_rules is None or not sampler.rollouts:
+        return None
+    return step_detail(sampler.step_rows(), res.rows, res.advantages, cfg=ctx.cfg, rules=ctx.sample_rules, seed_key=data_pos)
 
 
 def collect(ctx: StepContext, data_pos: int) -> Collected:
@@ -137,6 +159,7 @@ def collect(ctx: StepContext, data_pos: int) -> Collected:
     c = Collected(train=[sampler.rollouts[i] for i in res.rows.tolist()], advantages=torch.from_numpy(res.advantages),
                   generated=sampler.rollouts, prompts_used=res.prompts_used, stats=res.stats,
                   cost_metrics=res.cost_metrics)
+    ctx.detail = sample_detail(ctx, sampler, res, data_pos)
     return sampler.timed.finish(c)
 
 

@@ -31,7 +31,9 @@ from trainer.embedded.update import Updater
 from trainer.evaluate import eval_sampling, eval_seed, evaluate
 from trainer.policy import RunPolicy
 from trainer.rollout.base import SamplingParams
+from trainer.rollout_sample import SampleRules
 from trainer.sinks import MetricSink
+from trainer.system_metrics import SystemMonitor
 
 
 def validate_lengths(cfg: RunConfig, model: torch.nn.Module) -> None:
@@ -120,6 +122,8 @@ def iter_training(cfg: RunConfig, out_dir: str | Path, sink: MetricSink,
     if state.resume(out_dir):
         sink.truncate_after(state.step)  # steps past the checkpoint are re-run, and re-logged
     ctx = step_context(cfg, setup, state)
+    ctx.sample_rules = SampleRules.from_policy(policy)  # the operator's rule for the stored rollout sample
+    monitor = SystemMonitor()  # system/* per step: CPU, RSS, GPU where present
 
     def run_eval(step: int) -> dict:
         results = evaluate(setup.engine, setup.task, eval_sampling(cfg), cfg.eval_n, cfg.eval_problems,
@@ -138,9 +142,11 @@ def iter_training(cfg: RunConfig, out_dir: str | Path, sink: MetricSink,
         if should_stop is not None and should_stop():
             status = "stopped"
             break
-        metrics = train_step(cfg, setup, ctx, state)
+        metrics = {**train_step(cfg, setup, ctx, state), **monitor.sample()}
         state.step = step
         sink.log(step, metrics)
+        if ctx.detail is not None:
+            sink.log_detail(step, ctx.detail)
         if due(step, cfg.eval_every) and step != cfg.steps:  # the final eval runs below
             run_eval(step)
         if due(step, cfg.checkpoint_every):

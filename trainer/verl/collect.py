@@ -50,6 +50,11 @@ class VerlCollected:
     advantages: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
     stats: dict[str, float] = field(default_factory=dict)
     cost_metrics: CostMetrics | None = None
+    # per generated row: its prompt group and generation round; the training rows' global ids
+    # (what the step's stored rollout sample needs: trainer/verl/step_detail.py)
+    groups: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    rounds: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    train_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
 
 def _union(batch, prompt_of_row: np.ndarray, out):
@@ -71,9 +76,13 @@ class VerlSampler:
         self.count, self.chunks, self.n_rows = GenCount(), [], 0
         self.call_s: list[float] = []  # seconds of each generate call
         self.batch = self.gen_batch = None
+        self.drawn = 0  # prompts drawn this step (a row's group is its prompt's index among them)
+        self.groups: list[np.ndarray] = []
+        self.rounds: list[np.ndarray] = []
 
     def next_prompts(self) -> int:
         self.batch, self.gen_batch = self.next_batch()
+        self.drawn += len(self.batch)
         return len(self.batch)
 
     def sample(self, counts: Sequence[int], round_: int) -> Samples:
@@ -82,6 +91,8 @@ class VerlSampler:
         out = _union(self.batch, idx, generate_rows(self.generate, self.gen_batch, idx, self.divisor, self.count))
         self.call_s.append(time.perf_counter() - t0)
         self.chunks.append(out)
+        self.groups.append(self.drawn - len(self.batch) + idx)
+        self.rounds.append(np.full(len(idx), round_, dtype=np.int64))
         s = Samples.build(self.n_rows, idx, row_reward(out), response_lengths(out),
                           out.batch["attention_mask"].sum(-1).float().cpu().numpy(), correct=row_correct(out))
         self.n_rows += len(idx)
@@ -109,7 +120,9 @@ def collect(cfg: RunConfig, next_batch: Callable, generate: Callable, divisor: i
     if train is not None:
         train.batch[ADV_COLUMN] = adv
     return VerlCollected(train=train, generated=generated, prompts_used=res.prompts_used, gen=sampler.count,
-                         advantages=adv.numpy(), stats=stats, cost_metrics=res.cost_metrics)
+                         advantages=adv.numpy(), stats=stats, cost_metrics=res.cost_metrics,
+                         groups=np.concatenate(sampler.groups), rounds=np.concatenate(sampler.rounds),
+                         train_rows=np.asarray(res.rows, dtype=np.int64))
 
 
 def collect_aero(cfg: RunConfig, batch, gen_batch, generate: Callable, divisor: int,

@@ -72,6 +72,15 @@ def gpus_per_node(device: str) -> int:
     return (torch.cuda.device_count() or 1) if device == "cuda" else 1
 
 
+def sample_rule_env() -> dict[str, str]:
+    """The operator's rollout-sample settings (AERO_ROLLOUT_*, trainer/policy.py) as set here, for
+    the trainer actor, which reads them with ``SampleRules.from_env``."""
+    from trainer.policy import ENV
+
+    names = [var for field, var in ENV.items() if field.startswith("rollout_")]
+    return {v: os.environ[v] for v in names if os.environ.get(v, "").strip()}
+
+
 def platform_env(device: str) -> dict[str, str]:
     """Environment of every verl process: our plugins (trainer/verl/plugins), and on the CPU the
     CPU platform, verl's FSDP engine looked up under "cuda" (it is registered for cuda and npu
@@ -80,6 +89,7 @@ def platform_env(device: str) -> dict[str, str]:
     from trainer.verl.plugins import MODULE, PLATFORM_NAME
 
     env = {"VERL_USE_EXTERNAL_MODULES": MODULE, "TOKENIZERS_PARALLELISM": "false"}
+    env.update(sample_rule_env())
     if device == "cpu":
         env.update({"VERL_PLATFORM": PLATFORM_NAME, "VERL_ENGINE_DEVICE": "cuda",
                     "OMP_NUM_THREADS": os.environ.get("AERO_VERL_THREADS", "1")})

@@ -152,12 +152,16 @@ class PlatformLogger:
     strata, savings); ``pending_eval()`` the per-benchmark results of a validation that just ran.
     ``should_stop()`` is polled after each logged training step; when it says stop,
     ``on_stop(step)`` runs (the trainer saves a checkpoint) and :class:`StopRequested` is raised.
+    ``pending_detail()``: the step's rollout sample and histograms (``sink.log_detail``);
+    ``system``: a trainer.system_metrics.SystemMonitor whose sample joins each step's metrics.
     """
 
     def __init__(self, sink, extra: Callable[[], dict] | None = None, pending_eval: Callable[[], dict | None] | None = None,
-                 should_stop: Callable[[], bool] | None = None, on_stop: Callable[[int], None] | None = None):
+                 should_stop: Callable[[], bool] | None = None, on_stop: Callable[[int], None] | None = None,
+                 pending_detail: Callable[[], dict | None] | None = None, system=None):
         self.sink, self.extra, self.pending_eval = sink, extra, pending_eval
         self.should_stop, self.on_stop = should_stop, on_stop
+        self.pending_detail, self.system = pending_detail, system
         self.last_step = 0
 
     def log(self, data: dict[str, Any], step: int) -> None:
@@ -169,7 +173,12 @@ class PlatformLogger:
         metrics.update(self.extra() if self.extra else {})
         training_step = any(k.startswith("training/") or k == "timing_s/step" for k in data)
         if training_step:
+            if self.system is not None:
+                metrics.update(self.system.sample())
             self.sink.log(int(step), metrics)
+            detail = self.pending_detail() if self.pending_detail else None
+            if detail is not None:
+                self.sink.log_detail(int(step), detail)
             self.last_step = int(step)
             if self.should_stop is not None and self.should_stop():
                 if self.on_stop is not None:
@@ -190,7 +199,7 @@ CHECKPOINTS_FILE = "checkpoints.jsonl"  # one {"step", "path"} line per checkpoi
 
 
 class JsonlRelay:
-    """Forward the lines a JsonlSink appends (DIR/metrics.jsonl, DIR/evals.jsonl) and the
+    """Forward the lines a JsonlSink appends (DIR/metrics.jsonl, DIR/evals.jsonl, DIR/details.jsonl) and the
     trainer's checkpoint lines (DIR/checkpoints.jsonl) to another MetricSink, from the launcher
     process: the trainer runs in a Ray actor, possibly on another node of a shared filesystem,
     and cannot hold the platform's DB sink.
@@ -203,7 +212,7 @@ class JsonlRelay:
 
     def __init__(self, directory: str | Path, sink):
         self.paths = {"metrics": Path(directory) / "metrics.jsonl", "evals": Path(directory) / "evals.jsonl",
-                      "checkpoints": Path(directory) / CHECKPOINTS_FILE}
+                      "checkpoints": Path(directory) / CHECKPOINTS_FILE, "details": Path(directory) / "details.jsonl"}
         self.offsets = {k: 0 for k in self.paths}
         self.inodes: dict[str, int] = {}
         self.sink = sink
@@ -239,6 +248,8 @@ class JsonlRelay:
                 elif kind == "evals":
                     self.sink.log_eval(step, row["results"])
                     self.final_eval = row["results"]
+                elif kind == "details":
+                    self.sink.log_detail(step, row["detail"])
                 else:
                     self.pending.append((step, Path(row["path"])))
                 n += 1

@@ -54,7 +54,10 @@ from trainer.embedded.checkpoint import numpy_rng_from_state, numpy_rng_state
 from trainer.methods.spec import get_method
 from trainer.methods.step import strata_stats
 from trainer.verl.collect import VerlCollected, collect
+from trainer.rollout_sample import SampleRules
+from trainer.system_metrics import SystemMonitor
 from trainer.verl.rows import ADV_COLUMN, pad_for_update, real_rows, row_correct, unpad_masked
+from trainer.verl.step_detail import best_effort, curated_detail, stock_detail
 from trainer.verl.step_metrics import CHECKPOINTS_FILE, PlatformLogger, eval_results, step_accounting
 
 STATE_FILE = "aero_state.json"  # the curation RNG, beside each verl checkpoint
@@ -100,8 +103,11 @@ class AEROTrainer(RayPPOTrainer):
         self._server_seen: dict[str, float] | None = None
         self.curation_rng = np.random.default_rng(run_cfg.seed)  # as the embedded loop's; checkpointed
         self.stopped = False
+        self.sample_rules = SampleRules.from_env()  # the operator's rule for the stored rollout sample
+        self._detail: dict | None = None
         self.platform_logger = PlatformLogger(sink, extra=self._pop_extra, pending_eval=self._pop_eval,
-                                              should_stop=should_stop, on_stop=self._checkpoint_on_stop)
+                                              should_stop=should_stop, on_stop=self._checkpoint_on_stop,
+                                              pending_detail=self._pop_detail, system=SystemMonitor())
 
     @property
     def _stock(self) -> bool:
@@ -113,6 +119,10 @@ class AEROTrainer(RayPPOTrainer):
     def _pop_extra(self) -> dict[str, float]:
         extra, self._extra = self._extra, {}
         return extra
+
+    def _pop_detail(self) -> dict | None:
+        detail, self._detail = self._detail, None
+        return detail
 
     def _pop_eval(self) -> dict | None:
         results, self._eval = self._eval, None
@@ -163,6 +173,7 @@ class AEROTrainer(RayPPOTrainer):
         stock batch is recorded here (everything generated is trained)."""
         if self._stock:
             self._extra.update(self._grpo_accounting(batch))
+            self._detail = best_effort(stock_detail, batch, self.run_cfg, self.tokenizer, self.sample_rules, self.global_steps)
         cfg = self.config.actor_rollout_ref
         batch.meta_info["multi_turn"] = cfg.rollout.multi_turn.enable
         batch.meta_info["temperature"] = cfg.rollout.temperature
@@ -285,6 +296,7 @@ class AEROTrainer(RayPPOTrainer):
         with marked_timer("gen", timing):
             col = collect(cfg, lambda: next(batches), generate, self._divisor(), self.curation_rng)
             self.checkpoint_manager.sleep_replicas()  # every round has run: the replicas may sleep now
+        self._detail = best_effort(curated_detail, col, cfg, self.tokenizer, self.sample_rules, self.global_steps)
         t1 = time.perf_counter()
         train = None
         if col.train is not None and len(col.train):

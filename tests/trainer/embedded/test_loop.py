@@ -15,7 +15,7 @@ from trainer.rollout.base import SamplingParams
 
 SMALL = {"preset": "tiny", "steps": 2, "batch_prompts": 4, "eval_every": 0, "eval_problems": 4, "eval_n": 4,
          "checkpoint_every": 0, "optim": {"lr": 1e-3}}
-TIMING = ("time/", "savings/s1_s", "savings/s2_s", "savings/s3_s")
+TIMING = ("time/", "system/", "savings/s1_s", "savings/s2_s", "savings/s3_s")  # measured, not reproduced
 
 
 def _params(out_dir):
@@ -109,6 +109,9 @@ def test_resume_is_exact(name, tmp_path):
     a, b = _metrics(tmp_path / "a"), _metrics(tmp_path / "b")
     assert sorted(b) == [1, 2, 3, 4]
     assert a == b
+    details = lambda d: [json.loads(ln) for ln in (d / "details.jsonl").read_text().splitlines()]  # noqa: E731
+    assert [x["step"] for x in details(tmp_path / "b")] == [1, 2, 3, 4]
+    assert details(tmp_path / "a") == details(tmp_path / "b")  # the stored rollout sample resumes exactly too
     evals = lambda d: [json.loads(ln) for ln in (d / "evals.jsonl").read_text().splitlines()]  # noqa: E731
     assert evals(tmp_path / "a") == evals(tmp_path / "b")
 

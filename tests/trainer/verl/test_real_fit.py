@@ -70,6 +70,12 @@ def assert_trained(cfg, sink, summary):
     assert overall["avg_at_k"] > 0.1, summary["final_eval"]
     assert [s for s, _ in sink.checkpoints] == list(range(1, cfg.steps + 1))  # announced after their steps
     assert all(p.name == f"global_step_{s}" and p.is_dir() for s, p in sink.checkpoints)
+    # each step's rollout sample and histograms, relayed from the trainer actor, and its system metrics
+    assert sorted(sink.details) == list(range(1, cfg.steps + 1))
+    for step, d in sink.details.items():
+        assert d["rollouts"] and all(r["prompt"] and r["stage"] for r in d["rollouts"])
+        assert sum(d["histograms"]["length"]["counts"]) == sink.steps[step]["rollout/generated"]
+        assert sink.steps[step]["system/rss_mb"] > 0
 
 
 def test_grpo_runs_verls_stock_fit(runs):

@@ -16,6 +16,8 @@ pytest.importorskip("verl")
 
 from trainer.config import for_method, parse_run_config  # noqa: E402
 from trainer.sinks import MemorySink  # noqa: E402
+from trainer.rollout_sample import SampleRules  # noqa: E402
+from trainer.system_metrics import SystemMonitor  # noqa: E402
 
 CFG = {"preset": None, "model_path": "/m", "task": "math", "train_data": "/d.jsonl", "engine": "verl",
        "method": "aero", "batch_prompts": 4, "n_total": 6, "mini_batches": 2, "shuffle_mini_batches": False,
@@ -73,13 +75,16 @@ def make_trainer(vr, tmp_path, **overrides):
     tr._server_seen = None
     tr.curation_rng = np.random.default_rng(cfg.seed)
     tr.use_reference_policy, tr.use_critic, tr.ref_in_actor = False, False, False
-    tr.tokenizer = SimpleNamespace(pad_token_id=vr.PAD, eos_token_id=vr.EOS)
+    tr.tokenizer = SimpleNamespace(pad_token_id=vr.PAD, eos_token_id=vr.EOS,
+                                   decode=lambda ids, skip_special_tokens=True: " ".join(map(str, ids)))
+    tr.sample_rules, tr._detail = SampleRules(prompts=1), None
     tr.async_rollout_manager = SimpleNamespace(generate_sequences=rollout, agent_loop_workers=[0, 1, 2])
     tr.actor_rollout_wg = StandInActor()
     tr.checkpoint_manager = Replicas(rollout)
     from trainer.verl.step_metrics import PlatformLogger
 
-    tr.platform_logger = PlatformLogger(sink, extra=tr._pop_extra, pending_eval=tr._pop_eval, should_stop=lambda: False)
+    tr.platform_logger = PlatformLogger(sink, extra=tr._pop_extra, pending_eval=tr._pop_eval, should_stop=lambda: False,
+                                        pending_detail=tr._pop_detail, system=SystemMonitor())
     return tr, rollout, sink
 
 
@@ -108,6 +113,12 @@ def test_one_aero_step_trains_masked_padded_curated_rows(vr, tmp_path):
     assert e["savings/grpo_rollouts"] == 4 * 6 and "savings/s2_flops" in e
     assert e["flops/total"] == e["flops/rollout"] + e["flops/train"] and e["time/reward_s"] == 0.0
     assert metrics["actor/pg_loss"] == 0.25 and "timing_s/update_actor" in metrics and "timing_s/old_log_prob" in metrics
+    # the step's stored sample: both rescued groups with every row (explore, rescue rounds, curated out), one more prompt
+    rows = tr._detail["rollouts"]
+    rescued = {r["group"] for r in rows if r["stage"].startswith("rescue") and r["correct"]}
+    assert len(rescued) == 2 and len({r["group"] for r in rows} - rescued) == 1
+    assert {"explore", "curated out"} <= {r["stage"] for r in rows} and all(r["response"] for r in rows)
+    assert sum(tr._detail["histograms"]["length"]["counts"]) == 24  # every generated row
 
 
 def test_fit_logs_platform_metrics_each_step(vr, tmp_path):
@@ -116,8 +127,9 @@ def test_fit_logs_platform_metrics_each_step(vr, tmp_path):
     tr.train_dataloader = [vr.prompt_batch(4).batch.to_dict() | {k: v for k, v in vr.prompt_batch(4).non_tensor_batch.items()}]
     tr._load_checkpoint = lambda: 0  # the stock loader needs the dataloader's state; no checkpoint here anyway
     tr.fit()
-    assert sorted(sink.steps) == [1, 2]
+    assert sorted(sink.steps) == [1, 2] and sorted(sink.details) == [1, 2]
     m = sink.steps[2]
+    assert m["system/rss_mb"] > 10
     assert m["loss/policy"] == 0.25 and m["train/grad_norm"] == 1.5
     assert m["time/step_s"] >= m["time/rollout_s"] > 0
     assert sink.steps[1]["rollout/trained"] == 10  # the scripted step above

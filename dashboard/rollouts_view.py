@@ -1,0 +1,86 @@
+"""Run detail's Rollouts view: one step's stored rollout sample (prompt, response, reward,
+advantage, stratum, round, length, truncation), with a step slider and stratum, stage and
+reward filters, paginated by the API (GET /api/runs/{id}/rollouts).
+
+Model text is untrusted: it is shown only through widgets that render text, never markup
+(the data grid, ``st.code``), so a response holding HTML, Markdown or a Streamlit directive is
+displayed as the characters it is."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import ui
+
+PAGE = 20
+MAX_SLIDER_STEPS = 1000  # past this many sampled steps a number box replaces the slider (one option per step)
+STAGES = ("explore", "rescue", "round", "curated out")
+STRATA = ("rescue", "low", "high")
+REWARD_RANGE = (-1.0, 1.0)
+
+
+def rollout_frame(rows: list[dict]) -> pd.DataFrame:
+    """The table of one page: one row per rollout, text columns last."""
+    return pd.DataFrame([{"group": r["group"], "stage": r["stage"], "stratum": r["stratum"], "reward": r["reward"],
+                          "advantage": r["advantage"], "length": r["length"], "truncated": r["truncated"],
+                          "prompt": r["prompt"], "response": r["response"]} for r in rows],
+                        columns=["group", "stage", "stratum", "reward", "advantage", "length", "truncated", "prompt", "response"])
+
+
+def filters() -> tuple:
+    """(stratum, stage, min_reward, max_reward) from the controls; None = no filter."""
+    c1, c2, c3 = st.columns([1, 1, 2])
+    stratum = c1.selectbox("Stratum", ("all", *STRATA), key="ro_stratum",
+                           help="From the prompt's exploration: rescue (no correct answer, c <= S), low or high success.")
+    stage = c2.selectbox("Stage", ("all", *STAGES), key="ro_stage",
+                         help="explore = first generation; rescue = AERO's rescue rounds; round = DAPO's later batches; "
+                              "curated out = generated but not trained.")
+    lo, hi = c3.slider("Reward", *REWARD_RANGE, value=REWARD_RANGE, step=0.05, key="ro_reward")
+    return (None if stratum == "all" else stratum, None if stage == "all" else stage,
+            None if lo <= REWARD_RANGE[0] else lo, None if hi >= REWARD_RANGE[1] else hi)
+
+
+def pick_step(steps: list[int]) -> int:
+    """The step to show: a slider over the sampled steps, or for a long run a number box (the
+    nearest sampled step at or before the number typed)."""
+    if len(steps) == 1:
+        return steps[0]
+    if len(steps) <= MAX_SLIDER_STEPS:
+        return int(st.select_slider("Step", options=steps, value=steps[-1], key="ro_step"))
+    typed = st.number_input("Step", min_value=steps[0], max_value=steps[-1], value=steps[-1], step=1, key="ro_step_n")
+    return max(s for s in steps if s <= typed)
+
+
+def section(run: dict) -> None:
+    st.subheader("Rollouts")
+    url, token, version = ui.api_url(), ui.api_token(), ui.version(run)
+    latest = ui.rollouts(url, token, run["id"], None, (None, None, None, None), 0, 1, version)
+    steps = latest["steps"]
+    if not steps:
+        st.caption("No rollouts stored yet: each step stores a sample of its rollouts (a few random prompts with all "
+                   "their rollouts, plus every rescued group) as it is logged.")
+        return
+    step = pick_step(steps)
+    wanted = filters()
+    page = st.number_input("Page", min_value=1, value=1, step=1, key="ro_page")
+    body = ui.rollouts(url, token, run["id"], int(step), wanted, (int(page) - 1) * PAGE, PAGE, version)
+    count, rows = body["count"], body["data"]
+    first = body["offset"] + 1
+    st.caption(f"Step {body['step']}: {count} stored rollouts match" +
+               (f"; showing {first}-{body['offset'] + len(rows)}." if rows else "."))
+    if not rows:
+        return
+    st.dataframe(rollout_frame(rows), hide_index=True, key="ro_table",
+                 column_config={"reward": st.column_config.NumberColumn(format="%.3f"),
+                                "advantage": st.column_config.NumberColumn(format="%.3f"),
+                                "prompt": st.column_config.TextColumn(width="medium"),
+                                "response": st.column_config.TextColumn(width="large")})
+    pick = st.selectbox("Show one in full", range(len(rows)), key="ro_pick",
+                        format_func=lambda i: f"#{first + i}: group {rows[i]['group']}, {rows[i]['stage']}, "
+                                              f"reward {'-' if rows[i]['reward'] is None else format(rows[i]['reward'], '.3g')}")
+    r = rows[pick]
+    st.caption("Prompt" + (" (clipped to the operator's cap)" if r["clipped"] else ""))
+    st.code(r["prompt"], language=None, wrap_lines=True)
+    st.caption("Response" + (" (cut at max_new_tokens)" if r["truncated"] else ""))
+    st.code(r["response"], language=None, wrap_lines=True)

@@ -1,0 +1,127 @@
+"""Run detail's step-detail sections in a real browser: the Rollouts view shows hostile model
+text as text (no element is made from it), the key picker draws a chosen key, and the
+histogram heatmaps paint. Screenshots are checked for pixels in the expected colours (as
+test_browser_look.py does) and kept in test-artifacts/screenshots/.
+
+`streamlit run` against the live test API of conftest.py on a seeded temp store; Playwright on
+Debian's /usr/bin/chromium (the `page` fixture skips without it, or fails under AERO_REQUIRE_BROWSER=1)."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.dashboard.step_details import HOSTILE, add_details
+
+ROOT = Path(__file__).resolve().parents[2]
+SHOTS = ROOT / "test-artifacts" / "screenshots"
+AERO_RED = (0xE4, 0x57, 0x56)  # AERO's method colour: the chosen key's curve
+HEATMAP_DARK = (8, 48, 107)  # the darkest colour of Plotly's "Blues": a bin holding the whole step
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+
+def pixels_near(png: bytes, color: tuple[int, int, int], tol: int = 24) -> int:
+    import numpy as np
+    from PIL import Image
+
+    img = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"), dtype=int)
+    return int((np.abs(img - np.array(color)).sum(axis=2) <= tol).sum())
+
+
+def shot(locator, name: str) -> bytes:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    return locator.screenshot(path=str(SHOTS / f"{name}.png"))
+
+
+@pytest.fixture
+def dashboard(tmp_path, helpers):
+    """The live test API with one finished AERO run that stored six steps of details, and `streamlit run` on it."""
+    with helpers.serve(f"sqlite:///{tmp_path / 'aero.sqlite'}", tmp_path) as api:
+        rid = helpers.add_run(api.db_url, "aero", steps=6, done=6, status="succeeded", name="aero-detail")
+        add_details(api.db_url, rid, range(1, 7))
+        port = helpers.free_port()
+        env = {**os.environ, "AERO_API_URL": api.url, "AERO_API_TOKEN": api.token, "AERO_DATA_DIR": str(tmp_path / "none")}
+        log = tmp_path / "streamlit.log"
+        with open(log, "wb") as f:
+            proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", helpers.app, "--server.port", str(port),
+                                     "--server.address", "127.0.0.1", "--server.headless", "true",
+                                     "--browser.gatherUsageStats", "false", "--client.toolbarMode", "viewer"],
+                                    cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 90
+            while True:
+                assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
+                assert time.monotonic() < deadline, log.read_text(errors="replace")[-3000:]
+                try:
+                    if httpx.get(f"{url}/_stcore/health", timeout=2).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.3)
+            yield url, rid
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def test_rollouts_view_key_picker_and_heatmaps(page, dashboard):
+    url, rid = dashboard
+    pg = page
+    pg.goto(f"{url}/run?run={rid}")
+    pg.get_by_role("heading", name="Rollouts").first.wait_for(timeout=60_000)
+    assert pg.locator('[data-testid="stException"]').count() == 0
+
+    # Rollouts: pick the hostile response; it is shown as characters in a code block, and no
+    # element (an <img> with an onerror, a <b>) was made from it
+    pg.get_by_text("Step 6: 9 stored rollouts match").first.wait_for()
+    pick = pg.locator('[data-testid="stSelectbox"]').filter(has_text="Show one in full")
+    pick.click()
+    pg.get_by_role("option").filter(has_text="group 1, explore, reward 0").first.click()
+    code = pg.locator('[data-testid="stCode"]').filter(has_text="onerror=alert(1)")
+    code.first.wait_for()
+    assert HOSTILE in code.first.inner_text().replace("\n", "")
+    assert pg.locator('img[src="x"]').count() == 0 and pg.locator('[data-testid="stMain"] b').filter(has_text="bold?").count() == 0
+    shot(pg.locator('[data-testid="stDataFrame"]').last, "step-detail-rollouts-table")
+    shot(code.first, "step-detail-rollout-text")
+
+    # the step slider moves the table to another step
+    slider = pg.locator('[data-testid="stSlider"]').filter(has_text="Step").first
+    slider.get_by_role("slider").first.focus()
+    pg.keyboard.press("Home")
+    pg.get_by_text("Step 1: 9 stored rollouts match").first.wait_for()
+
+    # the key picker: choose a key the fixed charts do not show and see its curve, in AERO's colour
+    picker = pg.locator('[data-testid="stMultiSelect"]').filter(has_text="Metric keys")
+    picker.click()
+    pg.keyboard.type("train/clip_frac")
+    pg.keyboard.press("Enter")
+    pg.keyboard.press("Escape")
+    chart = pg.locator('[data-testid="stPlotlyChart"]').filter(has_text="Chosen metrics")
+    chart.first.wait_for()
+    pg.wait_for_timeout(1000)
+    png = shot(chart.first, "step-detail-key-picker")
+    assert pixels_near(png, AERO_RED) > 150, pixels_near(png, AERO_RED)
+
+    # the histogram heatmaps: a whole step in one length bin paints the darkest blue
+    heat = pg.locator('[data-testid="stPlotlyChart"]').filter(has_text="Response length")
+    heat.first.scroll_into_view_if_needed()
+    heat.first.wait_for()
+    pg.wait_for_timeout(1000)
+    png = shot(heat.first, "step-detail-heatmap-length")
+    assert pixels_near(png, HEATMAP_DARK) > 300, pixels_near(png, HEATMAP_DARK)
+    shot(pg.locator('[data-testid="stPlotlyChart"]').filter(has_text="Per-prompt pass rate").first, "step-detail-heatmap-pass-rate")
