@@ -6,7 +6,7 @@ tests do) needs no particular import order."""
 
 import typer
 
-from cli import compare_cmds, platform_cmds, train_cmds
+from cli import compare_cmds, platform_cmds, run_cmds, train_cmds
 
 app = typer.Typer(help="AERO Lab: GRPO, DAPO and AERO post-training runs, on a laptop or a cluster.",
                   no_args_is_help=True, pretty_exceptions_show_locals=False)
@@ -14,6 +14,7 @@ app = typer.Typer(help="AERO Lab: GRPO, DAPO and AERO post-training runs, on a l
 # Added without a name, a Typer's commands join the top level. The order here is the order of
 # `aero --help`; `aero token` comes last, where Typer lists a group after the plain commands.
 app.add_typer(platform_cmds.commands)
+app.add_typer(run_cmds.commands)
 app.add_typer(compare_cmds.commands)
 app.add_typer(train_cmds.commands)
 app.add_typer(platform_cmds.token_app, name="token")

@@ -4,7 +4,7 @@ its evaluations, its config and, for a failed run, the error text."""
 
 import streamlit as st
 
-from dashboard import charts, tables, ui
+from dashboard import charts, run_actions, tables, ui
 from dashboard.client import ApiError
 import common.metric_keys as mk
 
@@ -154,6 +154,7 @@ def main() -> None:
     if run is None:
         return
     header(run)
+    run_actions.show(run)  # alert badge, resume, clone, notes and tags
     live = ui.is_live(run)
     if live:
         st.caption(f":green[●] Live: refreshing every {REFRESH_S} s.")
