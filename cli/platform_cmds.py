@@ -145,7 +145,7 @@ def submit(
     sets: Annotated[Optional[list[str]], typer.Option("--set", help="Config override key=value (aero.k=2, steps=100). Repeatable.")] = None,
     name: Annotated[Optional[str], typer.Option(help="Run name (one run) or sweep name (several).")] = None,
     tag: Annotated[Optional[list[str]], typer.Option("--tag", help="Tag; repeatable.")] = None,
-    alert: Annotated[Optional[list[str]], typer.Option("--alert", help="Alert rule KIND[=VALUE][@BENCHMARK][:ACTION], e.g. "
+    alert: Annotated[Optional[list[str]], typer.Option("--alert", help="Alert rule KIND=VALUE@BENCHMARK:ACTION (all but KIND optional), e.g. "
                                                        "grad_norm_above=50:stop, eval_target=0.6:stop, no_improvement=3:stop, "
                                                        "nan_loss:notify_stop, failed. Repeatable.")] = None,
     webhook: Annotated[Optional[str], typer.Option("--webhook", help="URL the alerts are POSTed to (its host must be in the "

@@ -117,7 +117,8 @@ def evals_by_step(rows: list[dict[str, Any]]) -> dict[int, dict[str, dict[str, A
 def export(
     run: RunArg,
     to: Annotated[str, typer.Option("--to", help="tensorboard | mlflow (extra aero-lab[trackers]).")] = "tensorboard",
-    out_dir: Annotated[Path, typer.Option("--out", help="Directory to write (TensorBoard event files, or MLflow's SQLite store mlflow.db).")] = Path("aero-export"),
+    out_dir: Annotated[Path, typer.Option("--out", help="Directory to write (TensorBoard event files, or MLflow's "
+                                                        "SQLite store mlflow.db).")] = Path("aero-export"),
     api: ApiOpt = None,
     token: TokenOpt = None,
 ):

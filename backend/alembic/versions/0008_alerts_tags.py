@@ -18,8 +18,9 @@ depends_on: Union[str, Sequence[str], None] = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table('runs') as batch_op:
-        batch_op.add_column(sa.Column('stop_reason', sa.Text(), nullable=True))
+    # plain ALTER TABLE (SQLite >= 3.35 drops a column in place): a batch copy of ``runs`` on
+    # SQLite would drop the old table, and its ON DELETE CASCADE children with it
+    op.add_column('runs', sa.Column('stop_reason', sa.Text(), nullable=True))
     op.create_table('alert_events',
     sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), autoincrement=True, nullable=False),
     sa.Column('run_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
@@ -39,5 +40,4 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_table('alert_events')
-    with op.batch_alter_table('runs') as batch_op:
-        batch_op.drop_column('stop_reason')
+    op.drop_column('runs', 'stop_reason')

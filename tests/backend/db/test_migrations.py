@@ -11,7 +11,8 @@ from backend.db.migrate import alembic_config, downgrade, migrate
 from backend.db.models import Base
 from backend.db.session import get_engine
 
-TABLES = {"runs", "step_metrics", "metric_chunks", "metric_series", "eval_results", "sweeps", "api_tokens", "checkpoints"}
+TABLES = {"runs", "step_metrics", "metric_chunks", "metric_series", "eval_results", "sweeps", "api_tokens", "checkpoints",
+          "alert_events"}
 
 
 def _diff(url):
