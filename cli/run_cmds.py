@@ -116,7 +116,7 @@ def evals_by_step(rows: list[dict[str, Any]]) -> dict[int, dict[str, dict[str, A
 @commands.command()
 def export(
     run: RunArg,
-    to: Annotated[str, typer.Option("--to", help="tensorboard | mlflow (extra aero-lab[trackers]).")] = "tensorboard",
+    to: Annotated[str, typer.Option("--to", help="tensorboard | mlflow (needs the trackers extra of aero-lab).")] = "tensorboard",
     out_dir: Annotated[Path, typer.Option("--out", help="Directory to write (TensorBoard event files, or MLflow's "
                                                         "SQLite store mlflow.db).")] = Path("aero-export"),
     api: ApiOpt = None,
