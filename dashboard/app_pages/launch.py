@@ -135,7 +135,8 @@ def main() -> None:
         tags_text = c3.text_input("Tags", key="f_tags", help="Comma-separated labels to filter runs by.",
                                   value=", ".join(clone["tags"]) if clone else "")
         general = st.session_state.get(ERRORS, {})
-        known = {s.path for specs in forms.form_specs(doc, methods).values() for s in specs} | {"seeds", "methods", "model_path", "task", "train_data"}
+        known = {s.path for specs in forms.form_specs(doc, methods).values() for s in specs} | {"seeds", "methods", "model_path", "task", "train_data",
+                                                                                      "alerts.rules"}
         for path, msg in general.items():
             if path not in known:
                 st.error(ui.md(f"{path}: {msg}" if path else msg), icon=":material/error:")
