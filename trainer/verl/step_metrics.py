@@ -52,6 +52,7 @@ PLATFORM_PREFIXES = ("time/", "rollout/", "tokens/", "flops/", "reward/", "respo
                      "zero_acc/", "all_correct/", "rescue/", "groups/", "savings/", "dapo/", "train/", "loss/",
                      "optim/", "verifier/")
 VERL_PREFIX = "verl/"
+COUNTERS = ("training/",)  # verl's step and epoch counters: the step is the x axis, not a metric
 TRAIN_TIMERS = ("old_log_prob", "ref", "adv", "update_actor", "update_weights")
 
 
@@ -62,6 +63,8 @@ def translate(data: dict[str, Any]) -> dict[str, float]:
     Non-finite and non-numeric values are dropped."""
     out: dict[str, float] = {}
     for k, v in data.items():
+        if k.startswith(COUNTERS):
+            continue
         key = VERL_TO_PLATFORM.get(k, k if k.startswith(PLATFORM_PREFIXES + (VERL_PREFIX,)) else VERL_PREFIX + k)
         try:
             f = float(v)

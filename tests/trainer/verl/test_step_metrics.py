@@ -18,7 +18,7 @@ def test_translate_maps_verl_names_keeps_platform_keys_and_prefixes_the_rest():
                      "timing_s/update_actor": 2.5, "timing_s/update_weights": 0.5,
                      "critic/score/mean": 0.3, "rescue/rounds": 2.0, "tokens/generated": 99.0,
                      "val-core/AIME24/acc/mean@8": 0.1, "actor/entropy": float("nan"), "note": "text",
-                     "actor/pg_clipfrac_lower": 0.02, "verl/already": 1.0})
+                     "actor/pg_clipfrac_lower": 0.02, "verl/already": 1.0, "training/global_step": 3})
     assert out == {"loss/policy": 0.5, "train/grad_norm": 2.0, "train/clip_frac": 0.1, "optim/lr": 5e-6,
                    "time/step_s": 10.0, "time/rollout_s": 6.0, "time/old_logprob_s": 1.0, "time/update_s": 2.5,
                    "time/weight_sync_s": 0.5, "time/train_s": 4.0, "rescue/rounds": 2.0, "tokens/generated": 99.0,
