@@ -139,4 +139,5 @@ def export(
     steps = steps_from_csv(resp.text)
     where = export_run(to, out_dir, f"{run}-{r['name']}", r["config"], steps, evals_by_step(evals["data"]))
     how = f"tensorboard --logdir {where}" if to == "tensorboard" else f"mlflow ui --backend-store-uri sqlite:///{where.resolve()}"
-    out.print(f"run {run}: {len(steps)} steps, {len(evals['data'])} eval rows -> {safe(where)}\nopen it: {safe(how)}")
+    out.print(f"run {run}: {len(steps)} steps, {len(evals['data'])} eval rows -> {safe(where)}\nopen it: {safe(how)}",
+              soft_wrap=True)  # a command to copy: never cut

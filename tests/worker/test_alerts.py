@@ -107,7 +107,8 @@ def test_a_rule_stops_a_real_run_with_a_checkpoint_and_the_run_resumes(pg_url, t
 
     rules = [{"kind": "grad_norm_above", "threshold": 0.0, "action": "notify_stop"}, {"kind": "failed"},
              {"kind": "finished"}]
-    cfg = tiny_config(steps=4, checkpoint_every=0, alerts={"webhook_url": receiver.url(), "rules": rules})
+    cfg = tiny_config(steps=4, checkpoint_every=0, alerts={"webhook_url": receiver.url(), "rules": rules},
+                      trackers=["tensorboard"])
     with session_scope(pg_url) as s:
         rid = repo.create_run(s, cfg, queue="cpu", name="stopper").id
     settings = Settings(data_dir=tmp_path, database_url=pg_url, policy=RunPolicy(webhook_hosts=(receiver.host,)))
@@ -129,6 +130,14 @@ def test_a_rule_stops_a_real_run_with_a_checkpoint_and_the_run_resumes(pg_url, t
         assert (run.status, run.stop_reason, run.error) == ("succeeded", None, None)
         assert sorted(m.step for m in s.query(StepMetric).filter_by(run_id=rid)) == [1, 2, 3, 4]
     assert [b["kind"] for b in receiver.bodies] == ["grad_norm_above", "failed", "finished"]
+    # the run's tracker saw both attempts: TensorBoard holds each step once, the final eval too
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(tmp_path / "runs" / str(rid) / "tensorboard"))
+    acc.Reload()
+    assert [e.step for e in acc.Scalars("reward/mean")] == [1, 2, 3, 4]
+    assert [e.step for e in acc.Scalars("eval/overall/avg_at_k")] == [4]
 
 
 def test_an_eval_target_stop_succeeds_and_records_its_reason(db_url, make_run):
