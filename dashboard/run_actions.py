@@ -27,7 +27,8 @@ def badge(run: dict, alerts: dict) -> None:
 def buttons(run: dict) -> None:
     c1, c2, _ = st.columns([2, 2, 5])
     if run_extras.can_resume(run):
-        if c1.button("Resume from last checkpoint", icon=":material/replay:", key="detail_resume"):
+        if c1.button("Resume run", icon=":material/replay:", key="detail_resume",
+                     help="Queue it again: the worker resumes it from its last checkpoint (from the start without one)."):
             try:
                 ui.client().resume_run(run["id"])
             except ApiError as e:

@@ -30,7 +30,7 @@ def alert_badge(alerts: Mapping[str, Any]) -> str:
     text = f"{len(events)} alert{'s' if len(events) != 1 else ''}" + (" · stopped the run" if stopped else "")
     return (f"<span class='aero-alert-badge' data-testid='alert-badge' title='{html.escape(kinds, quote=True)}' "
             f"style='display:inline-block;padding:2px 10px;border-radius:12px;font-size:0.85rem;font-weight:600;"
-            f"color:#fff;background:{color}'>&#128276; {html.escape(text)}</span>")
+            f"color:#fff;background:{color}'>{html.escape(text)}</span>")
 
 
 def rule_rows(alerts: Mapping[str, Any]) -> list[dict[str, Any]]:
