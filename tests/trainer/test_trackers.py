@@ -4,6 +4,7 @@ MLflow's client over its file store, W&B's offline run file), and a stored run i
 
 import json
 import math
+import time
 from pathlib import Path
 
 import pytest
@@ -72,6 +73,8 @@ def wandb_records(path: Path) -> list[bytes]:
     blocks of 32 KiB whose records carry a 7-byte header (CRC-32, length, type: full, first,
     middle, last). W&B 0.31 writes it from its Go core and ships no Python reader."""
     data = path.read_bytes()
+    if len(data) < 7:
+        return []  # not written yet
     assert data[:4] == b":W&B"
     pos, out, buf = 7, [], b""
     while pos + 7 <= len(data):
@@ -88,15 +91,27 @@ def wandb_records(path: Path) -> list[bytes]:
     return out
 
 
-def wandb_history(run_dir: Path) -> list[dict]:
-    """The history rows of the offline run under ``run_dir``, parsed with W&B's own protobuf."""
+def wandb_history(run_dir: Path, timeout_s: float = 60.0) -> list[dict]:
+    """The history rows of the offline run under ``run_dir``, parsed with W&B's own protobuf.
+    W&B 0.31's ``finish()`` can return before its core process has written the offline file
+    (seen once in 8 runs: an empty file, complete 2 s later), so this waits for the run's
+    ``exit`` record."""
     from wandb.proto import wandb_internal_pb2
 
-    (path,) = run_dir.glob("wandb/offline-run-*/run-*.wandb")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        paths = list(run_dir.glob("wandb/offline-run-*/run-*.wandb"))
+        records = []
+        for data in wandb_records(paths[0]) if len(paths) == 1 else []:
+            rec = wandb_internal_pb2.Record()
+            rec.ParseFromString(data)
+            records.append(rec)
+        if any(r.WhichOneof("record_type") == "exit" for r in records):
+            break
+        assert time.monotonic() < deadline, f"no complete W&B offline run under {run_dir} after {timeout_s} s"
+        time.sleep(0.2)
     rows = []
-    for data in wandb_records(path):
-        rec = wandb_internal_pb2.Record()
-        rec.ParseFromString(data)
+    for rec in records:
         if rec.WhichOneof("record_type") == "history":
             row = {it.key or "/".join(it.nested_key): json.loads(it.value_json) for it in rec.history.item}
             rows.append({"_step": rec.history.step.num, **row})
