@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from backend.api.errors import BodySizeLimit, QueryNulGuard, install_error_handlers
-from backend.api.routes import access, compare, health, methods, metrics, rollouts, runs, sweeps
+from backend.api.routes import access, compare, health, methods, metrics, rollouts, run_actions, runs, sweeps
 from backend.db.migrate import migrate
 from backend.db.session import get_engine, make_sessionmaker
 from backend.queue import Enqueuer, celery_enqueuer
@@ -50,7 +50,7 @@ def create_app(settings: Settings | None = None, *, enqueue: Enqueuer | None = N
     app.state.run_changes = RunChangeListener(settings.database_url)  # wakes SSE streams when their run changes
     app.state.metrics_cache = ByteLRU(int(settings.metrics_cache_mb * 2**20)) if settings.metrics_cache_mb > 0 else None
     install_error_handlers(app)
-    for router in (runs.router, metrics.router, sweeps.router, compare.router, methods.router, health.router,
+    for router in (runs.router, run_actions.router, metrics.router, sweeps.router, compare.router, methods.router, health.router,
                    health.metrics_router, access.router, rollouts.router):
         app.include_router(router, prefix=API_PREFIX)
     app.include_router(health.metrics_router)  # Prometheus' conventional /metrics

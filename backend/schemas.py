@@ -97,6 +97,8 @@ class RunPublic(BaseModel):
     attempts: int
     owner: str | None = Field(None, description="The submitting user; null for runs stored before users existed.")
     config: dict[str, Any]
+    stop_reason: str | None = Field(None, description="The alert rule that stopped the run early (trainer/alerts.py), "
+                                    "if one did.")
 
 
 class RunsPublic(BaseModel):
@@ -622,3 +624,27 @@ class HistogramsPublic(BaseModel):
 class MetricKeysPublic(BaseModel):
     run_id: int
     keys: list[str] = Field(description="Every metric key the run logged, sorted.")
+# ----------------------------------------------------------------------------- alerts
+
+
+class AlertEventPublic(BaseModel):
+    """An alert rule of the run that fired (trainer/alerts.py)."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    rule: int = Field(description="Index of the rule in config.alerts.rules.")
+    kind: str
+    step: int = Field(description="The step (or evaluation step) it fired at.")
+    value: float | None = Field(description="The value that tripped it, when it has one.")
+    message: str
+    stopped: bool = Field(description="The rule stopped the run.")
+    delivery: str = Field(description="What became of the webhook post: 'posted: HTTP 200', 'failed: ...', "
+                          "'refused: ...', 'recorded (no webhook_url)', or '' for a stop-only rule.")
+    created_at: UtcDatetime
+
+
+class AlertsPublic(BaseModel):
+    rules: list[dict[str, Any]] = Field(description="The run's rules (config.alerts.rules).")
+    webhook: bool = Field(description="Whether the run posts its alerts to a webhook (the URL is not shown).")
+    events: list[AlertEventPublic] = Field(description="Fired rules, oldest first.")
+    stop_reason: str | None = Field(description="The rule that stopped the run early, if one did.")

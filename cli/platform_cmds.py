@@ -122,6 +122,18 @@ def submission(methods: list[str], seeds: list[int], sets: dict, name: str | Non
     return "/sweeps", body
 
 
+def alert_and_tracker_sets(alerts: list[str] | None, webhook: str | None, trackers: list[str] | None) -> dict:
+    """``--alert`` / ``--webhook`` / ``--tracker`` as config fields (common/alert_rules.py)."""
+    from common.alert_rules import parse_rule
+
+    out: dict[str, Any] = {}
+    if alerts or webhook:
+        out["alerts"] = {"rules": [parse_rule(a) for a in alerts or []], **({"webhook_url": webhook} if webhook else {})}
+    if trackers:
+        out["trackers"] = [t for item in trackers for t in csv_items(item)]
+    return out
+
+
 def csv_items(text: str | None) -> list[str]:
     return [x.strip() for x in (text or "").split(",") if x.strip()]
 
@@ -133,13 +145,24 @@ def submit(
     sets: Annotated[Optional[list[str]], typer.Option("--set", help="Config override key=value (aero.k=2, steps=100). Repeatable.")] = None,
     name: Annotated[Optional[str], typer.Option(help="Run name (one run) or sweep name (several).")] = None,
     tag: Annotated[Optional[list[str]], typer.Option("--tag", help="Tag; repeatable.")] = None,
+    alert: Annotated[Optional[list[str]], typer.Option("--alert", help="Alert rule KIND=VALUE@BENCHMARK:ACTION (all but KIND optional), e.g. "
+                                                       "grad_norm_above=50:stop, eval_target=0.6:stop, no_improvement=3:stop, "
+                                                       "nan_loss:notify_stop, failed. Repeatable.")] = None,
+    webhook: Annotated[Optional[str], typer.Option("--webhook", help="URL the alerts are POSTed to (its host must be in the "
+                                                   "operator's AERO_WEBHOOK_HOSTS).")] = None,
+    tracker: Annotated[Optional[list[str]], typer.Option("--tracker", help="wandb | mlflow | tensorboard; repeatable.")] = None,
     api: ApiOpt = None,
     token: TokenOpt = None,
 ):
     """Submit runs over the REST API: one run, or a methods x seeds sweep."""
     methods = [m for item in method for m in csv_items(item)]
     seed_list = [int(s) for s in csv_items(seeds)]
-    path, body = submission(methods, seed_list, parse_sets(sets), name, tag or [])
+    sets_ = parse_sets(sets)
+    try:
+        sets_.update(alert_and_tracker_sets(alert, webhook, tracker))
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--alert") from None
+    path, body = submission(methods, seed_list, sets_, name, tag or [])
     with client(api, token) as c:
         created = call(c, "POST", path, json=body)
     runs = [created] if path == "/runs" else created["runs"]

@@ -71,8 +71,9 @@ def train(
 ):
     """Train one run (resumes from OUT/checkpoints if present) with a live progress bar."""
     from trainer.embedded.loop import run_training
-    from trainer.sinks import JsonlSink
+    from trainer.sinks import JsonlSink, MultiSink
     from trainer.policy import RunPolicy
+    from trainer.trackers import make_trackers
 
     data = json.loads(config.read_text()) if config else {}
     flags = {k: v for k, v in {"method": method, "steps": steps, "seed": seed, "preset": preset,
@@ -85,7 +86,10 @@ def train(
         cfg = parse_run_config(data, policy)
         with _progress() as bar:
             task = bar.add_task(cfg.method, total=cfg.steps, info="")
-            summary = run_training(cfg, out, JsonlSink(out), policy=policy,
+            # the run's trackers (verl runs them as its own loggers); alerts act on the platform only
+            trackers = [] if cfg.engine == "verl" else make_trackers(cfg.trackers, out, cfg.name or cfg.method,
+                                                                      cfg.model_dump(mode="json"))
+            summary = run_training(cfg, out, MultiSink(JsonlSink(out), *trackers), policy=policy,
                                    progress=lambda s, n, m: bar.update(task, completed=s, info=_step_info(m)))
     except ConfigError as e:
         fail_config(e)

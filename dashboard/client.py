@@ -285,3 +285,11 @@ class AeroClient:
     def update_run(self, run_id: int, *, tags: Sequence[str] | None = None, notes: str | None = None) -> dict:
         body = {k: v for k, v in (("tags", None if tags is None else list(tags)), ("notes", notes)) if v is not None}
         return self.request("PATCH", f"/runs/{run_id}", json=body)
+
+    def resume_run(self, run_id: int) -> dict:
+        """Queue a failed or cancelled run again (it resumes from its last checkpoint)."""
+        return self.request("POST", f"/runs/{run_id}/resume")
+
+    def run_alerts(self, run_id: int) -> dict:
+        """The run's alert rules, fired events and stop reason."""
+        return self.request("GET", f"/runs/{run_id}/alerts")

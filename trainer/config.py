@@ -18,6 +18,7 @@ from pydantic import (AfterValidator, Field, ValidationError, ValidationInfo, cr
                       model_serializer, model_validator)
 from pydantic.json_schema import SkipJsonSchema
 
+from trainer.alerts import AlertsConfig, rule_issues
 from trainer.methods.section import Strict
 from trainer.methods.spec import all_sections, get_method, method_names, section_readers, specs
 from trainer.safetext import no_control_chars  # noqa: F401  (also backend.schemas's, via this module)
@@ -76,6 +77,10 @@ class CodeConfig(Strict):
 
     workers: int = Field(0, ge=0, le=1024, description="Sandboxes run at once when scoring a batch (0 = min(8, CPUs)).")
     max_tests: int = Field(0, ge=0, le=1_000_000, description="Keep the first N tests of each problem (0 = all).")
+
+
+TRACKERS = ("wandb", "mlflow", "tensorboard")
+Tracker = Literal["wandb", "mlflow", "tensorboard"]
 
 
 class OptimConfig(Strict):
@@ -159,6 +164,14 @@ class _RunFields(Strict):
     verifier_timeout_s: float = Field(5.0, gt=0.0, le=600.0)
     optim: OptimConfig = Field(default_factory=OptimConfig)
     code: CodeConfig = Field(default_factory=CodeConfig)
+    alerts: AlertsConfig = Field(default_factory=AlertsConfig, description="Alert rules and early stopping "
+                                 "(trainer/alerts.py): each rule notifies (recorded, posted to the webhook) and/or stops "
+                                 "the run cleanly with a checkpoint.")
+    trackers: list[Tracker] = Field(default_factory=list, max_length=len(TRACKERS), description="Experiment trackers "
+                                    "this run also logs to (extra aero-lab[trackers]): wandb (offline unless the operator "
+                                    "sets AERO_WANDB_MODE=online), mlflow (the operator's AERO_MLFLOW_TRACKING_URI, else a "
+                                    "SQLite store in the run directory), tensorboard (event files in the run directory). "
+                                    "The operator's AERO_TRACKERS are added to every run.")
 
     @model_serializer(mode="wrap")
     def _without_absent_sections(self, handler):
@@ -236,6 +249,9 @@ def cross_field_issues(cfg: RunConfig) -> list[tuple[str, str]]:
     """Rules that span fields. Each names the field a user should change. The method's own
     rules are its sections' (trainer/methods/<name>.py)."""
     issues = [issue for sec in get_method(cfg.method).sections for issue in sec.rules(cfg)]
+    issues += rule_issues(cfg.alerts)
+    if len(set(cfg.trackers)) < len(cfg.trackers):
+        issues.append(("trackers", "name each tracker once"))
     if (cfg.preset is None) == (cfg.model_path is None):
         issues.append(("model_path", "give exactly one of preset or model_path"))
     if cfg.task in ("math", "code") and not cfg.train_data:

@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from trainer.alerts import webhook_policy_issues
+
 if TYPE_CHECKING:
     from trainer.config import RunConfig
 
@@ -80,6 +82,8 @@ class RunPolicy(BaseModel):
                                                 "benchmarks must resolve under (symlinks followed).")
     denied: tuple[str, ...] = Field((), description="fnmatch patterns of resolved paths refused even under a root "
                                     "(the platform's own files: admin token, store, broker, logs).")
+    webhook_hosts: tuple[str, ...] = Field((), description="Hosts (``host`` or ``host:port``) a run's alert webhook "
+                                           "may post to; none by default, so every webhook is refused until listed.")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides) -> RunPolicy:
@@ -88,6 +92,8 @@ class RunPolicy(BaseModel):
         values = {field: env[var] for field, var in ENV.items() if env.get(var, "").strip()}
         if "data_roots" in values:
             values["data_roots"] = parse_roots(values["data_roots"])
+        if "webhook_hosts" in values:
+            values["webhook_hosts"] = tuple(h.strip() for h in values["webhook_hosts"].split(",") if h.strip())
         return cls.model_validate({**values, **overrides})
 
     def resolved_roots(self) -> tuple[Path, ...] | None:
@@ -123,6 +129,7 @@ ENV: dict[str, str] = {
     "rollout_sample_max_rows": "AERO_ROLLOUT_SAMPLE_MAX_ROWS",
     "rollout_text_chars": "AERO_ROLLOUT_TEXT_CHARS",
     "data_roots": "AERO_DATA_ROOTS",
+    "webhook_hosts": "AERO_WEBHOOK_HOSTS",
 }
 
 # (dotted config field, policy field): the config's value must be <= the policy's
@@ -198,6 +205,7 @@ def policy_issues(cfg: RunConfig, policy: RunPolicy) -> list[tuple[str, str]]:
             issues.append((field, f"at most {shown} (operator cap {ENV[cap]})"))
     if cfg.code.audit_hook == "fallback" and policy.sandbox_audit_hook == "always":
         issues.append(("code.audit_hook", "the operator requires the audit hook always (AERO_SANDBOX_AUDIT_HOOK)"))
+    issues += webhook_policy_issues(cfg.alerts, policy.webhook_hosts)
     roots = policy.resolved_roots()
     if roots is not None:
         paths = [("model_path", cfg.model_path), ("train_data", cfg.train_data)]

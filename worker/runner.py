@@ -49,8 +49,11 @@ from backend.db.models import FINISHED_STATUSES, Run, utcnow
 from backend.db.session import get_engine, make_sessionmaker, session_scope
 from backend.settings import Settings, get_settings
 from trainer.config import parse_run_config
+from trainer.sinks import MultiSink
+from worker.alerts import AlertSink, early_stop_outcome
 from worker.heartbeat import Heartbeat
 from worker.settings import WorkerSettings
+from worker.trackers import tracker_sinks
 from worker.sink import DbSink
 
 log = logging.getLogger(__name__)
@@ -236,6 +239,7 @@ class RunControl:
     def __init__(self, url: str, run_id: int, me: str):
         self.url, self.run_id, self.me = url, run_id, me
         self.cancel = self.lost = False
+        self.early_stop: Any = None  # the alert (trainer/alerts.py) that asked the run to stop
         self.pending: dict[str, Any] = {}
         self._lock = threading.Lock()
         self.kick: Callable[[], None] = self.beat  # replaced by Heartbeat.kick while training
@@ -268,7 +272,11 @@ class RunControl:
             self.lost = True
             raise RunLost(self.run_id)
         self.cancel = self.cancel or bool(row.cancel_requested)
-        return self.cancel
+        return self.cancel or self.early_stop is not None
+
+    def request_stop(self, alert: Any) -> None:
+        """An alert rule asks the run to stop at the next step boundary (worker/alerts.py)."""
+        self.early_stop = self.early_stop or alert
 
 
 # ---------------------------------------------------------------- the whole task
@@ -333,16 +341,19 @@ def _train(settings: Settings, ws: WorkerSettings, run: Run, why: str, me: str) 
     out_dir = run_dir(settings, run_id)
     control = RunControl(url, run_id, me)
     sink: DbSink | None = None
+    alerts: AlertSink | None = None
     try:
         # Defense in depth: the API checked the operator's policy at submit; a config that reached
         # the store some other way (or a policy tightened since) is refused here, before compute.
         policy = settings.run_policy
         cfg = parse_run_config(run.config, policy)
         sink = DbSink(url, run_id, owner=me, flush_s=ws.sink_flush_s)
+        alerts = AlertSink(url, run_id, run.name, cfg.alerts, policy.webhook_hosts, control.request_stop)
+        sinks = MultiSink(sink, alerts, *tracker_sinks(cfg, out_dir, run.name))
         t_train = time.perf_counter()
         with Heartbeat(control.beat, ws.heartbeat_s) as hb:
             control.kick = hb.kick
-            summary = run_training(cfg, out_dir, sink, should_stop=control.should_stop, progress=control.progress,
+            summary = run_training(cfg, out_dir, sinks, should_stop=control.should_stop, progress=control.progress,
                                    policy=policy)
         t_train = time.perf_counter() - t_train
     except RunLost:
@@ -359,13 +370,23 @@ def _train(settings: Settings, ws: WorkerSettings, run: Run, why: str, me: str) 
             _flush_quietly(sink)  # the steps done before the error are real data
         with session_scope(url) as s:
             ok = repo.mark_failed(s, run_id, error_text(exc), worker=me)
+        if ok and alerts is not None:
+            alerts.ended("failed", f"{type(exc).__name__}: {exc}")
         return "failed" if ok else "lost"
     control.beat()  # the final progress, fresh flags (the heartbeat thread has stopped)
     if control.lost:
         return "lost"
     status = "cancelled" if summary["status"] == "stopped" else "succeeded"
+    error = None
+    if status == "cancelled" and control.early_stop is not None and not control.cancel:
+        status, error = early_stop_outcome(url, run_id, me, control.early_stop)
     with session_scope(url) as s:
-        ok = (repo.mark_cancelled if status == "cancelled" else repo.mark_succeeded)(s, run_id, worker=me)
+        if error is not None:
+            ok = repo.mark_failed(s, run_id, error, worker=me)
+        else:
+            ok = (repo.mark_cancelled if status == "cancelled" else repo.mark_succeeded)(s, run_id, worker=me)
+    if ok and alerts is not None:
+        alerts.ended(status, error or "")
     overhead = (sink.blocked_s + control.blocked_s) / max(t_train, 1e-9)
     log.info("run %s %s at step %s in %.1fs; store writes blocked training %.2f%% of it (sink %s, progress %.4fs)",
              run_id, status, summary.get("last_step"), t_train, 100 * overhead, sink.stats(), control.blocked_s)

@@ -100,6 +100,9 @@ class Run(Base):
     # claims the next run by the fair-share rule (worker/runner.py), so a redelivered message
     # finds the run it was serving through this column.
     ticket: Mapped[int | None] = mapped_column(Id, index=True, default=None)
+    # Why a run ended before its last step other than a cancel: the alert rule that stopped it
+    # (trainer/alerts.py). None for a run that ran to its end, was cancelled or crashed.
+    stop_reason: Mapped[str | None] = mapped_column(Text, default=None)
 
 
 class StepMetric(Base):
@@ -182,6 +185,24 @@ class Checkpoint(Base):
     run_id: Mapped[int] = mapped_column(Id, ForeignKey("runs.id", ondelete="CASCADE"))
     step: Mapped[int] = mapped_column(Integer)
     path: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class AlertEvent(Base):
+    """An alert rule of a run that fired (trainer/alerts.py): at most one per (run, rule), so a
+    resumed run never fires a rule twice. ``delivery`` says what became of its webhook post."""
+
+    __tablename__ = "alert_events"
+    __table_args__ = (UniqueConstraint("run_id", "rule", name="uq_alert_events_run_rule"),)
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    run_id: Mapped[int] = mapped_column(Id, ForeignKey("runs.id", ondelete="CASCADE"))
+    rule: Mapped[int] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String(32))
+    step: Mapped[int] = mapped_column(Integer)
+    value: Mapped[float | None] = mapped_column(Float, default=None)
+    message: Mapped[str] = mapped_column(Text)
+    stopped: Mapped[bool] = mapped_column(Boolean, default=False)
+    delivery: Mapped[str] = mapped_column(Text, default="")
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
 
 

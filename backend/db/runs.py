@@ -29,15 +29,15 @@ from sqlalchemy import ColumnElement, Select, case, delete, exists, func, litera
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
-from backend.db.models import FINISHED_STATUSES, RUN_STATUSES, Checkpoint, EvalResult, Run, StepMetric, utcnow
+from backend.db.models import FINISHED_STATUSES, RUN_STATUSES, AlertEvent, Checkpoint, EvalResult, Run, StepMetric, utcnow
 from backend.db.notify import notify_run_changed
 
 TRANSITIONS: dict[str, frozenset[str]] = {
     "queued": frozenset({"running", "cancelled", "failed"}),
     "running": frozenset({"running", "succeeded", "failed", "cancelled", "queued"}),
     "succeeded": frozenset(),
-    "failed": frozenset(),
-    "cancelled": frozenset(),
+    "failed": frozenset({"queued"}),  # resume_run: run again from the last checkpoint
+    "cancelled": frozenset({"queued"}),
 }
 ERROR_CHARS = 20_000
 OrphanFate = Literal["cancelled", "failed", "retry"]
@@ -370,6 +370,20 @@ def update_run(session: Session, run_id: int, *, tags: Sequence[str] | None = No
     return run
 
 
+def resume_run(session: Session, run_id: int) -> Run:
+    """failed | cancelled -> queued, with a fresh attempt count and no error, cancel flag or stop
+    reason: its worker resumes it from the last checkpoint in its run directory (from the start
+    when it has none). Raises :class:`RunConflict` for other statuses, :class:`RunNotFound`."""
+    sources = ["failed", "cancelled"]
+    if not _move(session, run_id, "queued", sources, cancel_requested=False, error=None, finished_at=None,
+                 stop_reason=None, attempts=0):
+        current = session.scalar(select(Run.status).where(Run.id == run_id))
+        if current is None:
+            raise RunNotFound(run_id)
+        raise RunConflict(run_id, current, "resume it (only a failed or cancelled run resumes)")
+    return get_run(session, run_id, refresh=True)
+
+
 def request_cancel(session: Session, run_id: int) -> Run:
     """Cancel, in one UPDATE: a queued run is cancelled at once; a running one gets
     ``cancel_requested`` and its worker stops within one step. Raises :class:`RunConflict` for
@@ -395,7 +409,7 @@ def delete_run(session: Session, run_id: int) -> None:
         raise RunNotFound(run_id)
     if status not in FINISHED_STATUSES:
         raise RunConflict(run_id, status, "delete a run that has not finished (cancel it first)")
-    for model in (StepMetric, EvalResult, Checkpoint):
+    for model in (StepMetric, EvalResult, Checkpoint, AlertEvent):
         session.execute(delete(model).where(model.run_id == run_id))
     res = session.execute(delete(Run).where(Run.id == run_id, Run.status.in_(FINISHED_STATUSES)))
     if res.rowcount != 1:  # it changed under us

@@ -7,7 +7,7 @@ from typing import Any
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
-from backend.db.models import FINISHED_STATUSES, Checkpoint, EvalResult, Run, StepMetric, Sweep
+from backend.db.models import FINISHED_STATUSES, AlertEvent, Checkpoint, EvalResult, Run, StepMetric, Sweep
 from backend.db.runs import delete_run
 
 
@@ -80,7 +80,7 @@ def discard_sweep(session: Session, sweep_id: int) -> None:
     """Remove a sweep and its runs whatever their status (with any metric rows): the undo of a
     creation whose enqueue failed. The caller commits."""
     run_ids = select(Run.id).where(Run.sweep_id == sweep_id)
-    for model in (StepMetric, EvalResult, Checkpoint):
+    for model in (StepMetric, EvalResult, Checkpoint, AlertEvent):
         session.execute(delete(model).where(model.run_id.in_(run_ids)))
     session.execute(delete(Run).where(Run.sweep_id == sweep_id))
     session.execute(delete(Sweep).where(Sweep.id == sweep_id))

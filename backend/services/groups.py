@@ -19,6 +19,7 @@ from common.dotted import flatten
 from trainer.methods.spec import baseline_method
 
 NOT_GROUPED = ("seed", "name")  # config fields a seed group may differ in
+NOT_GROUPED_PREFIXES = ("alerts", "trackers")  # observing a run does not change what it trains
 MAX_LABEL_FIELDS = 3
 
 
@@ -52,7 +53,7 @@ class Group:
 
 def seedless(config: Mapping[str, Any]) -> dict[str, Any]:
     """The flattened config without the fields a seed group may differ in."""
-    return {k: v for k, v in flatten(config).items() if k not in NOT_GROUPED}
+    return {k: v for k, v in flatten(config).items() if k not in NOT_GROUPED and not k.startswith(NOT_GROUPED_PREFIXES)}
 
 
 def group_key(config: Mapping[str, Any]) -> str:

@@ -7,7 +7,7 @@ from typing import Any
 import streamlit as st
 
 import common.dotted as dotted
-from dashboard import forms, ui
+from dashboard import forms, launch_extras, ui
 from dashboard.client import ApiError
 
 ERRORS = "launch_errors"  # session key: {dotted field: message} from the last rejected submit
@@ -111,9 +111,11 @@ def main() -> None:
         st.warning("No API token is set, so the API will refuse to launch. Paste one under *Settings* in the sidebar "
                    "(`aero up` passes its admin token to the dashboard automatically).", icon=":material/key:")
     method_field = forms.field_spec(doc, "method", "method")
-    methods = choose_methods(method_field.default if method_field else None)  # RunConfig's default method first
+    clone = launch_extras.cloned_run()  # ?clone=ID: the form starts at that run's values
+    methods = choose_methods(clone["method"] if clone else method_field.default if method_field else None)
     field_error("methods")
     local = st.radio("Model", ["Tiny preset (synthetic arithmetic)", "Local model + dataset"], horizontal=True,
+                     index=1 if clone and clone["config"].get("model_path") else 0,
                      key="launch_model") != "Tiny preset (synthetic arithmetic)"
     with st.form("launch_form"):
         config: dict[str, Any] = model_fields(local, doc)
@@ -122,15 +124,19 @@ def main() -> None:
                 cols = st.columns(3)
                 for i, spec in enumerate(specs):
                     with cols[i % 3]:
-                        config[spec.path] = forms.from_widget(spec, widget(spec))
+                        config[spec.path] = forms.from_widget(spec, widget(launch_extras.with_default(spec, clone)))
+        extras = launch_extras.inputs(clone)
+        field_error("alerts.rules")
         c1, c2, c3 = st.columns(3)
         seeds_text = c1.text_input("Seeds", value="0", help="Comma-separated; several seeds make a sweep.", key="f_seeds")
         with c1:
             field_error("seeds")
         name = c2.text_input("Name (optional)", key="f_name", help="Default: <method>-seed<seed>.")
-        tags_text = c3.text_input("Tags", key="f_tags", help="Comma-separated labels to filter runs by.")
+        tags_text = c3.text_input("Tags", key="f_tags", help="Comma-separated labels to filter runs by.",
+                                  value=", ".join(clone["tags"]) if clone else "")
         general = st.session_state.get(ERRORS, {})
-        known = {s.path for specs in forms.form_specs(doc, methods).values() for s in specs} | {"seeds", "methods", "model_path", "task", "train_data"}
+        known = {s.path for specs in forms.form_specs(doc, methods).values() for s in specs} | {"seeds", "methods", "model_path", "task", "train_data",
+                                                                                      "alerts.rules"}
         for path, msg in general.items():
             if path not in known:
                 st.error(ui.md(f"{path}: {msg}" if path else msg), icon=":material/error:")
@@ -140,7 +146,13 @@ def main() -> None:
             st.caption(ui.access_note())
         submitted = st.form_submit_button("Launch", type="primary", icon=":material/rocket_launch:", disabled=read_only)
     if submitted:
-        submit(methods, dotted.nest(config), seeds_text, name, tags_text)
+        try:
+            config.update(launch_extras.config_of(*extras))
+        except ValueError as e:
+            st.session_state[ERRORS] = {"alerts.rules": str(e)}
+        else:
+            submit(methods, dotted.nest({**launch_extras.base_config(clone, methods), **config}), seeds_text, name,
+                   tags_text)
         st.rerun()
     show_result()
 

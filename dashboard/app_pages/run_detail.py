@@ -4,7 +4,7 @@ its evaluations, its config and, for a failed run, the error text."""
 
 import streamlit as st
 
-from dashboard import charts, rollouts_view, step_detail_view, tables, ui
+from dashboard import charts, rollouts_view, run_actions, step_detail_view, tables, ui
 from dashboard.client import ApiError
 import common.metric_keys as mk
 
@@ -158,6 +158,7 @@ def main() -> None:
     if run is None:
         return
     header(run)
+    run_actions.show(run)  # alert badge, resume, clone, notes and tags
     live = ui.is_live(run)
     if live:
         st.caption(f":green[●] Live: refreshing every {REFRESH_S} s.")

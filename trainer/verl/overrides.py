@@ -39,6 +39,7 @@ from typing import Any, Iterable
 
 from trainer.config import RunConfig
 from trainer.methods.spec import get_method
+from trainer.trackers import TrackerSettings
 
 REWARD_FN = Path(__file__).with_name("reward.py")
 LEGACY_REWARD_PREFIXES = ("custom_reward_function.", "reward_model.")
@@ -175,7 +176,9 @@ def to_overrides(cfg: RunConfig, *, out_dir: str | Path, train_file: str | Path,
         "trainer.nnodes": nnodes,
         "trainer.total_training_steps": cfg.steps,
         "trainer.total_epochs": 1_000_000,  # steps bound the run, not epochs
-        "trainer.logger": ["console"],  # the platform logger is attached by the AERO trainer
+        # the platform logger is attached by the AERO trainer; the run's trackers are verl's own
+        # loggers (trainer/trackers.py verl_env points them at the run directory)
+        "trainer.logger": ["console", *TrackerSettings().chosen(cfg.trackers)],
         "trainer.project_name": "aero-lab",
         "trainer.experiment_name": cfg.name or cfg.method,
         "trainer.default_local_dir": str(Path(out_dir) / "verl_checkpoints"),

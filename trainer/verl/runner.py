@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 from trainer.config import ConfigError, RunConfig, parse_run_config
 from trainer.sinks import JsonlSink, MetricSink
+from trainer.trackers import verl_env
 
 POLL_S = 0.5  # how often the launcher relays metrics and looks for a stop request
 
@@ -226,7 +227,7 @@ def run_verl(cfg: RunConfig, out_dir: str | Path, sink: MetricSink,
     stop_file = out_dir / "verl" / "STOP"
     stop_file.unlink(missing_ok=True)
     device = resolve_device(cfg)
-    env = platform_env(device)
+    env = {**platform_env(device), **verl_env(cfg.trackers, out_dir)}  # verl's own trackers (trainer/trackers.py)
     os.environ.update(env)  # this process too: verl reads VERL_PLATFORM when it first asks for the platform
     from trainer.verl.plugins import register
 

@@ -26,8 +26,9 @@ from trainer.core.aero import is_correct
 from trainer.flops import rollout_flops, train_flops
 from trainer.verl.rows import ADV_COLUMN
 
-# verl metric name -> platform key (docs/metrics.md). Anything else verl logs is dropped,
-# except the keys already in the platform's namespace (the AERO trainer writes those).
+# verl metric name -> platform key (docs/metrics.md). Anything else verl logs is kept under
+# ``verl/<its name>`` (max/min, clip ratios, val-core...), except the keys already in the
+# platform's namespace (the AERO trainer writes those), which pass through.
 VERL_TO_PLATFORM = {
     "actor/pg_loss": "loss/policy",
     "actor/entropy": mk.TRAIN_ENTROPY,
@@ -50,18 +51,21 @@ VERL_TO_PLATFORM = {
 PLATFORM_PREFIXES = ("time/", "rollout/", "tokens/", "flops/", "reward/", "response/", "adv/", "prompts/", "strata/",
                      "zero_acc/", "all_correct/", "rescue/", "groups/", "savings/", "dapo/", "train/", "loss/",
                      "optim/", "verifier/")
+VERL_PREFIX = "verl/"
+COUNTERS = ("training/",)  # verl's step and epoch counters: the step is the x axis, not a metric
 TRAIN_TIMERS = ("old_log_prob", "ref", "adv", "update_actor", "update_weights")
 
 
 def translate(data: dict[str, Any]) -> dict[str, float]:
     """verl's step metrics -> platform keys. Platform keys pass through; ``time/train_s`` is the
     sum of verl's training-side timers (old log-probs, ref, advantages, update, weight sync)
-    unless the trainer already set it. Non-finite and non-numeric values are dropped."""
+    unless the trainer already set it. verl's other names are kept as ``verl/<name>``.
+    Non-finite and non-numeric values are dropped."""
     out: dict[str, float] = {}
     for k, v in data.items():
-        key = VERL_TO_PLATFORM.get(k, k if k.startswith(PLATFORM_PREFIXES) else None)
-        if key is None:
+        if k.startswith(COUNTERS):
             continue
+        key = VERL_TO_PLATFORM.get(k, k if k.startswith(PLATFORM_PREFIXES + (VERL_PREFIX,)) else VERL_PREFIX + k)
         try:
             f = float(v)
         except (TypeError, ValueError):

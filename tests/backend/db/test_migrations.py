@@ -12,7 +12,7 @@ from backend.db.models import Base
 from backend.db.session import get_engine
 
 TABLES = {"runs", "step_metrics", "metric_chunks", "metric_series", "eval_results", "sweeps", "api_tokens", "checkpoints",
-          "users", "audit_log", "step_details"}
+          "users", "audit_log", "step_details", "alert_events"}
 
 
 def _diff(url):

@@ -12,6 +12,7 @@ from trainer.config import RunConfig
 ALLOWED = {
     ("queued", "running"), ("queued", "cancelled"), ("queued", "failed"),
     ("running", "running"), ("running", "succeeded"), ("running", "failed"), ("running", "cancelled"), ("running", "queued"),
+    ("failed", "queued"), ("cancelled", "queued"),  # resume_run
 }
 
 

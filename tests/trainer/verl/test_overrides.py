@@ -126,3 +126,12 @@ def test_compose_refuses_a_legacy_reward_value():
 
     with pytest.raises(ValueError, match="legacy"):
         compose(overrides(method="grpo") + ["reward_model.reward_manager=dapo"])
+
+
+def test_the_runs_trackers_are_verls_own_loggers(monkeypatch):
+    monkeypatch.delenv("AERO_TRACKERS", raising=False)
+    assert as_dict(overrides(method="grpo"))["trainer.logger"] == '[console]'
+    o = as_dict(overrides(method="grpo", trackers=["tensorboard", "wandb"]))
+    assert o["trainer.logger"] == '[console,wandb,tensorboard]'
+    monkeypatch.setenv("AERO_TRACKERS", "mlflow")  # the operator's are added to every run
+    assert as_dict(overrides(method="grpo"))["trainer.logger"] == '[console,mlflow]'

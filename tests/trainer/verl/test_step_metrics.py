@@ -12,15 +12,19 @@ from trainer.flops import rollout_flops, train_flops
 from trainer.verl.step_metrics import JsonlRelay, PlatformLogger, StopRequested, eval_results, translate
 
 
-def test_translate_maps_verl_names_and_keeps_platform_keys():
+def test_translate_maps_verl_names_keeps_platform_keys_and_prefixes_the_rest():
     out = translate({"actor/pg_loss": 0.5, "actor/grad_norm": 2.0, "actor/pg_clipfrac": 0.1, "actor/lr": 5e-6,
                      "timing_s/step": 10.0, "timing_s/gen": 6.0, "timing_s/old_log_prob": 1.0,
                      "timing_s/update_actor": 2.5, "timing_s/update_weights": 0.5,
                      "critic/score/mean": 0.3, "rescue/rounds": 2.0, "tokens/generated": 99.0,
-                     "val-core/AIME24/acc/mean@8": 0.1, "actor/entropy": float("nan"), "note": "text"})
+                     "val-core/AIME24/acc/mean@8": 0.1, "actor/entropy": float("nan"), "note": "text",
+                     "actor/pg_clipfrac_lower": 0.02, "verl/already": 1.0, "training/global_step": 3})
     assert out == {"loss/policy": 0.5, "train/grad_norm": 2.0, "train/clip_frac": 0.1, "optim/lr": 5e-6,
                    "time/step_s": 10.0, "time/rollout_s": 6.0, "time/old_logprob_s": 1.0, "time/update_s": 2.5,
-                   "time/weight_sync_s": 0.5, "time/train_s": 4.0, "rescue/rounds": 2.0, "tokens/generated": 99.0}
+                   "time/weight_sync_s": 0.5, "time/train_s": 4.0, "rescue/rounds": 2.0, "tokens/generated": 99.0,
+                   # verl's other metrics are kept under verl/ (its max/min, clip ratios, val-core), not dropped
+                   "verl/critic/score/mean": 0.3, "verl/val-core/AIME24/acc/mean@8": 0.1,
+                   "verl/actor/pg_clipfrac_lower": 0.02, "verl/already": 1.0}
 
 
 def _batch(prompt_lens, resp_lens, rewards, adv=None, T_p=4, T_r=5):

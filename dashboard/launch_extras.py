@@ -1,0 +1,68 @@
+"""The Launch form's additions: cloning a run (``?clone=ID`` pre-fills the form with its config)
+and the alert and tracker inputs. Values go to the API, which validates them (422 naming the
+field); the rule text is common/alert_rules.py's, as in ``aero submit --alert``."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import streamlit as st
+
+from common.alert_rules import format_rule, parse_rules
+from common.dotted import flatten
+from dashboard import forms, run_extras, ui
+
+TRACKERS = ("wandb", "mlflow", "tensorboard")
+RULES_HELP = ("One rule per line: KIND[=VALUE][@BENCHMARK][:ACTION]. Kinds: failed, finished, nan_loss, "
+              "grad_norm_above=X, entropy_below=X, eval_target=T (held-out Avg@k), no_improvement=N (evaluations). "
+              "Actions: notify (default: shown on Run detail and posted to the webhook), stop (end the run cleanly "
+              "with a checkpoint), notify_stop.")
+
+
+def cloned_run() -> dict | None:
+    """The run named by ``?clone=ID``, or None."""
+    wanted = st.query_params.get("clone")
+    if not wanted or not wanted.isdigit():
+        return None
+    run = ui.client().get_run(int(wanted))
+    st.info(f"Cloning run #{run['id']} ({ui.md(run['name'])}): the form starts at its values; settings the form does "
+            "not show keep the run's.", icon=":material/content_copy:")
+    return run
+
+
+def with_default(spec: forms.FieldSpec, run: dict | None) -> forms.FieldSpec:
+    """``spec`` with the cloned run's value as its default."""
+    if run is None:
+        return spec
+    flat = flatten(run["config"])
+    return dataclasses.replace(spec, default=flat[spec.path]) if spec.path in flat else spec
+
+
+def inputs(run: dict | None) -> tuple[str, str, list[str]]:
+    """The Alerts and trackers section: (rules text, webhook URL, trackers)."""
+    alerts = (run or {}).get("config", {}).get("alerts") or {}
+    with st.expander("Alerts and trackers", expanded=bool(alerts.get("rules"))):
+        rules = st.text_area("Alert rules", value="\n".join(format_rule(r) for r in alerts.get("rules") or []),
+                             placeholder="nan_loss:stop\ngrad_norm_above=50:notify_stop\neval_target=0.6:stop",
+                             help=RULES_HELP, key="f_alerts_rules")
+        webhook = st.text_input("Webhook URL (optional)", value=alerts.get("webhook_url") or "", key="f_alerts_webhook",
+                                help="Alerts are POSTed here as JSON; its host must be one the operator allows "
+                                     "(AERO_WEBHOOK_HOSTS).")
+        trackers = st.multiselect("Trackers", TRACKERS, default=(run or {}).get("config", {}).get("trackers") or [],
+                                  key="f_trackers", help="Also log this run to W&B (offline unless the operator says "
+                                  "otherwise), MLflow or TensorBoard (extra aero-lab[trackers] on the workers).")
+    return rules, webhook, trackers
+
+
+def config_of(rules_text: str, webhook: str, trackers: list[str]) -> dict[str, Any]:
+    """Flat config entries of the inputs; ValueError naming a bad rule."""
+    out: dict[str, Any] = {"alerts.rules": parse_rules(rules_text), "trackers": list(trackers)}
+    if webhook.strip():
+        out["alerts.webhook_url"] = webhook.strip()
+    return out
+
+
+def base_config(run: dict | None, methods: list[str]) -> dict[str, Any]:
+    """The cloned run's flat config for ``methods`` ({} when not cloning)."""
+    return run_extras.clone_config(run["config"], methods, forms.METHODS) if run else {}

@@ -1,0 +1,19 @@
+"""The trackers a run logs to from the worker (trainer/trackers.py). On the embedded engine the
+worker attaches the tracker sinks beside the store's; on verl the run's trackers are verl's own
+loggers (``trainer.logger``, trainer/verl/overrides.py), which log verl's native metric names and
+its validation generations, so the worker attaches none (one set of files per run)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from trainer.config import RunConfig
+from trainer.sinks import MetricSink
+from trainer.trackers import TrackerSettings, make_trackers
+
+
+def tracker_sinks(cfg: RunConfig, out_dir: str | Path, run_name: str,
+                  settings: TrackerSettings | None = None) -> list[MetricSink]:
+    if cfg.engine == "verl":
+        return []
+    return make_trackers(cfg.trackers, out_dir, run_name, cfg.model_dump(mode="json"), settings)
