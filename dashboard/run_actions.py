@@ -26,7 +26,7 @@ def badge(run: dict, alerts: dict) -> None:
 
 def buttons(run: dict) -> None:
     c1, c2, _ = st.columns([2, 2, 5])
-    if run_extras.can_resume(run):
+    if run_extras.can_resume(run) and ui.may_change(run):  # the API's rule: admins any run, members their own
         if c1.button("Resume run", icon=":material/replay:", key="detail_resume",
                      help="Queue it again: the worker resumes it from its last checkpoint (from the start without one)."):
             try:
@@ -36,6 +36,8 @@ def buttons(run: dict) -> None:
             else:
                 ui.clear_caches()
                 st.rerun()
+    if not ui.may_submit():  # a viewer's token may not launch a clone either
+        return
     with c2:
         st.page_link(ui.PAGES["launch"], label="Clone into Launch", query_params={"clone": str(run["id"])},
                      icon=":material/content_copy:")
@@ -51,6 +53,10 @@ def alerts_panel(alerts: dict) -> None:
 
 
 def notes_and_tags(run: dict) -> None:
+    if not ui.may_change(run):
+        if run.get("notes"):
+            st.caption("Notes: " + ui.md(run["notes"]))
+        return
     with st.expander("Notes and tags", icon=":material/edit_note:"):
         with st.form("detail_notes"):
             notes = st.text_area("Notes", value=run.get("notes") or "", max_chars=10_000, key="detail_notes_text")

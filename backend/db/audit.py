@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from backend.db.models import AuditEvent, Run
 
-Action = Literal["run.create", "run.patch", "run.cancel", "run.delete", "sweep.create", "sweep.delete",
+Action = Literal["run.create", "run.patch", "run.cancel", "run.resume", "run.delete", "sweep.create", "sweep.delete",
                  "token.create", "token.revoke", "quota.refuse"]
 ACTIONS: tuple[str, ...] = get_args(Action)
 

@@ -172,3 +172,38 @@ def test_a_refused_change_leaves_no_audit_record(client, tokens, session):
     assert client.patch(f"/api/runs/{run['id']}", json={"notes": "x"}, headers=tokens["bob"]).status_code == 403
     session.expire_all()
     assert [a for (a,) in session.execute(select(AuditEvent.action))] == ["run.create"]
+
+
+def test_resume_follows_ownership_and_is_audited(client, tokens, session, enqueued):
+    """POST /runs/{id}/resume is a change like cancel: another member's 403 leaves the run
+    cancelled and unsent; the owner's resume queues it again and is in the audit log."""
+    run = submit(client, tokens["alice"])
+    assert client.post(f"/api/runs/{run['id']}/cancel", headers=tokens["alice"]).json()["status"] == "cancelled"
+    sent = len(enqueued.sent)
+    for who in ("bob", "vera"):
+        r = client.post(f"/api/runs/{run['id']}/resume", headers=tokens[who])
+        assert r.status_code == 403, r.text
+    assert client.get(f"/api/runs/{run['id']}").json()["status"] == "cancelled" and len(enqueued.sent) == sent
+    r = client.post(f"/api/runs/{run['id']}/resume", headers=tokens["alice"])
+    assert r.status_code == 200 and r.json()["status"] == "queued", r.text
+    assert len(enqueued.sent) == sent + 1
+    session.expire_all()
+    event = session.scalars(select(AuditEvent).where(AuditEvent.action == "run.resume")).one()
+    assert (event.user, event.target, event.before["status"], event.after["status"]) == (
+        "alice", f"run:{run['id']}", "cancelled", "queued")
+
+
+def test_resume_counts_against_the_owners_quota(make_settings, enqueued, tokens, session):
+    """A resumed run is queued again, so AERO_QUOTA_ACTIVE_RUNS counts it: 429, nothing changed."""
+    from fastapi.testclient import TestClient
+
+    from backend.main import create_app
+
+    with TestClient(create_app(make_settings(quota_active_runs=1), enqueue=enqueued)) as c:
+        first = submit(c, tokens["alice"])
+        assert c.post(f"/api/runs/{first['id']}/cancel", headers=tokens["alice"]).status_code == 200
+        submit(c, tokens["alice"])  # her one active run
+        r = c.post(f"/api/runs/{first['id']}/resume", headers=tokens["alice"])
+        assert r.status_code == 429, r.text
+        assert r.json()["quota"]["limit"] == "AERO_QUOTA_ACTIVE_RUNS"
+        assert c.get(f"/api/runs/{first['id']}").json()["status"] == "cancelled"
