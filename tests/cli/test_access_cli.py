@@ -9,6 +9,7 @@ import json
 
 import pytest
 from fastapi.testclient import TestClient
+from rich.console import Console
 from sqlalchemy import select
 from typer.testing import CliRunner
 
@@ -90,6 +91,9 @@ def test_aero_runs_mine_lists_only_the_tokens_users_runs(data_env, monkeypatch):
         return TestClient(api, base_url="http://testserver/api", headers={"Authorization": f"Bearer {token}"})
 
     monkeypatch.setattr(platform_cmds, "client", client)
+    # the module's consoles were made at import, under whatever terminal that was: pin a width
+    # wide enough for the run names (as tests/cli/test_cli_escaping.py does)
+    monkeypatch.setattr(platform_cmds, "out", Console(color_system=None, width=250))
     for name in ("alice", "bob"):
         with client(None, tokens[name]) as c:
             assert c.post("/runs", json={"config": {"method": "grpo", "steps": 2}, "name": f"{name}-run"}).status_code == 201

@@ -5,16 +5,10 @@ land in test-artifacts/screenshots/ (as test_browser_look.py's do)."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
 
-import httpx
 import pytest
 
-from tests.dashboard.test_browser_look import ROOT, pixels_near, rgb, shot
+from tests.dashboard.test_browser_look import pixels_near, rgb, shot, streamlit_app
 
 from backend.db.alerts import record_alert, set_stop_reason
 from backend.db.models import Run
@@ -42,35 +36,8 @@ def alert_dashboard(tmp_path, helpers):
                             "test@host")
             record_alert(s, ids["noted"], rule=0, kind="entropy_below", step=9, value=0.01,
                          message="<img src=x onerror=alert(1)> entropy low", stopped=False)
-        port = helpers.free_port()
-        env = {**os.environ, "AERO_API_URL": api.url, "AERO_API_TOKEN": api.token, "AERO_DATA_DIR": str(tmp_path / "none")}
-        log = tmp_path / "streamlit.log"
-        with open(log, "wb") as f:
-            proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", helpers.app, "--server.port", str(port),
-                                     "--server.address", "127.0.0.1", "--server.headless", "true",
-                                     "--browser.gatherUsageStats", "false", "--client.toolbarMode", "viewer"],
-                                    cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True)
-        url = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + 90
-            while True:
-                assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
-                assert time.monotonic() < deadline, log.read_text(errors="replace")[-3000:]
-                try:
-                    if httpx.get(f"{url}/_stcore/health", timeout=2).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.3)
+        with streamlit_app(api, tmp_path, helpers) as url:
             yield url, ids
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
 
 
 def open_run(pg, url: str, rid: int) -> None:

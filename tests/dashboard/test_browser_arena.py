@@ -5,20 +5,12 @@ leaderboard and the trade-off chart, each marker in its method's colour, without
 
 from __future__ import annotations
 
-import os
 import re
-import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
 
-import httpx
 import pytest
 
-from tests.dashboard.test_browser_look import pixels_near, rgb, shot
+from tests.dashboard.test_browser_look import pixels_near, rgb, shot, streamlit_app
 
-ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 
@@ -33,33 +25,8 @@ def arena_dashboard(tmp_path, helpers):
             for seed in (0, 1):
                 helpers.add_run(api.db_url, method, steps=20, done=20, status="succeeded", seed=seed, sweep_id=sweep,
                                 evals_at=(0, 10, 20), vary=True)
-        port = helpers.free_port()
-        env = {**os.environ, "AERO_API_URL": api.url, "AERO_API_TOKEN": api.token, "AERO_DATA_DIR": str(tmp_path / "none")}
-        log = tmp_path / "streamlit.log"
-        with open(log, "wb") as f:
-            proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", helpers.app, "--server.port", str(port),
-                                     "--server.address", "127.0.0.1", "--server.headless", "true",
-                                     "--browser.gatherUsageStats", "false"], cwd=ROOT, env=env, stdout=f,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-        url = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + 90
-            while True:
-                assert proc.poll() is None and time.monotonic() < deadline, log.read_text(errors="replace")[-3000:]
-                try:
-                    if httpx.get(f"{url}/_stcore/health", timeout=2).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.3)
+        with streamlit_app(api, tmp_path, helpers) as url:
             yield url, sweep
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
 
 
 def test_compare_sweep_draws_the_arena_leaderboard(page, arena_dashboard):

@@ -19,6 +19,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -48,6 +50,41 @@ def pixels_near(png: bytes, color: tuple[int, int, int], tol: int = 12) -> int:
     return int((np.abs(img - np.array(color)).sum(axis=2) <= tol).sum())
 
 
+@contextmanager
+def streamlit_app(api, tmp_path: Path, helpers) -> Iterator[str]:
+    """`streamlit run` of the dashboard against the test API ``api``; yields its URL once its
+    health check answers (90 s deadline), and stops it (SIGTERM, then SIGKILL) afterwards."""
+    port = helpers.free_port()
+    env = {**os.environ, "AERO_API_URL": api.url, "AERO_API_TOKEN": api.token, "AERO_DATA_DIR": str(tmp_path / "none")}
+    log = tmp_path / "streamlit.log"
+    with open(log, "wb") as f:
+        proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", helpers.app, "--server.port", str(port),
+                                 "--server.address", "127.0.0.1", "--server.headless", "true",
+                                 "--browser.gatherUsageStats", "false", "--client.toolbarMode", "viewer"],
+                                cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
+            assert time.monotonic() < deadline, log.read_text(errors="replace")[-3000:]
+            try:
+                if httpx.get(f"{url}/_stcore/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.3)
+        yield url
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
 @pytest.fixture
 def dashboard(tmp_path, helpers):
     """The live test API on a temp store with a finished GRPO run, a finished DAPO run and a
@@ -58,35 +95,8 @@ def dashboard(tmp_path, helpers):
                "aero": helpers.add_run(api.db_url, "aero", steps=10, done=10, status="running", name="aero-training")}
         for _ in range(5):
             helpers.add_run(api.db_url, "grpo", steps=10, done=0, status="queued")
-        port = helpers.free_port()
-        env = {**os.environ, "AERO_API_URL": api.url, "AERO_API_TOKEN": api.token, "AERO_DATA_DIR": str(tmp_path / "none")}
-        log = tmp_path / "streamlit.log"
-        with open(log, "wb") as f:
-            proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", helpers.app, "--server.port", str(port),
-                                     "--server.address", "127.0.0.1", "--server.headless", "true",
-                                     "--browser.gatherUsageStats", "false", "--client.toolbarMode", "viewer"],
-                                    cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True)
-        url = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + 90
-            while True:
-                assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
-                assert time.monotonic() < deadline, log.read_text(errors="replace")[-3000:]
-                try:
-                    if httpx.get(f"{url}/_stcore/health", timeout=2).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.3)
+        with streamlit_app(api, tmp_path, helpers) as url:
             yield url, ids
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
 
 
 def shot(pg, locator, name: str) -> bytes:

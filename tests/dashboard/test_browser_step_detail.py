@@ -8,38 +8,23 @@ Debian's /usr/bin/chromium (the `page` fixture skips without it, or fails under 
 
 from __future__ import annotations
 
-import io
-import os
-import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
+from functools import partial
 
-import httpx
 import pytest
 
+from tests.dashboard import test_browser_look as look
 from tests.dashboard.step_details import HOSTILE, add_details
+from tests.dashboard.test_browser_look import streamlit_app
 
-ROOT = Path(__file__).resolve().parents[2]
-SHOTS = ROOT / "test-artifacts" / "screenshots"
+pixels_near = partial(look.pixels_near, tol=24)  # anti-aliased curves: a looser match than the badges'
 AERO_RED = (0xE4, 0x57, 0x56)  # AERO's method colour: the chosen key's curve
 HEATMAP_DARK = (8, 48, 107)  # the darkest colour of Plotly's "Blues": a bin holding the whole step
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 
-def pixels_near(png: bytes, color: tuple[int, int, int], tol: int = 24) -> int:
-    import numpy as np
-    from PIL import Image
-
-    img = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"), dtype=int)
-    return int((np.abs(img - np.array(color)).sum(axis=2) <= tol).sum())
-
-
 def shot(locator, name: str) -> bytes:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    return locator.screenshot(path=str(SHOTS / f"{name}.png"))
+    return look.shot(None, locator, name)
 
 
 @pytest.fixture
@@ -48,35 +33,8 @@ def dashboard(tmp_path, helpers):
     with helpers.serve(f"sqlite:///{tmp_path / 'aero.sqlite'}", tmp_path) as api:
         rid = helpers.add_run(api.db_url, "aero", steps=6, done=6, status="succeeded", name="aero-detail")
         add_details(api.db_url, rid, range(1, 7))
-        port = helpers.free_port()
-        env = {**os.environ, "AERO_API_URL": api.url, "AERO_API_TOKEN": api.token, "AERO_DATA_DIR": str(tmp_path / "none")}
-        log = tmp_path / "streamlit.log"
-        with open(log, "wb") as f:
-            proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", helpers.app, "--server.port", str(port),
-                                     "--server.address", "127.0.0.1", "--server.headless", "true",
-                                     "--browser.gatherUsageStats", "false", "--client.toolbarMode", "viewer"],
-                                    cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True)
-        url = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + 90
-            while True:
-                assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
-                assert time.monotonic() < deadline, log.read_text(errors="replace")[-3000:]
-                try:
-                    if httpx.get(f"{url}/_stcore/health", timeout=2).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.3)
+        with streamlit_app(api, tmp_path, helpers) as url:
             yield url, rid
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
 
 
 def test_rollouts_view_key_picker_and_heatmaps(page, dashboard):

@@ -107,8 +107,11 @@ def test_policy_update_is_the_same_update_either_way():
     assert s1.keys() == s2.keys() and all(abs(s1[k] - s2[k]) < 1e-4 for k in s1)
     assert s1["train/kl"] > 0  # the second epoch moved away from the reference
     assert any((a - b0).abs().max() > 1e-3 for a, b0 in zip(p1, base.parameters()))  # it trained
+    # AdamW's normalised step (m / sqrt(v)) turns rounding in near-zero gradients into weight
+    # differences of a few lr x 1e-4 after 4 steps: 1.3e-5 on an AVX-512 CPU (lr 1e-2), under 1e-5
+    # on others. A real divergence between the two passes moves weights by ~lr (1e-2).
     for a, b in zip(p1, p2):
-        assert torch.allclose(a, b, atol=1e-5)
+        assert torch.allclose(a, b, atol=5e-5), (a - b).abs().max()
 
 
 def test_policy_logprobs_falls_back_to_the_padded_pass():
