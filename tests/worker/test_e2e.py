@@ -113,9 +113,10 @@ def test_submit_train_stream_compare(broker, platform, request):
 
 
 def _crash_and_resume(p, db_url: str, recover) -> dict:
-    """Submit a 6-step run (checkpoint every 2), SIGKILL the worker's process group after step 3,
-    call ``recover(p)`` (start a worker, maybe the reaper), wait for the run to succeed."""
-    steps = 6
+    """Submit a 16-step run (checkpoint every 2), SIGKILL the worker's process group after step 3,
+    call ``recover(p)`` (start a worker, maybe the reaper), wait for the run to succeed. 16 steps,
+    not 6: a tiny step takes ~0.4 s, and a 6-step run once finished before the kill landed."""
+    steps = 16
     p.start_api()
     w1 = p.start_worker("worker1")
     with p.client() as c:
@@ -124,6 +125,7 @@ def _crash_and_resume(p, db_url: str, recover) -> dict:
         first_owner = run_row(db_url, rid).worker
         p.kill(w1)
         t_kill = time.monotonic()
+        assert run_row(db_url, rid).status == "running", "the run ended before the kill: make it longer"
         before = stored_steps(db_url, rid)
         recover(p)
         p.wait(lambda: run_row(db_url, rid).worker not in (None, first_owner), 90, "another worker to take the run")
