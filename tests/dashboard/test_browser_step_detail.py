@@ -8,9 +8,11 @@ Debian's /usr/bin/chromium (the `page` fixture skips without it, or fails under 
 
 from __future__ import annotations
 
+import time
 from functools import partial
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from tests.dashboard import test_browser_look as look
 from tests.dashboard.step_details import HOSTILE, add_details
@@ -37,6 +39,20 @@ def dashboard(tmp_path, helpers):
             yield url, rid
 
 
+def choose(pg, select, text: str, deadline_s: float = 90) -> None:
+    """Open ``select`` and click its option containing ``text``. A Streamlit rerun that lands
+    while the list is open closes it (seen once in CI), so open it again until the deadline."""
+    end = time.monotonic() + deadline_s
+    while True:
+        select.click()
+        try:
+            pg.get_by_role("option").filter(has_text=text).first.click(timeout=5_000)
+            return
+        except PlaywrightTimeout:
+            assert time.monotonic() < end, f"no option {text!r} within {deadline_s} s"
+            pg.keyboard.press("Escape")
+
+
 def test_rollouts_view_key_picker_and_heatmaps(page, dashboard):
     url, rid = dashboard
     pg = page
@@ -48,8 +64,7 @@ def test_rollouts_view_key_picker_and_heatmaps(page, dashboard):
     # element (an <img> with an onerror, a <b>) was made from it
     pg.get_by_text("Step 6: 9 stored rollouts match").first.wait_for()
     pick = pg.locator('[data-testid="stSelectbox"]').filter(has_text="Show one in full")
-    pick.click()
-    pg.get_by_role("option").filter(has_text="group 1, explore, reward 0").first.click()
+    choose(pg, pick, "group 1, explore, reward 0")
     code = pg.locator('[data-testid="stCode"]').filter(has_text="onerror=alert(1)")
     code.first.wait_for()
     assert HOSTILE in code.first.inner_text().replace("\n", "")
