@@ -15,6 +15,8 @@ GRPO and DAPO generate n_total per prompt; AERO explores with n_explore and shar
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from functools import partial
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -44,7 +46,9 @@ class StepContext:
     rng: np.random.Generator  # curation RNG (checkpointed)
     method_state: dict = field(default_factory=dict)  # a method's plain-data state across steps (checkpointed)
     sample_rules: SampleRules | None = None  # the stored rollout sample's rule (None: store no detail)
-    detail: dict | None = None  # the last step's rollout sample and histograms (trainer/rollout_sample.py)
+    # the last step's rollout sample and histograms (trainer/rollout_sample.py), built on demand by
+    # the loop after the step's clock stops, so storing it never counts as the method's time
+    detail: Callable[[], dict | None] | None = None
 
 
 @dataclass
@@ -159,7 +163,7 @@ def collect(ctx: StepContext, data_pos: int) -> Collected:
     c = Collected(train=[sampler.rollouts[i] for i in res.rows.tolist()], advantages=torch.from_numpy(res.advantages),
                   generated=sampler.rollouts, prompts_used=res.prompts_used, stats=res.stats,
                   cost_metrics=res.cost_metrics)
-    ctx.detail = sample_detail(ctx, sampler, res, data_pos)
+    ctx.detail = partial(sample_detail, ctx, sampler, res, data_pos)
     return sampler.timed.finish(c)
 
 

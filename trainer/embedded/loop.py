@@ -145,8 +145,9 @@ def iter_training(cfg: RunConfig, out_dir: str | Path, sink: MetricSink,
         metrics = {**train_step(cfg, setup, ctx, state), **monitor.sample()}
         state.step = step
         sink.log(step, metrics)
-        if ctx.detail is not None:
-            sink.log_detail(step, ctx.detail)
+        detail = ctx.detail() if ctx.detail is not None else None  # outside the step's timing
+        if detail is not None:
+            sink.log_detail(step, detail)
         if due(step, cfg.eval_every) and step != cfg.steps:  # the final eval runs below
             run_eval(step)
         if due(step, cfg.checkpoint_every):
