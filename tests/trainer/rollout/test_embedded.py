@@ -9,7 +9,7 @@ import torch
 from trainer.embedded.model import build_model, tiny_qwen2_config
 from trainer.rollout import ENGINES, make_engine
 from trainer.rollout.base import SamplingParams
-from trainer.rollout.embedded import EmbeddedEngine, expand_counts, left_pad, top_p_filter
+from trainer.rollout.embedded import EmbeddedEngine, expand_counts, left_pad, live_rows, top_p_filter
 
 V, BOS, EOS, PAD = 20, 1, 2, 0
 SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
@@ -153,6 +153,44 @@ def test_kv_cache_matches_no_cache_recomputation():
     for r in out:
         ref = no_cache_logprobs(model, r.prompt_ids, r.response_ids, 0.8)
         assert r.logprobs == pytest.approx(ref, abs=1e-4)
+
+
+def test_compacting_finished_rows_changes_no_token():
+    """The shipped tiny policy on its arithmetic prompts: answers of 2-5 tokens, so rows finish
+    at different steps. Dropping finished rows from the forward batch (after every finish, at
+    a quarter, never) samples the same tokens from the same generator, and the log-probs still
+    match an uncached recomputation (a wrongly re-indexed cache would condition a row on
+    another row's prompt and answer)."""
+    from trainer.embedded.model import load_policy
+    from trainer.embedded.presets import PRESETS
+    from trainer.tasks import make_task
+    from trainer.tasks.tokenizer import CharTokenizer
+
+    tok = CharTokenizer.load(PRESETS["tiny"])
+    task = make_task("arithmetic", tokenizer=tok, benchmark_size=8)
+    prompts = [task.encode_prompt(p) for p in task.train_problems(0, 6, 0)]
+    model = load_policy(PRESETS["tiny"])
+    sp = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=8)
+    runs = {c: EmbeddedEngine(model, eos_id=tok.eos_id, pad_id=tok.pad_id, compact_at=c).generate(prompts, 4, sp, gen(7))
+            for c in (1e-9, 0.25, 2.0)}
+    never = runs[2.0]
+    assert len({len(r.response_ids) for r in never}) >= 3  # the batch really shrinks mid-call
+    for c in (1e-9, 0.25):
+        assert [(r.prompt_index, r.response_ids, r.finished) for r in runs[c]] == \
+            [(r.prompt_index, r.response_ids, r.finished) for r in never]
+        assert [lp for r in runs[c] for lp in r.logprobs] == pytest.approx([lp for r in never for lp in r.logprobs], abs=1e-5)
+    for r in runs[1e-9]:
+        assert r.logprobs == pytest.approx(no_cache_logprobs(model, r.prompt_ids, r.response_ids, 1.0), abs=1e-4)
+
+
+def test_live_rows_waits_for_a_quarter_of_the_batch():
+    done = torch.tensor([True, False, False, False, True, False, False, False])
+    assert live_rows(done, torch.arange(8), 0.25).tolist() == [1, 2, 3, 5, 6, 7]  # 2 of 8 finished
+    assert live_rows(done, torch.arange(8), 0.3) is None  # 2 of 8 < 0.3
+    live = torch.tensor([1, 2, 3, 4])  # the forward batch after an earlier compaction
+    assert live_rows(done, live, 0.25).tolist() == [0, 1, 2]  # row 4 finished: 1 of 4
+    assert live_rows(torch.ones(8, dtype=torch.bool), torch.arange(8), 0.25) is None  # all done: the loop ends
+    assert live_rows(done, torch.arange(8), 2.0) is None  # > 1: never
 
 
 def greedy_no_cache(model, prompt, steps):
