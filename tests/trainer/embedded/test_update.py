@@ -16,8 +16,8 @@ from trainer.rollout.embedded import EmbeddedEngine
 import trainer.core.losses as losses
 from trainer.config import parse_run_config
 from trainer.core.losses import Aggregation
-from trainer.embedded.update import (UpdateSettings, Updater, mini_batch_indices, policy_logprobs, policy_update,
-                                     shared_prompt_logprobs, shares_prompts, shuffle_rng)
+from trainer.embedded.update import (UpdateSettings, Updater, length_buckets, mini_batch_indices, policy_logprobs,
+                                     policy_update, shared_prompt_logprobs, shares_prompts, shuffle_rng)
 
 V, BOS, EOS, PAD = 20, 1, 2, 0
 SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2, intermediate_size=64)
@@ -58,6 +58,45 @@ def test_shared_prompt_forward_matches_the_padded_forward(temperature):
     if temperature == 1.0:  # the engine's sampling log-probs, as the padded forward gives them
         assert (logp[mask] - batch.old_logprobs[mask]).abs().max() < 1e-4
     logp2, none = shared_prompt_logprobs(model, rollouts, batch, temperature, PAD, with_entropy=False)
+    assert none is None and torch.allclose(logp2, logp.detach(), atol=1e-6)
+
+
+def test_length_buckets_split_off_runaway_rows_only_when_it_pays():
+    same_prompt = torch.zeros(8, dtype=torch.long)
+    # 7 rows of 2 tokens and one of 9: one pass is 8 x 8 = 64 positions; split at 2 it is
+    # 7 x 1 + 1 x 8 + the long row's prompt again (3) = 18
+    q = torch.tensor([2, 2, 9, 2, 2, 2, 2, 2])
+    short, long_ = length_buckets(q, same_prompt, prompt_width=3)
+    assert short.tolist() == [0, 1, 3, 4, 5, 6, 7] and long_.tolist() == [2]
+    # 5, 5, 5, 6: one pass 4 x 5 = 20; split at 5: 3 x 4 + 1 x 5 + 3 = 20, no saving
+    assert [b.tolist() for b in length_buckets(torch.tensor([5, 5, 5, 6]), same_prompt[:4], 3)] == [[0, 1, 2, 3]]
+    # the saving must beat the repeated prompt pass: a 40-token prompt makes the split dearer
+    assert len(length_buckets(q, same_prompt, prompt_width=40)) == 1
+    assert len(length_buckets(torch.tensor([3]), same_prompt[:1], 3)) == 1
+
+
+def test_length_buckets_give_the_padded_forward_and_its_gradients():
+    """Rows of one prompt in both buckets, and rows of several prompts: log-probs, entropies
+    and gradients equal the one right-padded pass's."""
+    model = small_model().train()
+    rollouts = ragged_rollouts(model, counts=(6, 5, 0, 6))
+    for r in rollouts[1:]:  # every response but the first row's cut to <= 2 tokens, the first 8: one runaway row
+        if r.length > 2:
+            r.response_ids, r.logprobs, r.finished = r.response_ids[:2], r.logprobs[:2], False
+    rollouts[0].response_ids, rollouts[0].logprobs, rollouts[0].finished = [7] * 7 + [EOS], [-1.0] * 8, True
+    batch = collate(rollouts, PAD)
+    buckets = length_buckets(batch.response_lengths, torch.tensor([r.prompt_index for r in rollouts]), 7)
+    assert len(buckets) == 2 and buckets[1].tolist() == [0]
+    params = list(model.parameters())
+    w = torch.randn(batch.input_ids.shape, generator=torch.Generator().manual_seed(3))
+    ref_logp, ref_ent = sequence_logprobs(model, batch, 0.8)
+    ref_grad = torch.autograd.grad(((ref_logp + 0.1 * ref_ent) * w).sum(), params)
+    logp, ent = shared_prompt_logprobs(model, rollouts, batch, 0.8, PAD)
+    grad = torch.autograd.grad(((logp + 0.1 * ent) * w).sum(), params)
+    assert torch.allclose(logp, ref_logp, atol=1e-5) and torch.allclose(ent, ref_ent, atol=1e-5)
+    for g, r in zip(grad, ref_grad):
+        assert torch.allclose(g, r, atol=1e-5, rtol=1e-4)
+    logp2, none = shared_prompt_logprobs(model, rollouts, batch, 0.8, PAD, with_entropy=False)
     assert none is None and torch.allclose(logp2, logp.detach(), atol=1e-6)
 
 
