@@ -15,17 +15,27 @@ from backend.db.tokens import revoke_token_id, user_name
 from backend.settings import Settings, get_settings
 
 
-def create_token(name: str, settings: Settings | None = None, role: str = "admin", user: str | None = None) -> str:
+def create_token(name: str, settings: Settings | None = None, role: str | None = None,
+                 user: str | None = None) -> tuple[str, str]:
     """Create a token called ``name`` with ``role`` for ``user`` (default: the user called
-    ``name``) in the configured store (migrating it first) and return the plaintext token; only
-    its SHA-256 hash is stored, so it cannot be shown again."""
+    ``name``) in the configured store (migrating it first). Returns (plaintext token, role); only
+    the token's SHA-256 hash is stored, so it cannot be shown again.
+
+    Without a role, the least privilege that still lets a lab start: ``admin`` while the store
+    has no live admin token (the first token, which must manage the others), else ``member``."""
     settings = settings or get_settings()
     migrate(settings.database_url)
     with session_scope(settings.database_url) as session:
+        if role is None:
+            role = "member" if has_live_admin(session) else "admin"
         row, token = _create(session, name, role, user)
         audit.record(session, "token.create", user=None, role=None, target=f"token:{row.id}",
                      after={"name": row.name, "user": user_name(session, row), "role": row.role})
-    return token
+    return token, role
+
+
+def has_live_admin(session) -> bool:
+    return session.scalar(select(ApiToken.id).where(ApiToken.role == "admin", ApiToken.revoked_at.is_(None)).limit(1)) is not None
 
 
 def revoke_tokens(name: str, settings: Settings | None = None) -> int:

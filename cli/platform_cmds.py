@@ -200,17 +200,18 @@ ROLES = ("admin", "member", "viewer")
 @token_app.command("create")
 def token_create(
     name: Annotated[str, typer.Argument(help="A label for the token (who or what uses it).")],
-    role: Annotated[str, typer.Option("--role", help="admin: everything, tokens and users too; member: submit and "
-                                      "change only their own runs and sweeps; viewer: read only.")] = "admin",
+    role: Annotated[Optional[str], typer.Option("--role", help="admin: everything, tokens and users too; member: submit and "
+                                                "change only their own runs and sweeps; viewer: read only. Default: "
+                                                "admin for the store's first token (no live admin yet), else member.")] = None,
     user: Annotated[Optional[str], typer.Option("--user", help="The user the token belongs to (created if new; default NAME).")] = None,
 ):
     """Create an API token in the configured store and print it (only now: it is stored hashed)."""
     from backend.cli_token import create_token
 
-    if role not in ROLES:
+    if role is not None and role not in ROLES:
         err.print(f"[red]--role must be one of {', '.join(ROLES)}[/], not {safe(role)}")
         raise typer.Exit(2)
-    tok = create_token(name, role=role, user=user)
+    tok, role = create_token(name, role=role, user=user)
     err.print(f"{role} token [bold]{safe(name)}[/] for user [bold]{safe(user or name)}[/] created; it is shown only once:")
     print(tok)
 

@@ -32,14 +32,14 @@ def test_environment_overrides(monkeypatch, tmp_path):
 
 def test_create_token_migrates_and_stores_only_the_hash(tmp_path):
     s = Settings(data_dir=tmp_path)
-    token = create_token("ci", s)
-    assert token.startswith("aero_") and len(token) >= 40
+    token, role = create_token("ci", s)
+    assert token.startswith("aero_") and len(token) >= 40 and role == "admin"  # the store's first token
     with make_sessionmaker(get_engine(s.database_url))() as session:
         (row,) = list_tokens(session)
         assert (row.name, row.token_hash) == ("ci", hash_token(token))
         assert verify_token(session, token).id == row.id
         assert verify_token(session, token + "x") is None and verify_token(session, "") is None
-    assert create_token("ci", s) != token  # a new secret each time
+    assert create_token("ci", s)[0] != token  # a new secret each time
 
 
 @pytest.fixture

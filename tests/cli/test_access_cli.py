@@ -53,6 +53,27 @@ def test_token_create_with_role_and_user(data_env):
         assert [e.action for e in s.scalars(select(AuditEvent).order_by(AuditEvent.id))] == ["token.create", "token.revoke"]
 
 
+def test_token_create_defaults_to_admin_only_for_the_first_token(data_env):
+    """Least privilege by default: the store's first token is an admin (someone must manage the
+    others); after that a token without --role is a member, until no live admin is left."""
+    def create(name, *role):
+        res = runner.invoke(app, ["token", "create", name, *role])
+        assert res.exit_code == 0, res.output
+        return res
+
+    assert "admin token" in create("root").output
+    assert "member token" in create("bob").output
+    assert "viewer token" in create("eve", "--role", "viewer").output
+    assert "admin token" in create("carol", "--role", "admin").output
+    assert runner.invoke(app, ["token", "revoke", "root"]).exit_code == 0
+    assert "member token" in create("dan").output  # carol is still an admin
+    assert runner.invoke(app, ["token", "revoke", "carol"]).exit_code == 0
+    assert "admin token" in create("ops").output  # no live admin: the next token bootstraps again
+    with session_scope(data_env.database_url) as s:
+        roles = {t.name: t.role for t in s.scalars(select(ApiToken))}
+    assert roles == {"root": "admin", "bob": "member", "eve": "viewer", "carol": "admin", "dan": "member", "ops": "admin"}
+
+
 def test_token_create_refuses_an_unknown_role(data_env):
     res = runner.invoke(app, ["token", "create", "x", "--role", "owner"])
     assert res.exit_code == 2 and "--role must be one of admin, member, viewer" in res.output

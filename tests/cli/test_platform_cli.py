@@ -205,9 +205,16 @@ def test_aero_up_end_to_end(tmp_path):
         assert res.returncode == 1 and "query.groups" in res.stderr and "differ in more than the seed" in res.stderr
 
         # `aero token create` prints a new token once; it authenticates state-changing calls.
+        # `aero up` made the store's admin token, so a token without --role is a member's: it may
+        # not change the admin's run; an admin token may.
         res = _cli("token", "create", "ci-bot", env=env)
+        member_token = res.stdout.strip()
+        assert res.returncode == 0 and member_token.startswith("aero_") and "member token" in res.stderr
+        r = httpx.patch(f"{api}/api/runs/{rid}", json={"notes": "no"}, headers={"Authorization": f"Bearer {member_token}"})
+        assert r.status_code == 403, r.text
+        res = _cli("token", "create", "ci-admin", "--role", "admin", env=env)
         new_token = res.stdout.strip()
-        assert res.returncode == 0 and new_token.startswith("aero_") and new_token != token
+        assert res.returncode == 0 and new_token.startswith("aero_") and new_token not in (token, member_token)
         r = httpx.patch(f"{api}/api/runs/{rid}", json={"notes": "ok"}, headers={"Authorization": f"Bearer {new_token}"})
         assert r.status_code == 200 and r.json()["notes"] == "ok"
         assert httpx.patch(f"{api}/api/runs/{rid}", json={"notes": "x"}).status_code == 401
