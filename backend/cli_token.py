@@ -11,7 +11,7 @@ from backend.db.migrate import migrate
 from backend.db.models import ApiToken
 from backend.db.session import session_scope
 from backend.db.tokens import create_token as _create
-from backend.db.tokens import revoke_token_id, user_name
+from backend.db.tokens import has_live_admin, revoke_token_id, user_name
 from backend.settings import Settings, get_settings
 
 
@@ -32,10 +32,6 @@ def create_token(name: str, settings: Settings | None = None, role: str | None =
         audit.record(session, "token.create", user=None, role=None, target=f"token:{row.id}",
                      after={"name": row.name, "user": user_name(session, row), "role": row.role})
     return token, role
-
-
-def has_live_admin(session) -> bool:
-    return session.scalar(select(ApiToken.id).where(ApiToken.role == "admin", ApiToken.revoked_at.is_(None)).limit(1)) is not None
 
 
 def revoke_tokens(name: str, settings: Settings | None = None) -> int:

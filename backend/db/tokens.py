@@ -91,6 +91,12 @@ def revoke_token_id(session: Session, token_id: int) -> ApiToken | None:
     return row
 
 
+def has_live_admin(session: Session) -> bool:
+    """Whether any unrevoked admin token exists (``aero token create``'s default role reads it)."""
+    stmt = select(ApiToken.id).where(ApiToken.role == "admin", ApiToken.revoked_at.is_(None)).limit(1)
+    return session.scalar(stmt) is not None
+
+
 def list_tokens(session: Session) -> list[ApiToken]:
     return list(session.scalars(select(ApiToken).order_by(ApiToken.id)))
 

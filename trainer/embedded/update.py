@@ -107,16 +107,14 @@ def shared_prompt_logprobs(model, rollouts: list[Rollout], batch: TrainBatch, te
     buckets = length_buckets(batch.response_lengths.cpu(), prompt_of_row, max(len(p) for p in slot))
     if len(buckets) == 1:
         return _prompt_then_responses(model, list(slot), prompt_of_row.to(dev), batch, temperature, pad_id, with_entropy)
-    parts = []
+    prompts, parts = list(slot), []
     for idx in buckets:
-        used = sorted(set(prompt_of_row[idx].tolist()))  # this bucket's prompts, renumbered
-        renum = {p: k for k, p in enumerate(used)}
-        rows = torch.tensor([renum[p] for p in prompt_of_row[idx].tolist()], dtype=torch.long, device=dev)
-        prompts = list(slot)
-        sub = replace(batch, input_ids=batch.input_ids[idx.to(dev)], prompt_lengths=batch.prompt_lengths[idx.to(dev)],
-                      response_lengths=batch.response_lengths[idx.to(dev)])
-        parts.append(_prompt_then_responses(model, [prompts[p] for p in used], rows, sub, temperature, pad_id,
-                                            with_entropy))
+        used, rows = torch.unique(prompt_of_row[idx], return_inverse=True)  # this bucket's prompts, renumbered
+        at = idx.to(dev)
+        sub = replace(batch, input_ids=batch.input_ids[at], prompt_lengths=batch.prompt_lengths[at],
+                      response_lengths=batch.response_lengths[at])
+        parts.append(_prompt_then_responses(model, [prompts[p] for p in used.tolist()], rows.to(dev), sub, temperature,
+                                            pad_id, with_entropy))
     back = torch.empty(len(rollouts), dtype=torch.long)  # row i's position in the concatenated buckets
     back[torch.cat(buckets)] = torch.arange(len(rollouts))
     back = back.to(dev)

@@ -257,7 +257,10 @@ class EmbeddedEngine:
                 pos = pos + 1
                 # finished rows keep their last logits: they are sampled and masked, so the
                 # generator draws exactly as many numbers per step as with every row in the batch
-                all_logits = all_logits.index_copy(0, live, logits.to(all_logits.dtype))
+                if len(live) == B:
+                    all_logits = logits
+                else:
+                    all_logits.index_copy_(0, live, logits.to(all_logits.dtype))
             tok_all, lp = sample_next(all_logits, sampling, generator)
             tok_all = tok_all.masked_fill(done, self.pad_id)
             tokens[:, t], logprobs[:, t] = tok_all, lp.masked_fill(done, 0.0)
