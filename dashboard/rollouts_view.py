@@ -41,14 +41,29 @@ def filters() -> tuple:
             None if lo <= REWARD_RANGE[0] else lo, None if hi >= REWARD_RANGE[1] else hi)
 
 
-def pick_step(steps: list[int]) -> int:
+def follow_latest(run_id: int, steps: list[int], key: str, typed: bool = False) -> None:
+    """Set the step control's state before it is drawn: the newest step for a run just opened,
+    for a control that showed the newest step when newer ones landed (a live run: the view
+    follows training), or when the stored step is not one of this run's (a ``typed`` number box:
+    outside its range); else what the user picked."""
+    shown, (seen_run, seen_last) = st.session_state.get(key), st.session_state.get("ro_seen", (None, None))
+    valid = shown is not None and steps[0] <= shown <= steps[-1] if typed else shown in steps
+    if seen_run != run_id or shown == seen_last or not valid:
+        st.session_state[key] = steps[-1]
+    st.session_state["ro_seen"] = (run_id, steps[-1])
+
+
+def pick_step(run_id: int, steps: list[int]) -> int:
     """The step to show: a slider over the sampled steps, or for a long run a number box (the
-    nearest sampled step at or before the number typed)."""
+    nearest sampled step at or before the number typed). Both follow new steps while they show
+    the newest (:func:`follow_latest`)."""
     if len(steps) == 1:
         return steps[0]
     if len(steps) <= MAX_SLIDER_STEPS:
-        return int(st.select_slider("Step", options=steps, value=steps[-1], key="ro_step"))
-    typed = st.number_input("Step", min_value=steps[0], max_value=steps[-1], value=steps[-1], step=1, key="ro_step_n")
+        follow_latest(run_id, steps, "ro_step")
+        return int(st.select_slider("Step", options=steps, key="ro_step"))
+    follow_latest(run_id, steps, "ro_step_n", typed=True)
+    typed = st.number_input("Step", min_value=steps[0], max_value=steps[-1], step=1, key="ro_step_n")
     return max(s for s in steps if s <= typed)
 
 
@@ -61,7 +76,7 @@ def section(run: dict) -> None:
         st.caption("No rollouts stored yet: each step stores a sample of its rollouts (a few random prompts with all "
                    "their rollouts, plus every rescued group) as it is logged.")
         return
-    step = pick_step(steps)
+    step = pick_step(run["id"], steps)
     wanted = filters()
     page = st.number_input("Page", min_value=1, value=1, step=1, key="ro_page")
     body = ui.rollouts(url, token, run["id"], int(step), wanted, (int(page) - 1) * PAGE, PAGE, version)

@@ -152,6 +152,12 @@ def live_panel(run_id: int, was_live: bool) -> None:
     eval_section(run, rows)
 
 
+def rollouts_panel(run: dict, live: bool) -> None:
+    """The Rollouts view; while the run trains, a fragment on the page's timer re-reads the run so
+    new steps' samples appear, and a view left on the newest step moves on with them."""
+    rollouts_view.section(ui.client().get_run(run["id"]) if live else run)
+
+
 @ui.guarded
 def main() -> None:
     run = pick_run()
@@ -163,7 +169,7 @@ def main() -> None:
     if live:
         st.caption(f":green[●] Live: refreshing every {REFRESH_S} s.")
     st.fragment(ui.guarded(live_panel), run_every=REFRESH_S if live else None)(run["id"], live)
-    rollouts_view.section(run)
+    st.fragment(ui.guarded(rollouts_panel), run_every=REFRESH_S if live else None)(run, live)
     with st.expander("Config", icon=":material/tune:"):
         st.json(run["config"], expanded=True)
     with st.expander("Run record", icon=":material/info:"):

@@ -31,12 +31,15 @@ def shot(locator, name: str) -> bytes:
 
 @pytest.fixture
 def dashboard(tmp_path, helpers):
-    """The live test API with one finished AERO run that stored six steps of details, and `streamlit run` on it."""
+    """The live test API with a finished AERO run that stored six steps of details and a running
+    one at step 3 (its db URL to add steps), and `streamlit run` on it."""
     with helpers.serve(f"sqlite:///{tmp_path / 'aero.sqlite'}", tmp_path) as api:
         rid = helpers.add_run(api.db_url, "aero", steps=6, done=6, status="succeeded", name="aero-detail")
         add_details(api.db_url, rid, range(1, 7))
+        live = helpers.add_run(api.db_url, "aero", steps=10, done=3, status="running", name="aero-live")
+        add_details(api.db_url, live, range(1, 4))
         with streamlit_app(api, tmp_path, helpers) as url:
-            yield url, rid
+            yield url, rid, (live, api.db_url)
 
 
 def choose(pg, select, text: str, deadline_s: float = 90) -> None:
@@ -54,7 +57,7 @@ def choose(pg, select, text: str, deadline_s: float = 90) -> None:
 
 
 def test_rollouts_view_key_picker_and_heatmaps(page, dashboard):
-    url, rid = dashboard
+    url, rid, (live, db_url) = dashboard
     pg = page
     pg.goto(f"{url}/run?run={rid}")
     pg.get_by_role("heading", name="Rollouts").first.wait_for(timeout=60_000)
@@ -98,3 +101,14 @@ def test_rollouts_view_key_picker_and_heatmaps(page, dashboard):
     png = shot(heat.first, "step-detail-heatmap-length")
     assert pixels_near(png, HEATMAP_DARK) > 300, pixels_near(png, HEATMAP_DARK)
     shot(pg.locator('[data-testid="stPlotlyChart"]').filter(has_text="Per-prompt pass rate").first, "step-detail-heatmap-pass-rate")
+
+    # a live run: a new step's sample reaches the Rollouts view on the page's timer, no click or reload
+    from backend.db.runs import record_progress
+    from backend.db.session import session_scope
+
+    pg.goto(f"{url}/run?run={live}")
+    pg.get_by_text("Step 3: 9 stored rollouts match").first.wait_for(timeout=60_000)
+    add_details(db_url, live, range(4, 5))
+    with session_scope(db_url) as s:
+        record_progress(s, live, 4, 10)
+    pg.get_by_text("Step 4: 9 stored rollouts match").first.wait_for(timeout=30_000)

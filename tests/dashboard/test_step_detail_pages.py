@@ -135,6 +135,36 @@ def test_live_run_system_panel_and_heatmap_follow_new_steps(fresh_api, use_api, 
     assert titled(at, "Per-prompt pass rate")[0]["data"][0]["x"] == [1, 2, 3, 4]
 
 
+def test_rollouts_view_follows_a_live_run_unless_a_step_was_picked(fresh_api, use_api, helpers):
+    from backend.db.runs import record_progress
+    from backend.db.session import session_scope
+    from tests.dashboard.step_details import add_details
+
+    use_api(fresh_api)
+    rid = helpers.add_run(fresh_api.db_url, "aero", steps=10, done=3, status="running")
+    add_details(fresh_api.db_url, rid, range(1, 4))
+    at = open_page("run_detail", {"run": str(rid)})
+    no_errors(at)
+    assert at.select_slider(key="ro_step").value == 3
+
+    def land(step: int):
+        add_details(fresh_api.db_url, rid, range(step, step + 1))
+        with session_scope(fresh_api.db_url) as s:
+            record_progress(s, rid, step, 10)
+        at.run()
+        no_errors(at)
+        return at.select_slider(key="ro_step")
+
+    slider = land(4)
+    assert list(slider.options)[-1] == "4" and slider.value == 4  # on the newest step: it moves on
+    slider.set_value(2).run()
+    slider = land(5)
+    assert list(slider.options)[-1] == "5" and slider.value == 2  # a step the user picked stays picked
+    assert any(c.value.startswith("Step 2:") for c in at.caption)
+    slider.set_value(5).run()
+    assert land(6).value == 6  # back on the newest: following again
+
+
 def test_seed_group_curves_offer_every_logged_key(seed_groups, use_api):
     use_api(seed_groups)
     at = open_page("compare", {"sweep": str(seed_groups.ids["sweep"])})
