@@ -16,14 +16,16 @@ lint: .venv/.installed
 	.venv/bin/ruff check .
 	.venv/bin/mypy
 
-# Two passes: the in-process tests in two pytest workers (pytest-xdist; they use one core each),
-# then the tests on real processes or wall-clock budgets (marked slow / timing) one at a time, so
-# nothing beside them skews their deadlines. `pytest` alone runs everything in one process.
+# Two passes: everything but the wall-clock budgets in two pytest-xdist workers (one core each),
+# the slow end-to-end tests first and handed out one test at a time (--maxschedchunk 1), so they
+# run side by side while the short in-process tests fill the cores around their waits; then the
+# tests that assert wall-clock budgets (marked timing) one at a time, with nothing beside them.
+# `pytest` alone runs everything in one process.
 test: .venv/.installed
 	bash scripts/install_browser.sh
 	bash scripts/services.sh
-	.venv/bin/python -m pytest -q -n 2 -m "not slow and not timing"
-	.venv/bin/python -m pytest -q -m "slow or timing"
+	.venv/bin/python -m pytest -q -n 2 --maxschedchunk 1 -m "not timing"
+	.venv/bin/python -m pytest -q -m timing
 
 bench: .venv/.installed
 	.venv/bin/aero bench --preset tiny --steps 60 --seed 0 --ablations --json runs/bench.json

@@ -10,3 +10,22 @@ import os
 import torch
 
 torch.set_num_threads(int(os.environ.get("AERO_TEST_THREADS", "1")))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Spread the slow end-to-end tests over the first half of the run, one every few short tests.
+
+    Under ``make test``'s ``-n 2 --maxschedchunk 1`` each worker takes one test at a time in this
+    order, so while one worker runs an end-to-end test (which mostly waits on the processes it
+    starts) the other keeps a core busy with in-process tests. Slow tests bunched together leave
+    both workers waiting; a slow test last runs alone. Order is kept within each kind."""
+    slow = [item for item in items if item.get_closest_marker("slow") is not None]
+    if not slow:
+        return
+    rest = [item for item in items if item.get_closest_marker("slow") is None]
+    gap = len(rest) // (2 * len(slow))
+    items[:] = [slow[0]]
+    for i, item in enumerate(slow[1:]):
+        items.extend(rest[i * gap:(i + 1) * gap])
+        items.append(item)
+    items.extend(rest[(len(slow) - 1) * gap:])

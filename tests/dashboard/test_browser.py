@@ -25,6 +25,8 @@ from types import SimpleNamespace
 
 import httpx
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
+from playwright.sync_api import expect
 
 ROOT = Path(__file__).resolve().parents[2]
 SHOTS = ROOT / "test-artifacts" / "screenshots"
@@ -111,14 +113,22 @@ def no_exceptions(pg) -> None:
     assert pg.locator('[data-testid="stException"]').count() == 0, pg.locator('[data-testid="stException"]').first.inner_text()
 
 
-def set_number(pg, label: str, value, expander: str | None = None) -> None:
-    """Type a number into a field; a field in a collapsed ``expander`` opens it first (a rerun
-    after the previous field may have collapsed it again on a loaded machine)."""
+def set_number(pg, label: str, value, expander: str | None = None, deadline_s: float = 90) -> None:
+    """Type a number into a field; a field in a collapsed ``expander`` opens it first. A rerun
+    after the previous field can collapse the expander again between that check and the typing
+    (seen on a loaded machine), so each try is short and the whole has a generous deadline."""
     box = pg.get_by_label(label, exact=True).first
-    if expander is not None and not box.is_visible():
-        pg.get_by_text(expander, exact=True).first.click()
-    box.fill(str(value))
-    box.press("Tab")
+    deadline = time.monotonic() + deadline_s
+    while True:
+        if expander is not None and not box.is_visible():
+            pg.get_by_text(expander, exact=True).first.click()
+        try:
+            box.fill(str(value), timeout=5_000)
+            box.press("Tab", timeout=5_000)
+            return
+        except PlaywrightTimeout:
+            if time.monotonic() > deadline:
+                raise
 
 
 def step_of(pg) -> tuple[int, int]:
@@ -232,7 +242,8 @@ def test_launch_watch_compare_in_a_browser(page, platform):
     open_page(pg, platform.dash + "/compare", "Compare")
     pg.get_by_role("heading", name="Where AERO saves compute (paper Fig. 8)").first.wait_for()
     pg.locator(".js-plotly-plot").filter(has_text="S1 early rescue").first.wait_for()
-    assert pg.locator(".js-plotly-plot").filter(has_text="measured from ablation runs").count() == 2
+    # both waterfalls (the second may still be drawing when the first shows): wait, don't count once
+    expect(pg.locator(".js-plotly-plot").filter(has_text="measured from ablation runs")).to_have_count(2, timeout=60_000)
     pg.get_by_role("heading", name="Benchmarks and cost (paper Table 1)").first.wait_for()
     pg.locator(".js-plotly-plot").filter(has_text=re.compile(r"Avg@8\s*total")).first.wait_for()  # wrapped header cell
     pg.locator(".js-plotly-plot").filter(has_text=re.compile(r"Pass@8\s*total")).first.wait_for()

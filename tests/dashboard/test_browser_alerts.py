@@ -7,6 +7,7 @@ from __future__ import annotations
 
 
 import pytest
+from playwright.sync_api import expect
 
 from tests.dashboard.test_browser_look import pixels_near, rgb, shot, streamlit_app
 
@@ -60,8 +61,8 @@ def test_alert_badge_colours_and_text(page, alert_dashboard):
     png = shot(pg, badge, "alert-badge-stopped")
     red, amber = pixels_near(png, rgb(STOP_COLOR)), pixels_near(png, rgb(NOTE_COLOR))
     assert red > 300 and amber < 30, (red, amber)  # a filled red pill
-    assert pg.get_by_text("Stopped early").count() >= 1
-    assert pg.get_by_role("button", name="Resume run").count() == 1
+    pg.get_by_text("Stopped early").first.wait_for(timeout=30_000)
+    expect(pg.get_by_role("button", name="Resume run")).to_have_count(1, timeout=30_000)
     shot(pg, pg.locator('[data-testid="stMain"]').first, "alert-run-detail-stopped")
 
     open_run(pg, url, ids["noted"])

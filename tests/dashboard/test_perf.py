@@ -20,7 +20,7 @@ from backend.db.sweeps import create_sweep
 
 APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")
 METHODS = ("grpo", "aero-s1", "aero-s1s2", "aero", "dapo")
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.timing  # page-time budgets: `make test` runs these one at a time
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from backend.db.metrics import list_evals, read_step_metrics, step_count
 from backend.db.session import session_scope
 from worker.sink import DbSink
@@ -86,6 +88,7 @@ def test_eval_flushes_pending_steps_first(db_url, make_run):
         assert len(list_evals(s, rid)) == 1
 
 
+@pytest.mark.timing  # compares two wall-clock spans: a loaded core beside it skews the ratio (failed once so)
 def test_background_writes_keep_the_training_thread_unblocked_and_close_drains(db_url, make_run):
     rid, clock = make_run(), Clock()
     sink = DbSink(db_url, rid, flush_s=0.0, clock=clock)
