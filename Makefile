@@ -17,8 +17,8 @@ lint: .venv/.installed
 	.venv/bin/mypy
 
 # Two passes: everything but the wall-clock budgets in two pytest-xdist workers (one core each),
-# the slow end-to-end tests first and handed out one test at a time (--maxschedchunk 1), so they
-# run side by side while the short in-process tests fill the cores around their waits; then the
+# handed out one test at a time (--maxschedchunk 1), the slow end-to-end tests spread over the
+# first half (tests/conftest.py) so in-process tests fill the cores around their waits; then the
 # tests that assert wall-clock budgets (marked timing) one at a time, with nothing beside them.
 # `pytest` alone runs everything in one process.
 test: .venv/.installed

@@ -19,10 +19,11 @@ def pytest_collection_modifyitems(config, items):
     order, so while one worker runs an end-to-end test (which mostly waits on the processes it
     starts) the other keeps a core busy with in-process tests. Slow tests bunched together leave
     both workers waiting; a slow test last runs alone. Order is kept within each kind."""
-    slow = [item for item in items if item.get_closest_marker("slow") is not None]
+    slow, rest = [], []
+    for item in items:
+        (slow if item.get_closest_marker("slow") else rest).append(item)
     if not slow:
         return
-    rest = [item for item in items if item.get_closest_marker("slow") is None]
     gap = len(rest) // (2 * len(slow))
     items[:] = [slow[0]]
     for i, item in enumerate(slow[1:]):

@@ -113,12 +113,12 @@ def no_exceptions(pg) -> None:
     assert pg.locator('[data-testid="stException"]').count() == 0, pg.locator('[data-testid="stException"]').first.inner_text()
 
 
-def set_number(pg, label: str, value, expander: str | None = None, deadline_s: float = 90) -> None:
+def set_number(pg, label: str, value, expander: str | None = None) -> None:
     """Type a number into a field; a field in a collapsed ``expander`` opens it first. A rerun
     after the previous field can collapse the expander again between that check and the typing
     (seen on a loaded machine), so each try is short and the whole has a generous deadline."""
     box = pg.get_by_label(label, exact=True).first
-    deadline = time.monotonic() + deadline_s
+    deadline = time.monotonic() + 90
     while True:
         if expander is not None and not box.is_visible():
             pg.get_by_text(expander, exact=True).first.click()
