@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import anyio.to_thread
 from fastapi import FastAPI
 
 from backend.api.errors import BodySizeLimit, QueryNulGuard, install_error_handlers
@@ -33,6 +34,7 @@ def create_app(settings: Settings | None = None, *, enqueue: Enqueuer | None = N
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if settings.migrate_on_start:
             migrate(settings.database_url)
+        anyio.to_thread.current_default_thread_limiter().total_tokens = settings.api_threads
         yield
         await app.state.run_changes.close()
 

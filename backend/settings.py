@@ -56,6 +56,10 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(1 << 20, ge=1, validation_alias=AliasChoices("AERO_MAX_BODY_BYTES", "max_body_bytes"))
     sse_poll_s: float = Field(1.0, gt=0, validation_alias=AliasChoices("AERO_SSE_POLL_S", "sse_poll_s"))
     metrics_cache_mb: float = Field(64, ge=0, validation_alias=AliasChoices("AERO_METRICS_CACHE_MB", "metrics_cache_mb"))
+    # Threads per API process that run the blocking route code (anyio's default is 40). The
+    # routes are CPU-bound under the GIL, so many threads only queue on it, and every store round
+    # trip then waits a GIL switch to resume (BENCHMARKS.md, "Uncached reads: balanced workers").
+    api_threads: int = Field(2, ge=1, le=256, validation_alias=AliasChoices("AERO_API_THREADS", "api_threads"))
     migrate_on_start: bool = Field(True, validation_alias=AliasChoices("AERO_MIGRATE_ON_START", "migrate_on_start"))
     cpu_queue: str = Field("cpu", validation_alias=AliasChoices("AERO_CPU_QUEUE", "cpu_queue"))
     gpu_queue: str = Field("gpu", validation_alias=AliasChoices("AERO_GPU_QUEUE", "gpu_queue"))

@@ -5,7 +5,7 @@
    for one run of ``--steps`` steps, and the write cost per step, for the per-step JSON rows
    the store used before (keys extracted by the database) and for columnar chunks of 64, 128
    and 256 steps (``backend.db.series``). This is how ``CHUNK_STEPS`` was chosen.
-2. HTTP: ``--runs`` runs x ``--steps`` steps x 63 keys in the store, a real ``uvicorn``
+2. HTTP: ``--runs`` runs x ``--steps`` steps x 63 keys in the store, a real API (``backend.serve``)
    (``--workers``) with the response cache off, so every request builds its answer from the
    store; ``--clients`` keep-alive clients cycle through the runs. p50/p99 and req/s for the
    dashboard's query, 5 keys at full resolution and all keys.
@@ -144,18 +144,18 @@ def _write_ms(url: str, n: int) -> float:
 # ------------------------------------------------------------------ 2. HTTP
 
 
-def bench_http(kind: str, runs: int, steps: int, clients: int, seconds: float, workers: int) -> list[dict]:
+def bench_http(kind: str, runs: int, steps: int, clients: int, seconds: float, workers: int, launcher: str = "serve") -> list[dict]:
     out = []
     with temp_database(kind, Path(tempfile.mkdtemp())) as url, tempfile.TemporaryDirectory() as data:
         migrate(url)
         t0 = time.perf_counter()
         run_ids = seed_runs(url, runs, steps)
         seed_s = time.perf_counter() - t0
-        server = Server(url, workers, 0, data)  # response cache off: every answer is built from the store
+        server = Server(url, workers, 0, data, launcher)  # response cache off: every answer is built from the store
         try:
             for label, query in QUERIES:
                 paths = [f"/api/runs/{r}/metrics" + (f"?{query}" if query else "") for r in run_ids]
-                out.append({"db": kind, "what": label, "runs": runs, "steps": steps, "workers": workers, "seed_s": seed_s,
+                out.append({"db": kind, "what": label, "runs": runs, "steps": steps, "workers": workers, "launcher": launcher, "seed_s": seed_s,
                             **load(server, paths, clients, seconds)})
         finally:
             server.stop()
@@ -170,7 +170,10 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--clients", type=int, default=20)
     ap.add_argument("--seconds", type=float, default=8.0)
-    ap.add_argument("--workers", type=int, default=2, help="uvicorn worker processes")
+    ap.add_argument("--workers", type=int, default=2, help="API worker processes")
+    ap.add_argument("--launcher", choices=["serve", "uvicorn"], default="serve",
+                    help="serve: python -m backend.serve (one SO_REUSEPORT socket per worker, what compose runs); "
+                         "uvicorn: uvicorn --workers (one shared socket), for comparison")
     ap.add_argument("--repeat", type=int, default=40, help="reads per candidate (median)")
     ap.add_argument("--write-steps", type=int, default=200, help="steps written one by one per candidate")
     ap.add_argument("--ingest-steps", type=int, default=300)
@@ -189,10 +192,11 @@ def main() -> None:
             print(f"  {r['db']:<10} {r['storage']:<34} dashboard {r['dashboard_ms']:6.2f}  all keys {r['all_keys_ms']:7.2f}  write {w}")
 
     if args.only in (None, "http"):
-        rows = [r for kind in args.db for r in bench_http(kind, args.runs, args.steps, args.clients, args.seconds, args.workers)]
+        rows = [r for kind in args.db
+                for r in bench_http(kind, args.runs, args.steps, args.clients, args.seconds, args.workers, args.launcher)]
         report["http"] = rows
         print(f"\nHTTP, cache off, {args.clients} clients over {args.runs} runs x {args.steps} steps, {args.seconds:g} s each, "
-              f"uvicorn --workers {args.workers}")
+              f"{args.launcher} --workers {args.workers}")
         for r in rows:
             print(f"  {r['db']:<10} {r['what']:<34} {r['rps']:6.0f} req/s  p50 {r['p50_ms']:6.1f}  p99 {r['p99_ms']:6.1f}  "
                   f"max {r['max_ms']:6.1f} ms  {r['bytes'] / 1024:7.1f} KiB  errors {r['errors']}  "

@@ -8,7 +8,7 @@
    keys, for 5 keys, and for 5 keys downsampled to 500 points.
 3. ``GET /api/runs/{id}``: requests per second at 20 concurrent clients.
 
-The API runs as a real ``uvicorn`` subprocess; the load generator is a minimal asyncio
+The API runs as a real subprocess (``python -m backend.serve``, uvicorn workers); the load generator is a minimal asyncio
 HTTP/1.1 client in this process (so both share the machine's cores, as they would here).
 
     python benchmarks/platform_bench.py                 # everything, prints a table and JSON
@@ -155,15 +155,18 @@ def free_port() -> int:
 
 
 class Server:
-    """``uvicorn backend.main:app`` in a subprocess on a given store."""
+    """The API in a subprocess on a given store: ``python -m backend.serve`` (what compose runs),
+    or ``uvicorn backend.main:app`` with ``launcher="uvicorn"``."""
 
-    def __init__(self, url: str, workers: int, cache_mb: float, data_dir: str):
+    def __init__(self, url: str, workers: int, cache_mb: float, data_dir: str, launcher: str = "serve",
+                 env: dict[str, str] | None = None):
         self.port = free_port()
         env = {**os.environ, "DATABASE_URL": url, "AERO_DATA_DIR": data_dir, "AERO_METRICS_CACHE_MB": str(cache_mb),
-               "AUTH_PROTECT_READS": "false"}
+               "AUTH_PROTECT_READS": "false", **(env or {})}
         env.pop("REDIS_URL", None)
-        cmd = [sys.executable, "-m", "uvicorn", "backend.main:app", "--host", "127.0.0.1", "--port", str(self.port),
-               "--workers", str(workers), "--log-level", "warning", "--no-access-log"]
+        start = ["backend.serve"] if launcher == "serve" else ["uvicorn", "backend.main:app"]
+        cmd = [sys.executable, "-m", *start, "--host", "127.0.0.1", "--port", str(self.port), "--workers", str(workers),
+               "--log-level", "warning", "--no-access-log"]
         self.proc = subprocess.Popen(cmd, env=env, cwd=Path(__file__).resolve().parents[1])
         deadline = time.time() + 60
         while time.time() < deadline:
@@ -289,7 +292,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--clients", type=int, default=20)
     ap.add_argument("--seconds", type=float, default=8.0)
-    ap.add_argument("--workers", type=int, default=2, help="uvicorn worker processes")
+    ap.add_argument("--workers", type=int, default=2, help="API worker processes")
     ap.add_argument("--ingest-steps", type=int, default=300)
     ap.add_argument("--train-steps", type=int, default=4, help="tiny-preset steps timed for the step-time reference")
     ap.add_argument("--step-s", type=float, default=None, help="step time to compare ingestion with (skips the trainer)")
@@ -318,7 +321,7 @@ def main() -> None:
     if args.only in (None, "http"):
         rows = [r for kind in args.db for r in bench_http(kind, args.steps, args.clients, args.seconds, args.workers)]
         report["http"] = rows
-        print(f"\nHTTP, {args.clients} concurrent clients, {args.seconds:g} s each, uvicorn --workers {args.workers}, {args.steps}-step run")
+        print(f"\nHTTP, {args.clients} concurrent clients, {args.seconds:g} s each, backend.serve --workers {args.workers}, {args.steps}-step run")
         for r in rows:
             cache = {True: "cache on ", False: "cache off", None: "         "}[r["cache"]]
             print(f"  {r['db']:<10} {r['what']:<34} {cache} {r['rps']:7.0f} req/s  p50 {r['p50_ms']:6.1f}  p95 {r['p95_ms']:6.1f}"

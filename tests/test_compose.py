@@ -70,7 +70,8 @@ def test_redis_url_points_at_the_redis_service():
 
 def test_ports_match_what_the_processes_listen_on():
     api_cmd = command("api")
-    assert api_cmd[:2] == ["uvicorn", "backend.main:app"] and arg(api_cmd, "--host") == "0.0.0.0"
+    assert api_cmd[:3] == ["python", "-m", "backend.serve"] and arg(api_cmd, "--host") == "0.0.0.0"
+    assert int(arg(api_cmd, "--workers")) >= 2
     assert container_ports("api") == {int(arg(api_cmd, "--port"))} == {8000}
     dash_cmd = command("dashboard")
     assert dash_cmd[:3] == ["streamlit", "run", "dashboard/app.py"] and arg(dash_cmd, "--server.address") == "0.0.0.0"

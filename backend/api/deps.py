@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request, status
+from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -25,7 +26,9 @@ from backend.settings import Settings
 bearer = HTTPBearer(auto_error=False, description="An API token from `aero token create NAME`.")
 
 
-def get_settings_dep(request: Request) -> Settings:
+# The trivial dependencies are async: FastAPI runs a sync one in the thread pool, and each such
+# hop costs a thread handoff and a GIL round trip on every request.
+async def get_settings_dep(request: Request) -> Settings:
     return request.app.state.settings
 
 
@@ -44,7 +47,7 @@ async def get_session(request: Request) -> AsyncIterator[Session]:
         session.close()
 
 
-def get_enqueuer(request: Request) -> Enqueuer:
+async def get_enqueuer(request: Request) -> Enqueuer:
     return request.app.state.enqueue
 
 
@@ -121,11 +124,12 @@ def ensure_may_change(who: Principal, owner: str | None, what: str) -> None:
     raise _forbidden(f"{what} {whose}; a {who.role} may change only their own (an admin may change any)")
 
 
-def require_read_access(session: SessionDep, settings: SettingsDep, creds: Credentials) -> Principal | None:
-    """Reads: open unless AUTH_PROTECT_READS, then any valid token (viewers included)."""
+async def require_read_access(session: SessionDep, settings: SettingsDep, creds: Credentials) -> Principal | None:
+    """Reads: open unless AUTH_PROTECT_READS, then any valid token (viewers included). Async, so
+    an open read costs no thread hop; the token check's store reads run in the thread pool."""
     if not settings.auth_protect_reads:
         return None
-    return _check(session, creds)
+    return await run_in_threadpool(_check, session, creds)
 
 
 TokenDep = Annotated[Principal, Depends(require_token)]

@@ -82,6 +82,15 @@ def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
     return sessionmaker(engine, expire_on_commit=False)
 
 
+def autocommit_reads(session: Session) -> None:
+    """On PostgreSQL, let this session's next statements run outside a transaction: a read of a
+    few statements then costs no BEGIN and ROLLBACK round trips (each statement sees what was
+    committed when it started). Only for reads whose statements need no common snapshot. A no-op
+    on SQLite (its BEGIN costs no round trip) and once the session holds a connection."""
+    if not session.in_transaction() and session.get_bind().dialect.name == "postgresql":
+        session.connection(execution_options={"isolation_level": "AUTOCOMMIT"})
+
+
 @contextmanager
 def session_scope(url: str) -> Iterator[Session]:
     """``with session_scope(settings.database_url) as s:`` commits on success, rolls back on error.

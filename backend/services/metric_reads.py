@@ -10,12 +10,13 @@ import orjson
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from backend.db.metrics import read_step_metrics
 from backend.db.models import Run, StepMetric
 from backend.db.runs import RunNotFound
+from backend.db.session import autocommit_reads
 from backend.services.cache import ByteLRU
 from backend.services.downsample import downsample_indices
 
@@ -50,6 +51,10 @@ def dumps(obj: Any) -> bytes:
     return orjson.dumps(obj)
 
 
+# Built once: constructing and hashing the statement per request cost more than running it.
+_VERSION = select(Run.status, Run.metrics_version).where(Run.id == bindparam("run_id"))
+
+
 def metrics_body(
     session: Session, run_id: int, keys: Sequence[str] | None, since_step: int | None, every: int,
     max_points: int | None, cache: ByteLRU | None = None,
@@ -61,7 +66,8 @@ def metrics_body(
     so a cached body is never older than the version it is filed under. The ETag names that
     version and the query, so a client that sends it back gets 304 until a step lands.
     """
-    row = session.execute(select(Run.status, Run.metrics_version).where(Run.id == run_id)).first()
+    autocommit_reads(session)  # two reads, the version first: no snapshot needed
+    row = session.connection().execute(_VERSION, {"run_id": run_id}).first()
     if row is None:
         raise RunNotFound(run_id)
     key = (run_id, row.metrics_version, row.status, tuple(keys) if keys else None, since_step, every, max_points)

@@ -131,3 +131,23 @@ def test_an_existing_data_dir_is_made_private(tmp_path):
         assert os.umask(0o022) == 0o077  # the platform processes' umask (get_settings sets it)
     finally:
         os.umask(old)
+
+
+def test_api_threads_bound_the_thread_pool_that_runs_blocking_routes(tmp_path, monkeypatch):
+    """AERO_API_THREADS sets anyio's default thread limiter when the app starts (anyio's own
+    default is 40); zero is refused, naming the field."""
+    import anyio.to_thread
+    from fastapi.testclient import TestClient
+    from pydantic import ValidationError
+
+    from backend.main import create_app
+
+    monkeypatch.setenv("AERO_API_THREADS", "3")
+    settings = Settings(data_dir=tmp_path / "data")
+    assert settings.api_threads == 3
+    with TestClient(create_app(settings)) as c:
+        assert c.portal.call(lambda: anyio.to_thread.current_default_thread_limiter().total_tokens) == 3
+        assert c.get("/api/health").status_code == 200
+    monkeypatch.setenv("AERO_API_THREADS", "0")
+    with pytest.raises(ValidationError, match="AERO_API_THREADS"):
+        Settings(data_dir=tmp_path / "data")

@@ -171,3 +171,27 @@ def test_concurrent_misses_build_once():
     for t in threads:
         t.join()
     assert out == [b"body"] * 8 and len(builds) == 1
+
+
+def test_a_metrics_read_opens_no_transaction_on_postgresql_and_the_pool_gets_its_connection_back_transactional(db, run_id):
+    """The hot read runs its two statements outside a transaction on PostgreSQL (no BEGIN and
+    ROLLBACK round trips); the next session from the pool is transactional again."""
+    from psycopg.pq import TransactionStatus
+    from sqlalchemy import text
+
+    from backend.db.session import get_engine, make_sessionmaker
+    from backend.services.metric_reads import metrics_body
+
+    maker = make_sessionmaker(get_engine(db))
+    with maker() as s:
+        etag, body = metrics_body(s, run_id, ["a"], None, 1, 10)
+        assert body.startswith(b'{"run_id":') and etag.startswith(f'W/"{run_id}-')
+        dbapi = s.connection().connection.dbapi_connection
+        if db.startswith("postgresql"):
+            assert dbapi.autocommit and dbapi.info.transaction_status == TransactionStatus.IDLE
+    with maker() as s:  # a write session from the same pool
+        s.execute(text("SELECT 1"))
+        dbapi = s.connection().connection.dbapi_connection
+        if db.startswith("postgresql"):
+            assert not dbapi.autocommit and dbapi.info.transaction_status == TransactionStatus.INTRANS
+        s.rollback()
