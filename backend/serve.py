@@ -73,29 +73,33 @@ def _worker(sock: socket.socket, parent: int, uvicorn_kw: dict[str, Any]) -> Non
 
 
 class Workers:
-    """The worker processes, one per socket, restarted when they die."""
+    """The worker processes, one per socket; a dead one is started again on its socket after a
+    backoff, by :meth:`restart_dead` in the parent's loop (no timer can fire after :meth:`stop`)."""
 
     def __init__(self, socks: list[socket.socket], uvicorn_kw: dict[str, Any]):
         self.socks, self.kw = socks, uvicorn_kw
         self.ctx = multiprocessing.get_context("spawn")  # no state inherited from the parent
         self.procs: list[Any] = [None] * len(socks)
+        self.due: list[float | None] = [None] * len(socks)  # when a dead worker's slot starts again
         self.deaths: list[list[float]] = [[] for _ in socks]
 
     def start(self, i: int) -> None:
         p = self.ctx.Process(target=_worker, args=(self.socks[i], os.getpid(), self.kw), name=f"api-{i}", daemon=False)
         p.start()
-        self.procs[i] = p
+        self.procs[i], self.due[i] = p, None
 
     def restart_dead(self, now: float) -> None:
         for i, p in enumerate(self.procs):
-            if p is None or p.is_alive():
+            if p is None:
+                if self.due[i] is not None and now >= self.due[i]:
+                    self.start(i)
                 continue
-            recent = [t for t in self.deaths[i] if now - t < 60] + [now]
-            self.deaths[i] = recent
-            wait = min(RESTART_BACKOFF_S[1], RESTART_BACKOFF_S[0] * 2 ** (len(recent) - 1))
+            if p.is_alive():
+                continue
+            self.deaths[i] = [t for t in self.deaths[i] if now - t < 60] + [now]
+            wait = min(RESTART_BACKOFF_S[1], RESTART_BACKOFF_S[0] * 2 ** (len(self.deaths[i]) - 1))
             log.warning("API worker %d (pid %s) exited with %s; restarting it in %.0f s", i, p.pid, p.exitcode, wait)
-            self.procs[i] = None
-            threading.Timer(wait, self.start, args=(i,)).start()
+            self.procs[i], self.due[i] = None, now + wait
 
     def stop(self, grace_s: float = 30.0) -> None:
         live = [p for p in self.procs if p is not None and p.is_alive()]

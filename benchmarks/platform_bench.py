@@ -158,11 +158,10 @@ class Server:
     """The API in a subprocess on a given store: ``python -m backend.serve`` (what compose runs),
     or ``uvicorn backend.main:app`` with ``launcher="uvicorn"``."""
 
-    def __init__(self, url: str, workers: int, cache_mb: float, data_dir: str, launcher: str = "serve",
-                 env: dict[str, str] | None = None):
+    def __init__(self, url: str, workers: int, cache_mb: float, data_dir: str, launcher: str = "serve"):
         self.port = free_port()
         env = {**os.environ, "DATABASE_URL": url, "AERO_DATA_DIR": data_dir, "AERO_METRICS_CACHE_MB": str(cache_mb),
-               "AUTH_PROTECT_READS": "false", **(env or {})}
+               "AUTH_PROTECT_READS": "false"}
         env.pop("REDIS_URL", None)
         start = ["backend.serve"] if launcher == "serve" else ["uvicorn", "backend.main:app"]
         cmd = [sys.executable, "-m", *start, "--host", "127.0.0.1", "--port", str(self.port), "--workers", str(workers),

@@ -114,6 +114,17 @@ def test_keep_alive_connections_spread_over_both_workers_and_a_killed_worker_com
         s.bind(("127.0.0.1", port))
 
 
+@pytest.mark.slow
+def test_sigterm_right_after_a_worker_died_starts_no_new_worker(served):
+    """The restart is due 1 s after the death; a stop before that must not start it later."""
+    proc, parent, port = served
+    workers_of(parent)[0].kill()
+    time.sleep(0.7)  # the parent's loop (every 0.5 s) has seen the death; its restart is not due yet
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(45) == 0
+    assert not [p for p in psutil.process_iter(["ppid"]) if p.info["ppid"] == proc.pid]
+
+
 def test_a_port_in_use_fails_at_once_and_says_which(tmp_path):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
