@@ -21,7 +21,6 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
-from scipy import stats as sps
 
 from trainer.core.passk import pass_at_k
 
@@ -33,7 +32,12 @@ def _finite(values: Sequence[float | None]) -> np.ndarray:
 
 @lru_cache(maxsize=256)
 def t_quantile(alpha: float, df: int) -> float:
-    """t_{1-alpha/2, df}, cached (scipy's ppf costs ~0.5 ms a call and a comparison makes hundreds)."""
+    """t_{1-alpha/2, df}, cached (scipy's ppf costs ~0.5 ms a call and a comparison makes hundreds).
+
+    scipy.stats is imported here, not at the top: importing it costs ~0.8 s, and every API process
+    imports this module at start whether or not it ever compares seed groups."""
+    from scipy import stats as sps
+
     return float(sps.t.ppf(1 - alpha / 2, df))
 
 
