@@ -6,13 +6,46 @@ slower than with 1 (measured), so tests use 1 thread unless AERO_TEST_THREADS sa
 """
 
 import os
+import re
+from pathlib import Path
 
+import pytest
 import torch
 
 torch.set_num_threads(int(os.environ.get("AERO_TEST_THREADS", "1")))
 
 
+# What the Makefile's timing pass greps for to choose the files it collects.
+TIMING_MARK = re.compile(r"mark\.timing")
+
+
+def timing_tests_outside_marked_files(items) -> list[str]:
+    """The timing tests whose file does not say ``mark.timing``: `make test`'s second pass collects
+    only the files that do, and its first pass deselects timing tests, so such a test would run in
+    neither (a marker added from a hook or a ``getattr`` would do this)."""
+    texts: dict[Path, bool] = {}
+    out = []
+    for item in items:
+        if item.get_closest_marker("timing") is None:
+            continue
+        path = Path(item.path)
+        if path not in texts:
+            texts[path] = bool(TIMING_MARK.search(path.read_text(errors="replace")))
+        if not texts[path]:
+            out.append(item.nodeid)
+    return out
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects the timing tests from the first pass
 def pytest_collection_modifyitems(config, items):
+    stray = timing_tests_outside_marked_files(items)
+    if stray:
+        raise pytest.UsageError("timing tests in files that do not say `mark.timing`, which `make test`'s timing pass "
+                                f"would not collect: {stray}; mark them with pytest.mark.timing in their file")
+    _spread_slow_tests(items)
+
+
+def _spread_slow_tests(items) -> None:
     """Spread the slow end-to-end tests over the first half of the run, one every few short tests.
 
     Under ``make test``'s ``-n 2 --maxschedchunk 1`` each worker takes one test at a time in this
