@@ -48,17 +48,20 @@ def sandbox_processes() -> list[int]:
 
 
 def run(code, tests=ADD, limits=LIMITS, budget=None):
-    """run_candidate plus the invariants every run must keep: no leftovers, bounded time."""
+    """run_candidate plus the invariants every run must keep: no leftovers, bounded time. Only
+    processes new since the call count: an earlier test's long-lived child (test_verify.py's
+    scorer process) is not this run's leftover, whichever file ran first."""
     before = sandbox_dirs()
+    existing = set(sandbox_processes())
     t0 = time.monotonic()
     result = run_candidate(code, tests, limits)
     wall = time.monotonic() - t0
     assert wall < (budget if budget is not None else limits.timeout_s) + 3.0, f"took {wall:.1f} s"
     assert sandbox_dirs() <= before, "temporary directory left behind"
     deadline = time.monotonic() + 2.0  # the kernel tears a PID namespace down asynchronously
-    while sandbox_processes() and time.monotonic() < deadline:
+    while set(sandbox_processes()) - existing and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not sandbox_processes(), "sandbox process left behind"
+    assert not set(sandbox_processes()) - existing, "sandbox process left behind"
     return result, wall
 
 
