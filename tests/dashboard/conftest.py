@@ -61,8 +61,8 @@ def scan_components_once() -> Iterator[None]:
     """Scan the installed packages for Streamlit components once per test process, not per AppTest.
 
     Each ``AppTest.run()`` of a new AppTest makes a fresh component registry and rescans every
-    installed distribution's metadata for component manifests: ~0.75 s of CPU per page test, about
-    half of what the page tests cost. The installed packages do not change while the suite runs, so
+    installed distribution's metadata for component manifests: ~0.25 s of CPU per page test (three
+    page-test files: 72.5 -> 54.7 CPU-s). The installed packages do not change while the suite runs, so
     the scan's result is computed once and each AppTest still registers from it into its own
     registry."""
     try:

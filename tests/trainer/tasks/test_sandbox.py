@@ -53,15 +53,19 @@ def run(code, tests=ADD, limits=LIMITS, budget=None):
     scorer process) is not this run's leftover, whichever file ran first."""
     before = sandbox_dirs()
     existing = set(sandbox_processes())
+
+    def leftovers() -> set[int]:
+        return set(sandbox_processes()) - existing
+
     t0 = time.monotonic()
     result = run_candidate(code, tests, limits)
     wall = time.monotonic() - t0
     assert wall < (budget if budget is not None else limits.timeout_s) + 3.0, f"took {wall:.1f} s"
     assert sandbox_dirs() <= before, "temporary directory left behind"
     deadline = time.monotonic() + 2.0  # the kernel tears a PID namespace down asynchronously
-    while set(sandbox_processes()) - existing and time.monotonic() < deadline:
+    while leftovers() and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not set(sandbox_processes()) - existing, "sandbox process left behind"
+    assert not leftovers(), "sandbox process left behind"
     return result, wall
 
 
