@@ -8,8 +8,9 @@ from __future__ import annotations
 import re
 
 import pytest
+from playwright.sync_api import expect
 
-from tests.dashboard.test_browser_look import pixels_near, rgb, shot, streamlit_app
+from tests.dashboard.test_browser_look import pixels_near, rgb, shot, shot_when, streamlit_app
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -37,7 +38,7 @@ def test_compare_sweep_draws_the_arena_leaderboard(page, arena_dashboard):
     board = pg.locator(".js-plotly-plot").filter(has_text=re.compile(r"diff\s*vs\s*baseline")).first  # wrapped header
     board.wait_for()
     board.scroll_into_view_if_needed()
-    pg.wait_for_timeout(1000)
+    expect(board).to_contain_text(re.compile(r"p[=<]0\.\d+"), timeout=60_000)  # drawn, p-values included
     shot(pg, board, "arena-leaderboard")
     text = board.inner_text()
     assert "(baseline)" in text and re.search(r"p[=<]0\.\d+", text), text  # the paired test's p-value
@@ -46,7 +47,7 @@ def test_compare_sweep_draws_the_arena_leaderboard(page, arena_dashboard):
     pg.get_by_role("button", name="Download leaderboard (CSV)").first.wait_for()
     assert pg.locator('[data-testid="stException"]').count() == 0
     chart.scroll_into_view_if_needed()
-    pg.wait_for_timeout(1000)
-    png = shot(pg, chart, "arena-tradeoff")
-    counts = {m: pixels_near(png, rgb(c)) for m, c in (("grpo", "#4C78A8"), ("dapo", "#F58518"), ("aero", "#E45756"))}
+    colours = {"grpo": "#4C78A8", "dapo": "#F58518", "aero": "#E45756"}
+    png = shot_when(chart, "arena-tradeoff", lambda png: all(pixels_near(png, rgb(c)) > 40 for c in colours.values()))
+    counts = {m: pixels_near(png, rgb(c)) for m, c in colours.items()}
     assert all(n > 40 for n in counts.values()), counts  # a marker of each method, in its colour

@@ -105,6 +105,22 @@ def shot(pg, locator, name: str) -> bytes:
     return locator.screenshot(path=str(SHOTS / f"{name}.png"))
 
 
+def shot_when(locator, name: str, ready, timeout_s: float = 60.0) -> bytes:
+    """:func:`shot` once ``ready(png)`` holds: Plotly and the data grid paint after the element
+    exists (image cells once loaded, markers after layout), so a pixel check waits on what it
+    checks, re-shooting every 0.25 s, not on a fixed sleep that a loaded machine outlasts. At the
+    deadline it returns the last screenshot, and the caller's assertion says what is missing."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        png = locator.screenshot()
+        if ready(png) or time.monotonic() >= deadline:
+            break
+        time.sleep(0.25)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    (SHOTS / f"{name}.png").write_bytes(png)
+    return png
+
+
 def test_overview_address_and_method_coloured_progress_bars(page, dashboard):
     url, ids = dashboard
     pg = page
@@ -130,10 +146,10 @@ def test_overview_address_and_method_coloured_progress_bars(page, dashboard):
     pg.goto(f"{url}/runs")
     grid = pg.locator('[data-testid="stDataFrame"]').first
     grid.wait_for()
-    pg.wait_for_load_state("networkidle")
-    pg.wait_for_timeout(2000)  # the grid draws image cells once they have loaded
-    png = shot(pg, grid, "look-runs-table")
-    counts = {m: pixels_near(png, rgb(c)) for m, c in (("grpo", "#4C78A8"), ("dapo", "#F58518"), ("aero", "#E45756"))}
+    colours = {"grpo": "#4C78A8", "dapo": "#F58518", "aero": "#E45756"}
+    # the grid draws image cells once they have loaded
+    png = shot_when(grid, "look-runs-table", lambda png: all(pixels_near(png, rgb(c)) > 500 for c in colours.values()))
+    counts = {m: pixels_near(png, rgb(c)) for m, c in colours.items()}
     red = pixels_near(png, THEME_RED)
     # a full bar is ~100 x 8 px at least; a method name in its colour is far fewer pixels than that
     assert all(n > 500 for n in counts.values()) and red < 50, (counts, red)

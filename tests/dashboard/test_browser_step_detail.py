@@ -89,16 +89,14 @@ def test_rollouts_view_key_picker_and_heatmaps(page, dashboard):
     pg.keyboard.press("Escape")
     chart = pg.locator('[data-testid="stPlotlyChart"]').filter(has_text="Chosen metrics")
     chart.first.wait_for()
-    pg.wait_for_timeout(1000)
-    png = shot(chart.first, "step-detail-key-picker")
+    png = look.shot_when(chart.first, "step-detail-key-picker", lambda png: pixels_near(png, AERO_RED) > 150)
     assert pixels_near(png, AERO_RED) > 150, pixels_near(png, AERO_RED)
 
     # the histogram heatmaps: a whole step in one length bin paints the darkest blue
     heat = pg.locator('[data-testid="stPlotlyChart"]').filter(has_text="Response length")
     heat.first.scroll_into_view_if_needed()
     heat.first.wait_for()
-    pg.wait_for_timeout(1000)
-    png = shot(heat.first, "step-detail-heatmap-length")
+    png = look.shot_when(heat.first, "step-detail-heatmap-length", lambda png: pixels_near(png, HEATMAP_DARK) > 300)
     assert pixels_near(png, HEATMAP_DARK) > 300, pixels_near(png, HEATMAP_DARK)
     shot(pg.locator('[data-testid="stPlotlyChart"]').filter(has_text="Per-prompt pass rate").first, "step-detail-heatmap-pass-rate")
 
