@@ -18,4 +18,3 @@ def test_a_timing_test_in_a_file_without_the_marker_text_is_reported(tmp_path):
     unmarked.write_text("mark = getattr(pytest.mark, 'tim' + 'ing')\n")
     items = [item(marked, True), item(unmarked, True), item(unmarked, False)]
     assert timing_tests_outside_marked_files(items) == ["test_b.py::t"]
-

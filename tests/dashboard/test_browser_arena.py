@@ -10,7 +10,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from tests.dashboard.test_browser_look import pixels_near, rgb, shot, shot_when, streamlit_app
+from tests.dashboard.test_browser_look import METHOD_COLOURS, pixels_near, rgb, shot, shot_when, streamlit_app
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -47,7 +47,6 @@ def test_compare_sweep_draws_the_arena_leaderboard(page, arena_dashboard):
     pg.get_by_role("button", name="Download leaderboard (CSV)").first.wait_for()
     assert pg.locator('[data-testid="stException"]').count() == 0
     chart.scroll_into_view_if_needed()
-    colours = {"grpo": "#4C78A8", "dapo": "#F58518", "aero": "#E45756"}
-    png = shot_when(chart, "arena-tradeoff", lambda png: all(pixels_near(png, rgb(c)) > 40 for c in colours.values()))
-    counts = {m: pixels_near(png, rgb(c)) for m, c in colours.items()}
+    png = shot_when(chart, "arena-tradeoff", lambda png: all(pixels_near(png, rgb(c)) > 40 for c in METHOD_COLOURS.values()))
+    counts = {m: pixels_near(png, rgb(c)) for m, c in METHOD_COLOURS.items()}
     assert all(n > 40 for n in counts.values()), counts  # a marker of each method, in its colour

@@ -29,6 +29,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SHOTS = ROOT / "test-artifacts" / "screenshots"
 THEME_RED = (0xFF, 0x4B, 0x4B)  # Streamlit's primary colour: what every progress bar used to be
+METHOD_COLOURS = {"grpo": "#4C78A8", "dapo": "#F58518", "aero": "#E45756"}  # each method's colour on every page
 
 pytestmark = [
     pytest.mark.slow,
@@ -146,10 +147,9 @@ def test_overview_address_and_method_coloured_progress_bars(page, dashboard):
     pg.goto(f"{url}/runs")
     grid = pg.locator('[data-testid="stDataFrame"]').first
     grid.wait_for()
-    colours = {"grpo": "#4C78A8", "dapo": "#F58518", "aero": "#E45756"}
     # the grid draws image cells once they have loaded
-    png = shot_when(grid, "look-runs-table", lambda png: all(pixels_near(png, rgb(c)) > 500 for c in colours.values()))
-    counts = {m: pixels_near(png, rgb(c)) for m, c in colours.items()}
+    png = shot_when(grid, "look-runs-table", lambda png: all(pixels_near(png, rgb(c)) > 500 for c in METHOD_COLOURS.values()))
+    counts = {m: pixels_near(png, rgb(c)) for m, c in METHOD_COLOURS.items()}
     red = pixels_near(png, THEME_RED)
     # a full bar is ~100 x 8 px at least; a method name in its colour is far fewer pixels than that
     assert all(n > 500 for n in counts.values()) and red < 50, (counts, red)
