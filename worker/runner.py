@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 import threading
 import time
@@ -57,6 +58,20 @@ from worker.trackers import tracker_sinks
 from worker.sink import DbSink
 
 log = logging.getLogger(__name__)
+
+
+def terminating() -> bool:
+    """Whether this pool process has had its terminate signal (a cold shutdown, SIGTERM).
+
+    billiard's handler answers the signal by raising SystemExit wherever the process is. Raised
+    while a weakref callback or a ``__del__`` runs (torch's autograd makes many), Python prints it
+    as "Exception ignored" and goes on: the run trained on to its end, or until the supervisor's
+    SIGKILL, while the worker's shutdown waited for it. The handler sets a flag before it raises,
+    and the run's step-boundary check reads it here."""
+    import billiard.common
+
+    fired = getattr(billiard.common, "terminate_handler_fired", None)
+    return bool(fired is not None and fired())
 
 ERROR_TAIL_CHARS = 4000
 OwnerState = Literal["alive", "dead", "unknown"]
@@ -264,6 +279,9 @@ class RunControl:
         self.kick()
 
     def should_stop(self) -> bool:
+        if terminating():  # the signal's own SystemExit was swallowed (see terminating)
+            log.warning("run %s: the worker is shutting down; leaving at this step boundary", self.run_id)
+            raise SystemExit(-(256 - signal.SIGTERM))  # the exit billiard's handler would have made
         t0 = time.perf_counter()
         with session_scope(self.url) as s:
             row = s.execute(select(Run.status, Run.worker, Run.cancel_requested).where(Run.id == self.run_id)).first()
