@@ -59,6 +59,9 @@ from worker.sink import DbSink
 
 log = logging.getLogger(__name__)
 
+ERROR_TAIL_CHARS = 4000
+OwnerState = Literal["alive", "dead", "unknown"]
+
 
 def terminating() -> bool:
     """Whether this pool process has had its terminate signal (a cold shutdown, SIGTERM).
@@ -72,9 +75,6 @@ def terminating() -> bool:
 
     fired = getattr(billiard.common, "terminate_handler_fired", None)
     return bool(fired is not None and fired())
-
-ERROR_TAIL_CHARS = 4000
-OwnerState = Literal["alive", "dead", "unknown"]
 
 
 # ---------------------------------------------------------------- who owns a run
