@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Optional, get_args
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -12,13 +12,14 @@ from rich.table import Table
 
 from cli.common import console, fail_config, parse_sets, safe
 import common.metric_keys as mk
-from trainer.config import METHODS, ConfigError, parse_run_config
+from trainer.config import METHODS, ConfigError, ModelShape, parse_run_config
 from common.dotted import merge
 from trainer.core.reach import single_seed_reach
 
 # cli/main.py merges these into the `aero` app; this module never imports it.
 commands = typer.Typer()
 
+SHAPE_NAMES = get_args(ModelShape)
 SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Config override key=value, dotted for nested (aero.k=2). Repeatable.")]
 
 
@@ -142,10 +143,15 @@ def eval_cmd(
 def bench(
     preset: Annotated[str, typer.Option(help="Embedded preset every method starts from (--set model_path=DIR for a "
                                              "local model instead).")] = "tiny",
-    steps: Annotated[int, typer.Option(help="Training steps per method.")] = 60,
+    steps: Annotated[Optional[int], typer.Option(help="Training steps per method (default 60; with --shape 3).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of a single-seed bench.")] = 0,
     seeds: Annotated[Optional[str], typer.Option(help="Comma-separated seeds (e.g. 0,1,2): repeat the bench per seed "
                                                       "and report mean ± 95% CI across seeds.")] = None,
+    shape: Annotated[Optional[str], typer.Option(help="Paper-scale cost bench, nothing downloaded: a shipped architecture "
+                                                     f"({', '.join(SHAPE_NAMES)}) with RANDOM weights on the scripted "
+                                                     "strata task at the paper's step shape (128 prompts x 16, responses "
+                                                     "up to 1,536 tokens; --set overrides). Rewards are scripted: no "
+                                                     "learning is measured.")] = None,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the full report here.")] = None,
     ablations: Annotated[bool, typer.Option(help="Also run aero-s1 and aero-s1s2 (measured waterfall).")] = False,
     methods: Annotated[Optional[str], typer.Option(help="Comma-separated methods instead of grpo,dapo,aero; the "
@@ -158,10 +164,12 @@ def bench(
     """Train GRPO, DAPO and AERO (or --methods) side by side from the same base and seed, in one table.
 
     Also reports the compute each method needs to reach fractions of GRPO's accuracy gain; with
-    --seeds, the leaderboard against GRPO (docs/comparisons.md "The rollout-allocation arena")."""
-    from trainer.bench import ABLATIONS, MAIN_METHODS, run_bench
+    --seeds, the leaderboard against GRPO (docs/comparisons.md "The rollout-allocation arena").
+    With --shape, the paper-scale cost bench on a random-weight architecture: per method the
+    step's split, tokens per second, update MFU and peak memory (docs/bench.md)."""
+    from trainer.bench import ABLATIONS, MAIN_METHODS, SHAPE_STEPS, run_bench
     from trainer.bench_seeds import run_bench_seeds
-    from trainer.bench_table import render_markdown, render_reach, render_seeds_markdown
+    from trainer.bench_table import render_markdown, render_reach, render_seeds_markdown, render_shape_markdown
 
     chosen = tuple(m.strip() for m in methods.split(",")) if methods else MAIN_METHODS
     bad = [m for m in chosen if m not in METHODS]
@@ -172,6 +180,11 @@ def bench(
     except ValueError:
         raise typer.BadParameter(f"expected comma-separated integers; got {seeds!r}", param_hint="--seeds") from None
     chosen += tuple(m for m in (ABLATIONS if ablations else ()) if m not in chosen)
+    if shape is not None and shape not in SHAPE_NAMES:
+        raise typer.BadParameter(f"unknown shape {shape!r}; choose from {', '.join(SHAPE_NAMES)}", param_hint="--shape")
+    if shape is not None and seed_list:
+        raise typer.BadParameter("a shape bench measures cost on one seed (its rewards are scripted)", param_hint="--seeds")
+    steps = steps if steps is not None else (SHAPE_STEPS if shape else 60)
     with _progress() as bar:
         def on_method(method, cfg):
             task = bar.add_task(f"{method} s{cfg.seed}", total=cfg.steps, info="")
@@ -179,7 +192,7 @@ def bench(
 
         kw = dict(preset=preset, steps=steps, methods=chosen, overrides=parse_sets(sets), out_dir=out, on_method=on_method)
         try:
-            report = run_bench_seeds(seed_list, **kw) if seed_list else run_bench(seed=seed, **kw)
+            report = run_bench_seeds(seed_list, **kw) if seed_list else run_bench(seed=seed, shape=shape, **kw)
         except ConfigError as e:
             fail_config(e)
     if json_out:
@@ -187,6 +200,8 @@ def bench(
         json_out.write_text(json.dumps(report, indent=2))
     if seed_list:
         print(render_seeds_markdown(report))
+    elif shape:
+        print(render_shape_markdown(report))
     else:
         print(render_markdown(report))
         if "reach" in report:

@@ -5,7 +5,13 @@ Output schema (docs/bench.md): {"meta": {...}, "base_eval": {...}, "methods": {m
 "ratios": {"aero/grpo": {field: ratio}, "aero/dapo": {...}, "dapo/grpo": ...}, "reach": {...}} where a summary holds
 per-step means of cost fields, the final evaluation per benchmark and the eval curve, and
 "reach" is the compute each method needs to reach fractions of GRPO's gain (trainer.core.reach).
-``run_bench_seeds`` repeats it over seeds and summarises with confidence intervals.
+Every summary also holds the step's split and rates (:func:`rates`) and the method's peak memory
+and update MFU (trainer/bench_device.py). ``run_bench_seeds`` repeats it over seeds and
+summarises with confidence intervals.
+
+``shape=NAME`` (`aero bench --shape`) benches a shipped architecture with random weights on the
+scripted strata task (:data:`SHAPE_BASE`): the paper's step shape, real generation and real
+updates, scripted rewards, so it measures cost and never learning.
 """
 
 from __future__ import annotations
@@ -20,13 +26,15 @@ import numpy as np
 import torch
 
 import common.metric_keys as mk
+from common.dotted import merge
+from trainer.bench_device import MethodMemory, device_name, peak_flops
 from trainer.config import ConfigError, RunConfig, for_method, parse_run_config, unread_sections
 from trainer.policy import RunPolicy
 from trainer.core.reach import COSTS, ReachCurve, cumulative, final_accuracy, reach
 from trainer.embedded.loop import iter_training
 from trainer.methods.spec import baseline_method, method_names
 from trainer.sinks import JsonlSink, MemorySink, MultiSink
-from trainer.embedded.presets import PRESETS
+from trainer.embedded.presets import PRESETS, resolve_device
 
 MAIN_METHODS = ("grpo", "dapo", "aero")
 ABLATIONS = ("aero-s1", "aero-s1s2")
@@ -39,6 +47,44 @@ COST_FIELDS = {
     mk.ZERO_ACC_AFTER_EXPLORE: "zero_acc_after_explore", mk.ZERO_ACC_AFTER_RESCUE: "zero_acc_after_rescue",
     mk.REWARD_MEAN: "reward_mean",
 }
+
+
+# `aero bench --shape NAME`: the paper's step (Table 9: prompts up to 1,024 tokens, responses up
+# to 1,536, n = 16, activation checkpointing, lr 5e-6) at 128 prompts (Table 9's code batch; its
+# math batch is 256: --set batch_prompts=256), no evaluation (the strata task holds nothing out)
+# and no checkpoints. tiny-151k is the CPU shape: the same per-prompt budget on 4 prompts with
+# short responses. `--set` overrides any of them.
+SHAPE_BASE: dict[str, Any] = {"task": "strata", "preset": None, "batch_prompts": 128, "n_total": 16,
+                              "max_new_tokens": 1536, "max_prompt_tokens": 1024, "gradient_checkpointing": True,
+                              "eval_every": 0, "checkpoint_every": 0, "optim": {"lr": 5e-6}}
+SHAPE_DEFAULTS: dict[str, dict[str, Any]] = {"tiny-151k": {"batch_prompts": 4, "max_new_tokens": 64,
+                                                           "max_prompt_tokens": 128, "gradient_checkpointing": False}}
+SHAPE_STEPS = 3
+SCRIPTED = "scripted (the strata task); no learning is measured"
+
+
+def bench_base(preset: str | None, shape: str | None, steps: int, seed: int, overrides: dict[str, Any]) -> dict[str, Any]:
+    """The config every benched method shares, before ``for_method``."""
+    if shape is not None:
+        return merge({**SHAPE_BASE, **SHAPE_DEFAULTS.get(shape, {}), "model_shape": shape, "steps": steps, "seed": seed},
+                     overrides)
+    return {"preset": None if overrides.get("model_path") else preset, "steps": steps, "seed": seed,
+            "checkpoint_every": 0, **overrides}
+
+
+def rates(summary: dict[str, Any], peak: float | None) -> dict[str, float | None]:
+    """A summary's step split and rates: other seconds (the step less generation and update:
+    scoring, curation, bookkeeping), tokens per second of generation and of the update, and the
+    update's MFU against the device's ``peak`` FLOP/s (None without one)."""
+    def per(a: str, b: str) -> float | None:
+        return summary[a] / summary[b] if summary.get(b) else None
+
+    train_flops_per_s = per("flops_train", "train_s")
+    return {"other_s": summary["step_s"] - summary["rollout_s"] - summary["train_s"],
+            "generate_tokens_per_s": per("tokens_generated", "rollout_s"),
+            "train_tokens_per_s": per("tokens_trained", "train_s"),
+            "train_flops_per_s": train_flops_per_s,
+            "mfu": train_flops_per_s / peak if peak and train_flops_per_s is not None else None}
 
 
 def eval_curve(sink: MemorySink, key: str = "avg_at_k") -> dict[str, list]:
@@ -81,8 +127,22 @@ def ratios(num: dict[str, Any], den: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+def method_summary(run: dict[str, Any], peak: float | None) -> dict[str, Any]:
+    """A benched method's summary: per-step means, rates and MFU, peak memory."""
+    summary = summarize_run(run["sink"], run["wall"])
+    return {**summary, **rates(summary, peak), **run["memory"].summary()}
+
+
+def shape_params(shape: str | None) -> int | None:
+    from trainer.embedded.shapes import shape_parameters
+
+    return shape_parameters(shape) if shape else None
+
+
 def base_label(cfg: RunConfig) -> str:
-    """What every method starts from, as a user would name it: the model directory, or the preset."""
+    """What every method starts from, as a user would name it: the model directory, the shape, or the preset."""
+    if cfg.model_shape:
+        return f"shape {cfg.model_shape} (random weights, seed {cfg.seed})"
     return cfg.model_path if cfg.model_path else f"preset {cfg.preset} ({PRESETS[cfg.preset]})"
 
 
@@ -96,7 +156,8 @@ def pair_ratios(results: dict[str, dict]) -> dict[str, dict]:
 
 def run_bench(preset: str | None = "tiny", steps: int = 60, seed: int = 0, methods: tuple[str, ...] = MAIN_METHODS,
               overrides: dict[str, Any] | None = None, out_dir: str | Path = "runs/bench",
-              on_method: Callable[[str, RunConfig], Callable | None] | None = None) -> dict[str, Any]:
+              on_method: Callable[[str, RunConfig], Callable | None] | None = None,
+              shape: str | None = None) -> dict[str, Any]:
     """Train each method for ``steps`` from the same base checkpoint with the same seed,
     interleaved step by step in this process. Each method's run directory OUT/METHOD holds
     config.json, metrics.jsonl and evals.jsonl.
@@ -104,14 +165,17 @@ def run_bench(preset: str | None = "tiny", steps: int = 60, seed: int = 0, metho
     ``overrides`` apply to every method (e.g. {"batch_prompts": 16}; a ``model_path`` replaces
     the preset). Evaluations run on the config's schedule (step 0 = the base, every
     eval_every steps, the end) at eval_temperature with draws paired across methods; their
-    time is not in any step time."""
+    time is not in any step time. ``shape`` benches a shipped architecture with random weights
+    on the strata task instead (:data:`SHAPE_BASE`; ``preset`` is then unused): each run stops
+    after its last step, without the end-of-run checkpoint (a 1.5B model's weights and AdamW
+    state are ~18 GB a method)."""
     overrides = dict(overrides or {})
-    base = {"preset": None if overrides.get("model_path") else preset, "steps": steps, "seed": seed,
-            "checkpoint_every": 0, **overrides}
+    base = bench_base(preset, shape, steps, seed, overrides)
     policy = RunPolicy.from_env()  # `aero bench` is the operator: caps and sandbox from AERO_* env
     if issues := unread_sections(base, methods):  # e.g. --set dapo.eps_high=... on a bench without DAPO
         raise ConfigError(issues)
     cfg0 = parse_run_config(for_method(base, methods[0]), policy)
+    device = resolve_device(cfg0)[0]
     runs = {}
     for method in methods:
         cfg = parse_run_config(for_method(base, method), policy)  # each method keeps the sections it reads
@@ -120,7 +184,8 @@ def run_bench(preset: str | None = "tiny", steps: int = 60, seed: int = 0, metho
         sink = MemorySink()
         runs[method] = {"sink": sink, "gen": iter_training(cfg, run_dir, MultiSink(sink, JsonlSink(run_dir)),
                                                              policy=policy),
-                        "wall": 0.0, "progress": on_method(method, cfg) if on_method else None}
+                        "wall": 0.0, "progress": on_method(method, cfg) if on_method else None,
+                        "memory": MethodMemory(device)}
     # Round-robin, one step of each method at a time: every method sees the same machine
     # conditions (other load, thermal state), so the ratios are fair even on a busy machine.
     live = list(methods)
@@ -128,6 +193,7 @@ def run_bench(preset: str | None = "tiny", steps: int = 60, seed: int = 0, metho
         for method in list(live):
             run = runs[method]
             t0 = time.perf_counter()
+            run["memory"].begin()
             try:
                 step, total, metrics = next(run["gen"])
             except StopIteration as done:
@@ -136,16 +202,24 @@ def run_bench(preset: str | None = "tiny", steps: int = 60, seed: int = 0, metho
                 continue
             finally:
                 run["wall"] += time.perf_counter() - t0
+            run["memory"].end()
             if run["progress"]:
                 run["progress"](step, total, metrics)
-    results = {m: summarize_run(r["sink"], r["wall"]) for m, r in runs.items()}
+            if shape is not None and step == total:  # nothing left but the end-of-run checkpoint
+                run["gen"].close()
+                live.remove(method)
+    peak = peak_flops(device)
+    results = {m: method_summary(r, peak) for m, r in runs.items()}
     # Every run evaluates the same base at step 0 with the same draws: any one's step 0 is the base.
     base_eval = next((r["sink"].evals[0] for r in runs.values() if 0 in r["sink"].evals), {})
+    n_params = next((r["result"]["n_params"] for r in runs.values() if "result" in r), None)
     report = {
-        "meta": {"preset": cfg0.preset, "base": base_label(cfg0), "steps": steps, "seed": seed,
+        "meta": {"preset": cfg0.preset, "shape": cfg0.model_shape, "base": base_label(cfg0), "steps": steps, "seed": seed,
                  "overrides": overrides, "config": cfg0.model_dump(mode="json", exclude={"method", "name"}),
                  "machine": f"{platform.machine()} {platform.processor() or ''} {torch.get_num_threads()} threads".strip(),
-                 "torch": torch.__version__, "n_params": next(iter(runs.values()))["result"]["n_params"],
+                 "torch": torch.__version__, "n_params": n_params if n_params is not None else shape_params(shape),
+                 "device": device_name(device), "peak_flops": peak,
+                 "rewards": SCRIPTED if cfg0.task == "strata" else "verified",
                  "eval": {"k": cfg0.eval_n, "problems_per_benchmark": cfg0.eval_problems, "every": cfg0.eval_every,
                           "temperature": cfg0.eval_temperature}},
         "base_eval": {n: {"avg_at_k": r["avg_at_k"], "pass_at_k": r["pass_at_k"]} for n, r in base_eval.items()},

@@ -151,3 +151,39 @@ def render_leaderboard(rows: list[dict[str, Any]], k: int, baseline: str | None)
             lines.append(_row([r["method"], f"{t['fraction']:.0%}", _reach_cell(t, "flops", "{:.0f}", 1e9),
                                _reach_cell(t, "seconds", "{:.1f}", 1.0)]))
     return "\n".join(lines)
+
+
+# --- a shape (`aero bench --shape`) -----------------------------------------------------------
+SHAPE_COLUMNS = [
+    ("step s", "step_s", "{:.2f}", 1), ("generate s", "rollout_s", "{:.2f}", 1), ("update s", "train_s", "{:.2f}", 1),
+    ("other s", "other_s", "{:.2f}", 1), ("tokens gen", "tokens_generated", "{:.0f}", 1),
+    ("tokens trained", "tokens_trained", "{:.0f}", 1), ("gen tok/s", "generate_tokens_per_s", "{:.0f}", 1),
+    ("update tok/s", "train_tokens_per_s", "{:.0f}", 1), ("update MFU", "mfu", "{:.1%}", 1),
+    ("peak MB (alone)", "peak_memory_mb", "{:.0f}", 1), ("peak MB (device)", "peak_memory_device_mb", "{:.0f}", 1),
+    ("TFLOPs total", "flops_total", "{:.2f}", 1e12), ("rollouts trained", "rollouts_trained", "{:.0f}", 1),
+    ("zero-acc explore", "zero_acc_after_explore", "{:.3f}", 1), ("zero-acc rescue", "zero_acc_after_rescue", "{:.3f}", 1),
+]
+SHAPE_RATIOS = [("step s", "step_s"), ("generate s", "rollout_s"), ("update s", "train_s"),
+                ("tokens trained", "tokens_trained"), ("FLOPs train", "flops_train"), ("FLOPs total", "flops_total")]
+
+
+def _fmt(value: Any, fmt: str, scale: float = 1.0) -> str:
+    return "–" if value is None or value != value else fmt.format(value / scale)
+
+
+def render_shape_markdown(report: dict[str, Any]) -> str:
+    """A shape bench (trainer/bench.py ``shape=``): per-step means per method, then the ratios
+    of step time and FLOPs between methods. Says that the rewards are scripted."""
+    meta, cfg = report["meta"], report["meta"]["config"]
+    lines = [f"**Rewards are {meta['rewards']}.** Shape {meta['shape']} ({meta['n_params']:,} parameters, random "
+             f"weights) on {meta['device']}; {cfg['batch_prompts']} prompts x n_total {cfg['n_total']}, responses up to "
+             f"{cfg['max_new_tokens']} tokens; per-step means over {meta['steps']} step{'s' if meta['steps'] != 1 else ''} (seed {meta['seed']}). "
+             "MFU: update FLOPs / update seconds / the device's peak bf16 FLOP/s"
+             + (f" ({meta['peak_flops'] / 1e12:.0f} TFLOP/s)." if meta.get("peak_flops") else " (unknown here: –)."),
+             "", _row(["method", *[c[0] for c in SHAPE_COLUMNS]]), _row(["---"] * (len(SHAPE_COLUMNS) + 1))]
+    for name, m in report["methods"].items():
+        lines.append(_row([name, *[_fmt(m.get(f), fmt, scale) for _, f, fmt, scale in SHAPE_COLUMNS]]))
+    lines += ["", _row(["ratio", *[c[0] for c in SHAPE_RATIOS]]), _row(["---"] * (len(SHAPE_RATIOS) + 1))]
+    for pair, r in report["ratios"].items():
+        lines.append(_row([f"**{pair}**", *[_fmt(r.get(f), "{:.3f}") for _, f in SHAPE_RATIOS]]))
+    return "\n".join(lines)

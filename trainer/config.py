@@ -32,6 +32,9 @@ METHODS: tuple[str, ...] = method_names()
 SECTION_NAMES: tuple[str, ...] = tuple(sec.name for sec in all_sections())
 Method = Literal[METHODS]  # type: ignore[valid-type]
 LossAgg = Literal["seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm"]
+# The shipped architectures with random weights (trainer/embedded/shapes.py; one directory each
+# under trainer/assets/shapes/): the scripted strata task runs on them, nothing is downloaded.
+ModelShape = Literal["qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-7b", "tiny-151k"]
 
 
 _OPERATOR_FIELDS = {"network": ("AERO_SANDBOX_ISOLATION", "auto"), "run_as_uid": ("AERO_SANDBOX_UID", 65534),
@@ -105,7 +108,15 @@ class _RunFields(Strict):
     engine: Literal["embedded", "verl"] = "embedded"
     preset: Literal["tiny"] | None = Field("tiny", description="Embedded preset: the shipped ~1M-parameter policy on the synthetic arithmetic task.")
     model_path: str | None = Field(None, description="Local Hugging Face model directory (used instead of a preset).")
-    task: Literal["arithmetic", "math", "code"] = "arithmetic"
+    model_shape: ModelShape | None = Field(
+        None, description="A real architecture with RANDOM weights, built from the config file the repository "
+        "ships (nothing is downloaded): qwen2.5-0.5b, qwen2.5-1.5b (Qwen2.5-Math-1.5B, the paper's), qwen2.5-7b, or "
+        "tiny-151k (hidden 64, 2 layers, the real 151,936 vocab; CPU). For cost benchmarks only (`aero bench --shape`): "
+        "it trains the scripted strata task (task=strata), whose rewards are scripted, so no learning is measured. "
+        "Used instead of a preset or model_path (set preset=null).")
+    task: Literal["arithmetic", "math", "code", "strata"] = Field(
+        "arithmetic", description="arithmetic (the tiny preset), math and code (a local model and data file), or "
+        "strata: scripted rewards with the paper's prompt strata on a model_shape (trainer/tasks/strata.py).")
     train_data: str | None = Field(None, description="Math and code tasks: local verl parquet or JSONL file (code: "
                                    "also APPS/TACO, CodeContests, PRIME/Eurus, MBPP/HumanEval layouts).")
     benchmarks: dict[str, str] = Field(
@@ -144,6 +155,12 @@ class _RunFields(Strict):
     std_unbiased: bool = Field(True, description="Group std with Bessel's correction (as verl/torch.std).")
     ppo_epochs: int = Field(1, ge=1, le=16, description="Passes over each step's batch (paper: 1).")
     mini_batches: int = Field(1, ge=1, le=1024, description="Optimizer steps per pass.")
+    micro_batch_tokens: int = Field(
+        0, ge=0, le=1 << 24, description="Token budget of one update forward (rows x padded length; verl's "
+        "ppo_max_token_len_per_gpu): each mini-batch is cut into micro-batches of at most this many tokens and their "
+        "gradients accumulated, with the loss normalised as one pass. 0 = auto: the embedded engine picks the largest "
+        "budget the device's memory holds (docs/engines.md); verl takes max(4 x (prompt + response), 8192). Must "
+        "hold one row: >= max_prompt_tokens + max_new_tokens.")
     shuffle_mini_batches: bool = Field(True, description="With mini_batches > 1: deal the training rows into "
                                        "mini-batches afresh each PPO epoch (seeded by the run, checkpointed). false "
                                        "keeps them in generation order, as the verl engine lays them out (verl "
@@ -252,8 +269,9 @@ def cross_field_issues(cfg: RunConfig) -> list[tuple[str, str]]:
     issues += rule_issues(cfg.alerts)
     if len(set(cfg.trackers)) < len(cfg.trackers):
         issues.append(("trackers", "name each tracker once"))
-    if (cfg.preset is None) == (cfg.model_path is None):
+    if cfg.model_shape is None and (cfg.preset is None) == (cfg.model_path is None):
         issues.append(("model_path", "give exactly one of preset or model_path"))
+    issues += shape_issues(cfg)
     if cfg.task in ("math", "code") and not cfg.train_data:
         issues.append(("train_data", f"the {cfg.task} task needs a local parquet or JSONL file"))
     if cfg.code.timeout_s < cfg.code.test_timeout_s:
@@ -262,6 +280,9 @@ def cross_field_issues(cfg: RunConfig) -> list[tuple[str, str]]:
         issues.append(("task", "the tiny preset is trained on the arithmetic task"))
     if cfg.mini_batches > cfg.batch_prompts:
         issues.append(("mini_batches", f"must be <= batch_prompts ({cfg.batch_prompts})"))
+    if 0 < cfg.micro_batch_tokens < cfg.max_prompt_tokens + cfg.max_new_tokens:
+        issues.append(("micro_batch_tokens", f"must hold one row: >= max_prompt_tokens + max_new_tokens "
+                       f"({cfg.max_prompt_tokens + cfg.max_new_tokens}), or 0 for the device's own budget"))
     if cfg.benchmarks and cfg.task not in ("math", "code"):
         issues.append(("benchmarks", "benchmark files are for the math and code tasks; the arithmetic task has its own "
                        "held-out sets"))
@@ -274,6 +295,31 @@ def cross_field_issues(cfg: RunConfig) -> list[tuple[str, str]]:
     if cfg.train_size is not None and cfg.task != "arithmetic":
         issues.append(("train_size", f"a finite training set is an arithmetic-task option; the {cfg.task} task "
                        "trains on its file"))
+    return issues
+
+
+def shape_issues(cfg: RunConfig) -> list[tuple[str, str]]:
+    """A ``model_shape`` run: random weights, the scripted strata task, the embedded engine and
+    sampler. The strata task needs a shape (it has no tokenizer files) and a shape needs it."""
+    if cfg.model_shape is None:
+        return [("model_shape", "the strata task runs on a shipped architecture with random weights: set "
+                 "model_shape (and preset=null)")] if cfg.task == "strata" else []
+    issues = []
+    if cfg.preset is not None:
+        issues.append(("preset", f"model_shape {cfg.model_shape} replaces the preset: set preset=null"))
+    if cfg.model_path is not None:
+        issues.append(("model_path", f"model_shape {cfg.model_shape} replaces model_path: remove it"))
+    if cfg.task != "strata":
+        issues.append(("task", "a model_shape has random weights and no tokenizer: it trains the scripted strata "
+                       "task (task=strata)"))
+    if cfg.engine != "embedded":
+        issues.append(("engine", "a model_shape runs on the embedded engine"))
+    if cfg.rollout_engine != "embedded":
+        issues.append(("rollout_engine", "vLLM loads its weights from a model directory and a model_shape has none: "
+                       "use rollout_engine=embedded"))
+    if get_method(cfg.method).needs.prompt_ids:
+        issues.append(("method", f"method {cfg.method} keys its memory by prompt id; the strata task's prompts "
+                       "never repeat"))
     return issues
 
 

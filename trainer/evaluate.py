@@ -46,7 +46,8 @@ def summarize(per_problem: list[tuple[int, int]], k: int, seed: int = 0) -> dict
 def evaluate(engine: RolloutEngine, task: Task, sampling: SamplingParams, n: int, max_problems: int,
              seed: int, timeout_s: float) -> dict[str, dict[str, Any]]:
     """Sample n responses per benchmark problem and score them. Uses its own generator so an
-    eval never moves the training RNG (exact resume). Adds an 'overall' row (all problems pooled)."""
+    eval never moves the training RNG (exact resume). Adds an 'overall' row (all problems pooled);
+    {} for a task without benchmarks."""
     gen = torch.Generator(device=engine.device).manual_seed(seed)
     results, pooled = {}, []
     for name, problems in task.benchmarks().items():
@@ -60,6 +61,8 @@ def evaluate(engine: RolloutEngine, task: Task, sampling: SamplingParams, n: int
         per_problem = [(n, int(c)) for c in correct]
         results[name] = summarize(per_problem, n, seed)
         pooled += per_problem
+    if not results:
+        return {}  # a task with no held-out sets (the strata task: scripted rewards, nothing to measure)
     results["overall"] = summarize(pooled, n, seed)
     results["overall"]["avg_at_k_macro"] = float(np.mean([v["avg_at_k"] for k, v in results.items() if k != "overall"]))
     return results

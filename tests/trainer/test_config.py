@@ -98,3 +98,28 @@ def test_verl_rules_accept_a_runnable_verl_config():
         parse_run_config({**VERL, "batch_prompts": 10, "mini_batches": 3, "shuffle_mini_batches": False})
     assert [loc for loc, _ in err.value.issues] == ["mini_batches"]
     assert parse_run_config({**VERL, "engine": "embedded", "batch_prompts": 10, "mini_batches": 3}).mini_batches == 3
+
+
+SHAPE = {"preset": None, "model_shape": "qwen2.5-1.5b", "task": "strata"}
+
+
+@pytest.mark.parametrize("override,field", [
+    ({**SHAPE, "preset": "tiny"}, "preset"),                      # a shape replaces the preset
+    ({**SHAPE, "model_path": "/m"}, "model_path"),                # ... and a local model
+    ({**SHAPE, "task": "arithmetic"}, "task"),                    # random weights, no tokenizer: strata only
+    ({**SHAPE, "engine": "verl"}, "engine"),
+    ({**SHAPE, "rollout_engine": "vllm"}, "rollout_engine"),      # vLLM loads weights from a directory
+    ({**SHAPE, "method": "aero-mem"}, "method"),                  # strata prompts have no stable ids
+    ({"preset": None, "model_path": "/m", "task": "strata"}, "model_shape"),
+    ({**SHAPE, "model_shape": "llama-70b"}, "model_shape"),
+], ids=["preset", "model_path", "task", "engine", "rollout_engine", "method", "strata-needs-shape", "unknown"])
+def test_model_shape_rules_name_the_field(override, field):
+    with pytest.raises(ConfigError) as err:
+        parse_run_config(override)
+    assert field in [loc for loc, _ in err.value.issues], err.value.issues
+
+
+def test_a_shape_on_the_strata_task_is_a_valid_run():
+    cfg = parse_run_config({**SHAPE, "batch_prompts": 128, "max_new_tokens": 1536, "max_prompt_tokens": 1024})
+    assert (cfg.model_shape, cfg.task, cfg.preset, cfg.model_path) == ("qwen2.5-1.5b", "strata", None, None)
+    assert parse_run_config(cfg.model_dump(mode="json")) == cfg  # stored and re-read unchanged

@@ -14,7 +14,8 @@ from torch import Tensor
 AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
 
-def aggregate(values: Tensor, mask: Tensor, mode: str, max_len: int | None = None, n_seqs: float | None = None) -> Tensor:
+def aggregate(values: Tensor, mask: Tensor, mode: str, max_len: int | None = None, n_seqs: float | None = None,
+              n_tokens: float | None = None) -> Tensor:
     """Reduce per-token values [N, T] to a scalar.
 
     - 'token-mean' (DAPO §3.3): sum_{i,t} v m / sum_{i,t} m  (every token weighs the same).
@@ -28,8 +29,12 @@ def aggregate(values: Tensor, mask: Tensor, mode: str, max_len: int | None = Non
 
     ``n_seqs`` replaces N in the sequence means: the update passes (rows of the step) /
     (mini-batches), the same for every mini-batch, as verl's ``global_batch_size`` (equal to N
-    when the rows split evenly). Empty denominators are clamped to 1 (an all-padding row
-    contributes 0 but still counts in N for the sequence means).
+    when the rows split evenly). ``n_tokens`` likewise replaces the token count of 'token-mean'.
+    Given both, every mode is a plain sum over rows, so a mini-batch cut into micro-batches
+    (gradient accumulation) gets exactly the loss and gradient of one pass over it: the update
+    passes the mini-batch's rows and response tokens to every micro-batch. Empty denominators
+    are clamped to 1 (an all-padding row contributes 0 but still counts in N for the sequence
+    means).
 
     Returns:
         0-dim Tensor.
@@ -37,7 +42,7 @@ def aggregate(values: Tensor, mask: Tensor, mode: str, max_len: int | None = Non
     m = mask.to(values.dtype)
     N = values.shape[0] if n_seqs is None else n_seqs
     if mode == "token-mean":
-        return (values * m).sum() / m.sum().clamp(min=1)
+        return (values * m).sum() / (m.sum().clamp(min=1) if n_tokens is None else max(n_tokens, 1.0))
     if mode == "seq-mean-token-mean":
         per_seq = (values * m).sum(-1) / m.sum(-1).clamp(min=1)
         return per_seq.sum() / N
@@ -58,6 +63,7 @@ class Aggregation:
     mode: str = "seq-mean-token-mean"
     max_len: int | None = None
     n_seqs: float | None = None
+    n_tokens: float | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in AGG_MODES:
@@ -66,7 +72,7 @@ class Aggregation:
             raise ValueError("seq-mean-token-sum-norm needs max_len > 0, the generation budget (max_new_tokens)")
 
     def __call__(self, values: Tensor, mask: Tensor) -> Tensor:
-        return aggregate(values, mask, self.mode, self.max_len, self.n_seqs)
+        return aggregate(values, mask, self.mode, self.max_len, self.n_seqs, self.n_tokens)
 
 
 def clipped_surrogate(

@@ -26,6 +26,7 @@ import common.metric_keys as mk
 from trainer.config import ConfigError, RunConfig
 from trainer.embedded.checkpoint import TrainingState
 from trainer.embedded.collect import StepContext, collect, step_metrics
+from trainer.embedded.memory_plan import plan_memory
 from trainer.embedded.presets import Setup, load_setup
 from trainer.embedded.update import Updater
 from trainer.evaluate import eval_sampling, eval_seed, evaluate
@@ -74,8 +75,15 @@ def due(step: int, every: int) -> bool:
 
 
 def initial_state(cfg: RunConfig, setup: Setup) -> TrainingState:
-    """Step 0 of a run: the updater built from the config and every RNG seeded from ``cfg.seed``."""
-    updater = Updater.from_config(cfg, setup.model, pad_id=setup.task.tokenizer.pad_id, device=setup.device)
+    """Step 0 of a run: the updater built from the config and every RNG seeded from ``cfg.seed``.
+    The memory plan (trainer/embedded/memory_plan.py) sets the update's micro-batch budget and the
+    rows of one generate call, or refuses the config (ConfigError) before any compute."""
+    plan = plan_memory(cfg, setup.model, setup.device, setup.compute_dtype)
+    setup.memory_plan = plan
+    if getattr(setup.engine, "max_batch_rows", 0) is None:  # the embedded sampler: generate in chunks that fit
+        setup.engine.max_batch_rows = plan.generate_rows
+    updater = Updater.from_config(cfg, setup.model, pad_id=setup.task.tokenizer.pad_id, device=setup.device,
+                                  micro_batch_tokens=plan.micro_batch_tokens)
     return TrainingState(updater=updater, sampling_rng=torch.Generator(device=setup.device).manual_seed(cfg.seed),
                          curation_rng=np.random.default_rng(cfg.seed))
 
@@ -128,7 +136,8 @@ def iter_training(cfg: RunConfig, out_dir: str | Path, sink: MetricSink,
     def run_eval(step: int) -> dict:
         results = evaluate(setup.engine, setup.task, eval_sampling(cfg), cfg.eval_n, cfg.eval_problems,
                            seed=eval_seed(step), timeout_s=cfg.verifier_timeout_s)
-        sink.log_eval(step, results)
+        if results:  # a task without held-out sets (strata) logs no evaluation
+            sink.log_eval(step, results)
         return results
 
     def checkpoint() -> None:

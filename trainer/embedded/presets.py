@@ -13,6 +13,7 @@ import torch
 from trainer.config import ConfigError, RunConfig
 from trainer.embedded.model import count_parameters, load_policy
 from trainer.policy import RunPolicy
+from trainer.rollout.attention import use_packed_gqa
 
 ASSETS = Path(__file__).parents[1] / "assets"  # trainer/assets (package data)
 PRESETS = {"tiny": ASSETS / "tiny"}  # `aero pretrain` writes it; shipped in the repo
@@ -34,6 +35,7 @@ class Setup:
     n_layers: int
     d_model: int
     compute_dtype: torch.dtype = torch.float32
+    memory_plan: Any = None  # trainer.embedded.memory_plan.MemoryPlan, set when the run's state is built
 
     def autocast(self):
         if self.device.type == "cuda" and self.compute_dtype in (torch.bfloat16, torch.float16):
@@ -62,19 +64,33 @@ def load_setup(cfg: RunConfig, policy: RunPolicy | None = None) -> Setup:
     """Model, task and engine for ``cfg``; the code sandbox's isolation, interpreter and uid come
     from the operator's ``policy`` (default: :class:`RunPolicy`'s defaults)."""
     device, dtype = resolve_device(cfg)
-    path = PRESETS[cfg.preset] if cfg.preset else Path(cfg.model_path).expanduser()
-    if cfg.preset and not (path / "config.json").is_file():
-        raise ConfigError([("preset", f"preset '{cfg.preset}' has no checkpoint at {path}; run `aero pretrain`")])
-    try:
-        model = load_policy(path, device=device, dtype=weight_dtype(device, dtype),
-                            gradient_checkpointing=cfg.gradient_checkpointing)
-    except FileNotFoundError as e:
-        raise ConfigError([("model_path", str(e))]) from None
+    model, path = load_model(cfg, device, dtype)
+    if device.type == "cuda":  # decode reads the KV cache once per step (trainer/rollout/attention.py);
+        use_packed_gqa(model)  # CPU runs keep transformers' own path, bit for bit as before
     task = build_task(cfg, path, policy)
     engine = build_engine(cfg, model, path, task, device, dtype)
     mc = model.config
     return Setup(task=task, model=model, engine=engine, device=device, n_params=count_parameters(model),
                  n_layers=mc.num_hidden_layers, d_model=mc.hidden_size, compute_dtype=dtype)
+
+
+def load_model(cfg: RunConfig, device: torch.device, dtype: torch.dtype) -> tuple[torch.nn.Module, Path]:
+    """The run's policy on ``device`` and the directory it comes from: the preset's checkpoint,
+    the local model_path, or a model_shape's config with random weights (seeded by the run,
+    built on the device: trainer/embedded/shapes.py)."""
+    if cfg.model_shape:
+        from trainer.embedded.shapes import SHAPES, build_shape_model
+
+        return build_shape_model(cfg.model_shape, device, weight_dtype(device, dtype), seed=cfg.seed,
+                                 gradient_checkpointing=cfg.gradient_checkpointing), SHAPES[cfg.model_shape]
+    path = PRESETS[cfg.preset] if cfg.preset else Path(cfg.model_path).expanduser()
+    if cfg.preset and not (path / "config.json").is_file():
+        raise ConfigError([("preset", f"preset '{cfg.preset}' has no checkpoint at {path}; run `aero pretrain`")])
+    try:
+        return load_policy(path, device=device, dtype=weight_dtype(device, dtype),
+                           gradient_checkpointing=cfg.gradient_checkpointing), path
+    except FileNotFoundError as e:
+        raise ConfigError([("model_path", str(e))]) from None
 
 
 def rollout_engine_name(cfg: RunConfig, device: torch.device) -> tuple[str, str | None]:
@@ -93,8 +109,9 @@ def rollout_engine_name(cfg: RunConfig, device: torch.device) -> tuple[str, str 
 
 
 def stop_token_ids(task, model) -> list[int]:
-    """Every id that ends a response: the tokenizer's EOS and the generation config's EOS ids."""
-    ids = {int(task.tokenizer.eos_id)}
+    """Every id that ends a response: the tokenizer's EOS, the generation config's EOS ids, and
+    the task's own stop ids where it declares some (the strata task's, trainer/tasks/strata.py)."""
+    ids = {int(task.tokenizer.eos_id), *(int(i) for i in getattr(task, "stop_ids", ()))}
     extra = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
     ids.update(int(i) for i in (extra if isinstance(extra, (list, tuple)) else [extra]) if i is not None)
     return sorted(ids)
@@ -112,7 +129,8 @@ def build_engine(cfg: RunConfig, model: torch.nn.Module, path: Path, task, devic
 
 
 def build_task(cfg: RunConfig, model_dir: Path, policy: RunPolicy | None = None):
-    """The run's task, with the tokenizer that ships in the model directory.
+    """The run's task, with the tokenizer that ships in the model directory (the strata task
+    needs none: its ids render as numbers).
 
     Math and code: training problems longer than ``max_prompt_tokens`` are dropped at load (as
     verl's filter_overlong_prompts); benchmarks come from ``cfg.benchmarks``; code runs in the
@@ -120,6 +138,11 @@ def build_task(cfg: RunConfig, model_dir: Path, policy: RunPolicy | None = None)
     model directory without a usable tokenizer is a ConfigError naming the field."""
     from trainer.tasks import make_task
 
+    if cfg.task == "strata":  # synthetic prompts and scripted rewards over the shape's vocabulary
+        from trainer.embedded.shapes import shape_config
+
+        return make_task("strata", vocab_size=shape_config(cfg.model_shape).vocab_size,
+                         max_prompt_tokens=cfg.max_prompt_tokens)
     if cfg.task == "arithmetic":
         from trainer.tasks.tokenizer import CharTokenizer
 

@@ -20,7 +20,7 @@ import torch
 from trainer.core.losses import Aggregation, clipped_surrogate, kl_k3
 from trainer.embedded.model import is_gradient_checkpointing
 from trainer.rollout.base import Rollout
-from trainer.rollout.batching import TrainBatch, collate, sequence_logprobs, token_logprobs_and_entropy
+from trainer.rollout.batching import TrainBatch, collate, head_logprobs_and_entropy, lm_parts, sequence_logprobs
 from trainer.rollout.embedded import forward_kwargs, left_pad, output_cache
 
 if TYPE_CHECKING:  # the config (pydantic) stays out of torch-only users (scripts/gpu_check.py)
@@ -50,7 +50,7 @@ def shares_prompts(model, rollouts: list[Rollout], batch: TrainBatch) -> bool:
     """Whether :func:`shared_prompt_logprobs` does fewer token forwards than one pass over the
     right-padded batch: distinct prompts x their width + rows x (longest response - 1) against
     rows x T. Not with activation checkpointing (HF turns the KV cache off under it)."""
-    hf_model = hasattr(getattr(model, "config", None), "num_hidden_layers")
+    hf_model = hasattr(getattr(model, "config", None), "num_hidden_layers") and lm_parts(model) is not None
     if not rollouts or not hf_model or is_gradient_checkpointing(model):
         return False
     prompts = {tuple(r.prompt_ids) for r in rollouts}
@@ -126,13 +126,15 @@ def shared_prompt_logprobs(model, rollouts: list[Rollout], batch: TrainBatch, te
 def _prompt_then_responses(model, prompts: list[tuple[int, ...]], rows: torch.Tensor, batch: TrainBatch,
                            temperature: float, pad_id: int, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One prompt pass over ``prompts`` and one response pass over the batch's rows (row i
-    continues from prompt ``rows[i]``), placed in the batch's layout."""
+    continues from prompt ``rows[i]``), placed in the batch's layout. The backbone's hidden
+    states go through the LM head in chunks (``head_logprobs_and_entropy``): no full-vocab
+    logits for the whole pass."""
     dev = batch.input_ids.device
+    base, head = lm_parts(model)  # shares_prompts admits transformers causal LMs only
     ids, mask, pos = left_pad([list(p) for p in prompts], pad_id, dev)
-    cache_kw, keep_kw = forward_kwargs(model)
-    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True,
-                **({keep_kw: 1} if keep_kw else {}))
-    logits = out.logits[:, -1:][rows]  # [N, 1, V]: predicts each row's first response token
+    cache_kw, _ = forward_kwargs(model)
+    out = base(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
+    hidden = out.last_hidden_state[:, -1:][rows]  # [N, 1, H]: predicts each row's first response token
     p_len, q_len = batch.prompt_lengths, batch.response_lengths
     width = int(q_len.max())
     j = torch.arange(width, device=dev)
@@ -142,10 +144,10 @@ def _prompt_then_responses(model, prompts: list[tuple[int, ...]], rows: torch.Te
     if width > 1:
         cache = output_cache(out)
         cache.reorder_cache(rows)
-        more = model(input_ids=resp[:, :-1], attention_mask=torch.cat([mask[rows], in_resp[:, :-1].long()], 1),
-                     position_ids=pos[rows][:, -1:] + 1 + j[:-1], use_cache=True, **{cache_kw: cache}).logits
-        logits = torch.cat([logits, more], 1)
-    logp, ent = token_logprobs_and_entropy(logits, resp, temperature, with_entropy)
+        more = base(input_ids=resp[:, :-1], attention_mask=torch.cat([mask[rows], in_resp[:, :-1].long()], 1),
+                    position_ids=pos[rows][:, -1:] + 1 + j[:-1], use_cache=True, **{cache_kw: cache}).last_hidden_state
+        hidden = torch.cat([hidden, more], 1)
+    logp, ent = head_logprobs_and_entropy(head, hidden, resp, in_resp, temperature, with_entropy)
     return _place(logp, in_resp, p_len, batch.input_ids.shape[1]), \
         (_place(ent, in_resp, p_len, batch.input_ids.shape[1]) if with_entropy else None)
 
@@ -186,21 +188,50 @@ class UpdateSettings:
     epochs: int = 1
     mini_batches: int = 1
     device: Any = "cpu"
+    micro_batch_tokens: int = 0  # rows x padded length of one forward; 0 = the whole mini-batch at once
 
     @classmethod
-    def from_config(cls, cfg: RunConfig, pad_id: int, device: Any = "cpu") -> UpdateSettings:
+    def from_config(cls, cfg: RunConfig, pad_id: int, device: Any = "cpu", micro_batch_tokens: int | None = None
+                    ) -> UpdateSettings:
+        """``micro_batch_tokens``: the budget the run's memory plan chose (trainer/embedded/
+        memory_plan.py); default the config's own (0 = one forward per mini-batch)."""
         from trainer.methods.spec import get_method
 
         eps_low, eps_high = get_method(cfg.method).clip_range(cfg)  # DAPO: clip-higher
         return cls(pad_id=pad_id, temperature=cfg.temperature, eps_low=eps_low, eps_high=eps_high,
                    agg=Aggregation(cfg.effective_loss_agg, max_len=cfg.max_new_tokens),
                    entropy_coef=cfg.entropy_coef, kl_coef=cfg.kl_coef, grad_clip=cfg.optim.grad_clip,
-                   epochs=cfg.ppo_epochs, mini_batches=cfg.mini_batches, device=device)
+                   epochs=cfg.ppo_epochs, mini_batches=cfg.mini_batches, device=device,
+                   micro_batch_tokens=cfg.micro_batch_tokens if micro_batch_tokens is None else micro_batch_tokens)
 
 
 def shuffle_rng(seed: int) -> np.random.Generator:
     """The run's mini-batch shuffle RNG (seeded; checkpointed with the run, see :data:`SHUFFLE_STREAM`)."""
     return np.random.default_rng((seed, SHUFFLE_STREAM))
+
+
+def micro_batches(rows: list[Rollout], budget: int) -> list[list[int]]:
+    """Split a mini-batch into micro-batches whose padded forward (rows x longest row) fits
+    ``budget`` tokens: the token budget of verl's dynamic batch size
+    (``ppo_max_token_len_per_gpu``), counted on right-padded rows.
+
+    When the whole mini-batch fits (or ``budget`` is 0), one micro-batch in the rows' order: the
+    update is then the one-pass update, bit for bit. Otherwise rows are sorted longest first
+    and cut greedily, so each micro-batch holds rows of similar length and pads little; a row
+    longer than the budget goes alone (the memory plan refuses such configs before any compute).
+    The cut changes only the order of float sums: the loss is a sum over rows (see
+    :func:`trainer.core.losses.aggregate`'s ``n_seqs`` / ``n_tokens``)."""
+    lengths = [len(r.prompt_ids) + len(r.response_ids) for r in rows]
+    if budget <= 0 or len(rows) * max(lengths, default=0) <= budget:
+        return [list(range(len(rows)))]
+    out: list[list[int]] = []
+    for i in sorted(range(len(rows)), key=lambda i: -lengths[i]):
+        # longest first: the micro-batch's first row sets its padded width
+        if out and (len(out[-1]) + 1) * lengths[out[-1][0]] <= budget:
+            out[-1].append(i)
+        else:
+            out.append([i])
+    return out
 
 
 def mini_batch_indices(n_rows: int, mini_batches: int, rng: np.random.Generator | None) -> list[torch.Tensor]:
@@ -234,18 +265,22 @@ class Updater:
     shuffle: np.random.Generator | None = None
 
     @classmethod
-    def from_config(cls, cfg: RunConfig, model: torch.nn.Module, pad_id: int, device: Any = "cpu") -> Updater:
+    def from_config(cls, cfg: RunConfig, model: torch.nn.Module, pad_id: int, device: Any = "cpu",
+                    micro_batch_tokens: int | None = None) -> Updater:
         """AdamW with linear warmup then a constant LR (paper Table 9), counted in optimizer
         steps (epochs x mini-batches per training step); a frozen copy of the initial model as
-        the KL reference when ``kl_coef > 0``."""
+        the KL reference when ``kl_coef > 0``; ``micro_batch_tokens`` as the memory plan chose
+        (default: the config's)."""
         ref_model = copy.deepcopy(model).eval().requires_grad_(False) if cfg.kl_coef > 0 else None
+        # fused: one kernel for all parameters on CUDA (the foreach path launches several per step)
+        fused = torch.device(device).type == "cuda"
         optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.optim.lr, betas=(cfg.optim.beta1, cfg.optim.beta2),
-                                      weight_decay=cfg.optim.weight_decay)
+                                      weight_decay=cfg.optim.weight_decay, fused=fused or None)
         per_step = cfg.ppo_epochs * cfg.mini_batches
         warmup = warmup_length(cfg.steps * per_step, cfg.optim.warmup_ratio, cfg.optim.warmup_steps, per_step)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: warmup_constant_lr(s, warmup))
-        return cls(model, optimizer, scheduler, UpdateSettings.from_config(cfg, pad_id, device), ref_model,
-                   shuffle_rng(cfg.seed) if cfg.shuffle_mini_batches else None)
+        return cls(model, optimizer, scheduler, UpdateSettings.from_config(cfg, pad_id, device, micro_batch_tokens),
+                   ref_model, shuffle_rng(cfg.seed) if cfg.shuffle_mini_batches else None)
 
     @property
     def lr(self) -> float:
@@ -258,43 +293,65 @@ class Updater:
 
     def step(self, rollouts: list[Rollout], advantages: torch.Tensor) -> dict[str, float]:
         """One training step's update: ``epochs`` passes over the rows, each split into
-        mini-batches (one optimizer step each). The sequence means divide by rows / mini-batches
-        in every mini-batch (``agg.n_seqs``), the layout and normaliser the verl engine uses too
-        (trainer/verl/rows.py). Returns the mean stats over the optimizer steps."""
+        mini-batches (one optimizer step each), each mini-batch into micro-batches of at most
+        ``micro_batch_tokens`` (gradient accumulation). The sequence means divide by rows /
+        mini-batches in every mini-batch (``agg.n_seqs``), the layout and normaliser the verl
+        engine uses too (trainer/verl/rows.py). Returns the mean stats over the optimizer steps;
+        they stay on the device until the end of the step (one host sync, not one per step)."""
         s = self.settings
         self.model.train()
         k = max(1, min(s.mini_batches, len(rollouts)))
         agg = replace(s.agg, n_seqs=len(rollouts) / k)
-        stats: dict[str, list[float]] = {key: [] for key in STAT_KEYS}
+        stats: list[torch.Tensor] = []
         for _ in range(s.epochs):
             for idx in mini_batch_indices(len(rollouts), s.mini_batches, self.shuffle):
                 rows = [rollouts[i] for i in idx.tolist()]
-                for key, val in self.mini_batch_step(rows, advantages[idx], agg).items():
-                    stats[key].append(val)
-        return {key: sum(v) / len(v) for key, v in stats.items()}
+                stats.append(self.mini_batch_step(rows, advantages[idx], agg))
+        means = torch.stack(stats).mean(0).tolist()
+        return dict(zip(STAT_KEYS, means))
 
-    def mini_batch_step(self, rows: list[Rollout], advantages: torch.Tensor, agg: Aggregation) -> dict[str, float]:
-        """Loss, backward, clip, one AdamW step and one LR-schedule step on one mini-batch."""
+    def mini_batch_step(self, rows: list[Rollout], advantages: torch.Tensor, agg: Aggregation) -> torch.Tensor:
+        """Loss and backward per micro-batch (the gradients add up), then clip, one AdamW step
+        and one LR-schedule step. Every micro-batch's loss is normalised by the whole
+        mini-batch's rows (``agg.n_seqs``) and response tokens (``n_tokens``), so the summed
+        gradient is the one-pass gradient. Returns the :data:`STAT_KEYS` values as one tensor."""
+        s = self.settings
+        n_tokens = float(sum(len(r.response_ids) for r in rows))
+        agg = replace(agg, n_tokens=n_tokens)
+        totals = torch.zeros(len(STAT_KEYS) - 1, device=s.device)  # sums of all but grad_norm
+        for part in micro_batches(rows, s.micro_batch_tokens):
+            sub = [rows[i] for i in part]
+            values = self.micro_batch_loss(sub, advantages[part].to(s.device), agg)
+            values[1].backward()  # [1] is the total loss
+            share = sum(len(r.response_ids) for r in sub) / max(n_tokens, 1.0)
+            weights = torch.tensor([1, 1, 1, 1, share, share], device=s.device)  # clip/approx-kl: token means
+            totals += torch.stack([v.detach().float().reshape(()) for v in values]) * weights
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), s.grad_clip)
+        self.optimizer.step()
+        self.scheduler.step()
+        # the gradients are freed now, not at the next step's backward: generation and
+        # evaluation run between updates and need that memory (1.5B: 6 GB of fp32 gradients)
+        self.optimizer.zero_grad(set_to_none=True)
+        return torch.cat([totals, grad_norm.detach().float().reshape(1).to(totals.device)])
+
+    def micro_batch_loss(self, rows: list[Rollout], advantages: torch.Tensor, agg: Aggregation) -> list[torch.Tensor]:
+        """(policy loss, total loss, entropy, KL, clip fraction, approx KL) of one micro-batch:
+        its share of the mini-batch's loss (``agg`` carries the mini-batch's normalisers), and
+        its own token means of the clip fraction and approx KL."""
         s = self.settings
         mb = collate(rows, s.pad_id, s.device)
         logp, entropy = policy_logprobs(self.model, rows, mb, s.temperature, s.pad_id)
-        pg_loss, pg_stats = clipped_surrogate(logp, mb.old_logprobs, advantages.to(s.device), mb.response_mask,
+        pg_loss, pg_stats = clipped_surrogate(logp, mb.old_logprobs, advantages, mb.response_mask,
                                               s.eps_low, s.eps_high, agg)
         ent = agg(entropy, mb.response_mask)
         loss = pg_loss - s.entropy_coef * ent
-        kl = torch.zeros(())
+        kl = torch.zeros((), device=logp.device)
         if self.ref_model is not None and s.kl_coef > 0:
             with torch.no_grad():
                 ref_logp, _ = policy_logprobs(self.ref_model, rows, mb, s.temperature, s.pad_id, with_entropy=False)
             kl = agg(kl_k3(logp, ref_logp), mb.response_mask)
             loss = loss + s.kl_coef * kl
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), s.grad_clip)
-        self.optimizer.step()
-        self.scheduler.step()
-        values = (pg_loss, loss, ent, kl, pg_stats["clip_frac"], pg_stats["approx_kl"], grad_norm)
-        return {key: float(v.detach()) if torch.is_tensor(v) else float(v) for key, v in zip(STAT_KEYS, values)}
+        return [pg_loss, loss, ent, kl, pg_stats["clip_frac"], pg_stats["approx_kl"]]
 
 
 def policy_update(model, optimizer, scheduler, rollouts: list[Rollout], advantages: torch.Tensor, *,

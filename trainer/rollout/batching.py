@@ -21,6 +21,10 @@ from trainer.rollout.base import Rollout
 # Elements of a float32 [rows, positions, vocab] block handled at once by the log-prob /
 # entropy kernel (64 MiB): bounds the temporaries when the vocab is ~150k.
 CHUNK_ELEMENTS = 1 << 24
+# On CUDA a block of 1 << 24 elements is ~110 tokens at the real 151,936-token vocab: too small a
+# matmul to keep the GPU busy, and ~10 launches per block. 1 << 27 (~880 tokens, ~1.5 GiB of
+# bf16 logits and fp32 temporaries) is still small beside an update's activations.
+CUDA_CHUNK_ELEMENTS = 1 << 27
 
 
 @dataclass
@@ -92,10 +96,11 @@ def collate(rollouts: list[Rollout], pad_id: int, device=None) -> TrainBatch:
 
 def _logprob_entropy_block(logits: torch.Tensor, targets: torch.Tensor, temperature: float,
                            with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """logits [n, k, V], targets [n, k] -> (log p(target), entropy), each [n, k] float32.
+    """logits [n, k, V], targets [n, k] -> (log p(target), entropy), each [n, k] float32 (float64
+    for a float64 model).
 
     z = logits / T;  log p(y) = z_y - logsumexp(z);  H = logsumexp(z) - sum softmax(z) * z."""
-    z = logits.float() / temperature
+    z = (logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits) / temperature
     lse = torch.logsumexp(z, dim=-1)
     logp = z.gather(-1, targets[..., None])[..., 0] - lse
     if not with_entropy:
@@ -121,6 +126,56 @@ def token_logprobs_and_entropy(logits: torch.Tensor, targets: torch.Tensor, temp
     return torch.cat([o[0] for o in outs]), torch.cat([o[1] for o in outs])
 
 
+def chunk_elements(device: torch.device) -> int:
+    """Elements of one [tokens, vocab] block of the log-prob kernels on ``device``."""
+    return CUDA_CHUNK_ELEMENTS if device.type == "cuda" else CHUNK_ELEMENTS
+
+
+def lm_parts(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module] | None:
+    """(backbone, LM head) of a transformers causal LM: the backbone returns the final hidden
+    states (``last_hidden_state``), the head maps them to the vocabulary. None for a model
+    without that split; its callers then take the logits the model returns."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    base = getattr(model, "base_model", None)
+    if head is None or base is None or base is model:
+        return None
+    return base, head
+
+
+def _head_block(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor, temperature: float,
+                with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """hidden [n, H], targets [n] -> (log p(target), entropy), each [n] float32: one chunk's logits."""
+    logp, ent = _logprob_entropy_block(head(hidden)[None], targets[None], temperature, with_entropy)
+    return logp[0], ent[0]
+
+
+def head_logprobs_and_entropy(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor, keep: torch.Tensor,
+                              temperature: float, with_entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """log p(target) and entropy [N, K] from hidden states [N, K, H] at the positions ``keep``
+    [N, K] (bool) only; exactly 0 elsewhere.
+
+    Full-vocab logits never exist for more than one chunk of tokens: the head runs on at most
+    ``chunk_elements / V`` kept tokens at a time, and under autograd each chunk is checkpointed,
+    so backward keeps only the hidden states and recomputes one chunk's logits at a time (the
+    head's forward runs twice: ~5% more FLOPs at 1.5B, for memory that no longer grows with the
+    rows: ~1.8 GB per 1,024-token row at the real vocab before). Padding and prompt positions
+    cost nothing here. The idea of Liger's fused linear cross-entropy, without fusing the loss."""
+    h, y = hidden[keep], targets[keep]
+    V = head.weight.shape[0]
+    step = max(1, chunk_elements(h.device) // V)
+    grad = torch.is_grad_enabled() and h.requires_grad
+    logps, ents = [], []
+    for s in range(0, max(len(h), 1), step):  # one (possibly empty) block at least: keeps the graph
+        args = (head, h[s:s + step], y[s:s + step], temperature, with_entropy)
+        lp, e = checkpoint(_head_block, *args, use_reentrant=False) if grad else _head_block(*args)
+        logps.append(lp)
+        ents.append(e)
+    logps_flat = torch.cat(logps)
+    zeros = torch.zeros(keep.shape, dtype=logps_flat.dtype, device=hidden.device)
+    logp = zeros.masked_scatter(keep, logps_flat)
+    return logp, (zeros.masked_scatter(keep, torch.cat(ents)) if with_entropy else torch.zeros_like(logp))
+
+
 def _keep_kwarg(model: torch.nn.Module) -> str | None:
     params = inspect.signature(model.forward).parameters
     return next((k for k in ("logits_to_keep", "num_logits_to_keep") if k in params), None)
@@ -135,12 +190,22 @@ def sequence_logprobs(model: torch.nn.Module, batch: TrainBatch, temperature: fl
     both are exactly 0 elsewhere. Matches the engine's sampling log-probs (full softmax, no
     top-p renormalisation). Differentiable when called with grad enabled. Logits are only
     produced for positions from min(prompt length) - 1 on (``logits_to_keep``), since earlier
-    positions predict prompt tokens only. The caller sets train/eval mode and autocast.
+    positions predict prompt tokens only. For a transformers causal LM the logits are never
+    materialised whole: the backbone's hidden states go through the head in chunks of response
+    tokens (:func:`head_logprobs_and_entropy`). The caller sets train/eval mode and autocast.
     """
     ids, mask = batch.input_ids, batch.attention_mask
     N, T = ids.shape
     start = max(int(batch.prompt_lengths.min()) - 1, 0)  # first position predicting a response token
     position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
+    parts = lm_parts(model)
+    if parts is not None:
+        base, head = parts
+        hidden = base(input_ids=ids, attention_mask=mask, position_ids=position_ids, use_cache=False).last_hidden_state
+        keep = batch.response_mask[:, start + 1:] > 0
+        logp, ent = head_logprobs_and_entropy(head, hidden[:, start:-1], ids[:, start + 1:], keep, temperature,
+                                              with_entropy)
+        return F.pad(logp, (start + 1, 0)), (F.pad(ent, (start + 1, 0)) if with_entropy else None)
     keep_kw = _keep_kwarg(model)
     kw = {keep_kw: T - start} if keep_kw else {}
     logits = model(input_ids=ids, attention_mask=mask, position_ids=position_ids, use_cache=False, **kw).logits

@@ -95,7 +95,8 @@ def to_overrides(cfg: RunConfig, *, out_dir: str | Path, train_file: str | Path,
     ``train_file``/``val_files``: verl parquet files (trainer/verl/data.py writes them).
     ``model_dir``: the HF model directory (default ``cfg.model_path``; trainer/verl/model_dir.py
     exports the tiny preset). ``device``: "cuda" or "cpu" (:data:`CPU_SETTINGS`).
-    ``max_token_len_per_gpu``: dynamic micro-batching budget (default max(4 x (prompt + response), 8192)).
+    ``max_token_len_per_gpu``: dynamic micro-batching budget (default ``cfg.micro_batch_tokens``, else
+    max(4 x (prompt + response), 8192)).
     """
     P, spec = cfg.batch_prompts, get_method(cfg.method)
     # rules of the config (trainer.config.verl_issues), refused at submit
@@ -104,9 +105,10 @@ def to_overrides(cfg: RunConfig, *, out_dir: str | Path, train_file: str | Path,
     model_dir = Path(model_dir or cfg.model_path).expanduser()
     eps_low, eps_high = spec.clip_range(cfg)
     seq_len = cfg.max_prompt_tokens + cfg.max_new_tokens
-    # dynamic micro-batches: 4 sequences of the longest length, and never fewer than 8192 tokens
-    # (the tiny preset's 44-token rows would otherwise run 4 rows per micro-batch)
-    tokens = max_token_len_per_gpu or max(4 * seq_len, 8192)
+    # dynamic micro-batches: the run's micro_batch_tokens (the embedded engine's budget, the same
+    # meaning), else 4 sequences of the longest length and never fewer than 8192 tokens (the tiny
+    # preset's 44-token rows would otherwise run 4 rows per micro-batch)
+    tokens = max_token_len_per_gpu or cfg.micro_batch_tokens or max(4 * seq_len, 8192)
     steps_or = lambda every: every if every > 0 else cfg.steps  # noqa: E731  (0 = only at the end)
     o = {
         # data

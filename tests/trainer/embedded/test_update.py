@@ -247,9 +247,9 @@ def test_dr_grpo_divides_by_max_new_tokens_in_every_mini_batch(monkeypatch):
     calls: list[tuple[int, int | None]] = []
     aggregate = losses.aggregate
 
-    def spy(values, mask, mode, max_len=None, n_seqs=None):
+    def spy(values, mask, mode, max_len=None, n_seqs=None, n_tokens=None):
         calls.append((values.shape[-1], max_len))
-        return aggregate(values, mask, mode, max_len, n_seqs)
+        return aggregate(values, mask, mode, max_len, n_seqs, n_tokens)
 
     monkeypatch.setattr(losses, "aggregate", spy)
     base = small_model()
