@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""The embedded update alone at a shipped shape and the paper's per-step batch: peak device
+memory, seconds, tokens per second and MFU of one ``Updater.step``, with the memory plan's
+budget. No generation: the rows are synthetic (random token ids, response lengths geometric
+with mean ~600 and cut at max_new_tokens, prompts 100-200 tokens, as the strata task's), so the
+probe measures what the update of a step that size costs, and nothing about learning.
+
+    python scripts/update_probe.py --shape qwen2.5-1.5b --prompts 128 --json out.json   # one GPU
+    python scripts/update_probe.py --shape tiny-151k --prompts 2 --n 4 --max-new 64     # anywhere
+
+Prints one JSON object (also written to --json): the plan, rows, tokens, seconds, peak memory
+(torch.cuda.max_memory_allocated on CUDA; the process's peak RSS on CPU) and MFU against the
+device's peak bf16 FLOP/s (trainer/bench_device.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from trainer.bench_device import peak_flops  # noqa: E402
+from trainer.config import parse_run_config  # noqa: E402
+from trainer.embedded.memory_plan import plan_memory  # noqa: E402
+from trainer.embedded.presets import resolve_device, weight_dtype  # noqa: E402
+from trainer.embedded.shapes import build_shape_model  # noqa: E402
+from trainer.embedded.update import Updater  # noqa: E402
+from trainer.flops import train_flops  # noqa: E402
+from trainer.rollout.base import Rollout  # noqa: E402
+
+
+def synthetic_rows(prompts: int, n: int, max_new: int, vocab: int, seed: int = 0) -> list[Rollout]:
+    rng = np.random.default_rng(seed)
+    rows = []
+    for p in range(prompts):
+        prompt = rng.integers(0, vocab - 300, size=int(rng.integers(100, 201))).tolist()
+        for _ in range(n):
+            q = int(min(rng.geometric(1 / 600), max_new))
+            rows.append(Rollout(p, prompt, rng.integers(0, vocab - 300, size=q).tolist(), [-12.0] * q, q < max_new))
+    return rows
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shape", default="qwen2.5-1.5b")
+    ap.add_argument("--prompts", type=int, default=128)
+    ap.add_argument("--n", type=int, default=16)
+    ap.add_argument("--max-new", type=int, default=1536)
+    ap.add_argument("--checkpointing", choices=("on", "off"), default="on")
+    ap.add_argument("--micro-batch-tokens", type=int, default=0)
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args(argv)
+    cfg = parse_run_config({"preset": None, "model_shape": a.shape, "task": "strata", "method": "grpo",
+                            "batch_prompts": a.prompts, "n_total": a.n, "max_new_tokens": a.max_new,
+                            "max_prompt_tokens": 1024, "gradient_checkpointing": a.checkpointing == "on",
+                            "micro_batch_tokens": a.micro_batch_tokens, "optim": {"lr": 5e-6}})
+    device, dtype = resolve_device(cfg)
+    model = build_shape_model(a.shape, device, weight_dtype(device, dtype), seed=0,
+                              gradient_checkpointing=cfg.gradient_checkpointing)
+    plan = plan_memory(cfg, model, device, dtype)
+    updater = Updater.from_config(cfg, model, pad_id=0, device=device, micro_batch_tokens=plan.micro_batch_tokens)
+    rows = synthetic_rows(a.prompts, a.n, a.max_new, model.config.vocab_size)
+    adv = torch.randn(len(rows), generator=torch.Generator().manual_seed(0))
+    autocast = torch.autocast("cuda", dtype=dtype) if device.type == "cuda" and dtype != torch.float32 else None
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t0 = time.perf_counter()
+    with autocast if autocast is not None else torch.enable_grad():
+        stats = updater.step(rows, adv)
+    if cuda:
+        torch.cuda.synchronize()
+    secs = time.perf_counter() - t0
+    mc = model.config
+    n_params = sum(p.numel() for p in model.parameters())
+    flops = train_flops(n_params, mc.num_hidden_layers, mc.hidden_size, [len(r.prompt_ids) + r.length for r in rows])
+    peak = peak_flops(device)
+    out = {"shape": a.shape, "device": torch.cuda.get_device_name(device) if cuda else "cpu", "torch": torch.__version__,
+           "checkpointing": a.checkpointing, "plan": plan.as_dict(), "rows": len(rows),
+           "tokens": sum(len(r.prompt_ids) + r.length for r in rows), "response_tokens": sum(r.length for r in rows),
+           "seconds": secs, "tokens_per_s": sum(len(r.prompt_ids) + r.length for r in rows) / secs,
+           "flops": flops, "mfu": flops / secs / peak if peak else None,
+           "peak_memory_mb": (torch.cuda.max_memory_allocated() if cuda else
+                              (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) * 1024) / 2**20,
+           "loss": stats["loss/total"]}
+    print(json.dumps(out))
+    if a.json:
+        Path(a.json).write_text(json.dumps(out, indent=2))
+    return out
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,34 @@
+"""scripts/update_probe.py and scripts/decode_probe.py (what scripts/gpu_check.sh runs on a GPU)
+at the CPU shape: each runs from the source tree and writes the JSON the GPU script summarises."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(script: str, *args: str, tmp_path: Path) -> dict:
+    out = tmp_path / f"{script}.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / script), *args, "--json", str(out)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+@pytest.mark.slow
+def test_update_probe_measures_one_update(tmp_path):
+    r = run("update_probe.py", "--shape", "tiny-151k", "--prompts", "2", "--n", "4", "--max-new", "48",
+            "--checkpointing", "off", "--micro-batch-tokens", "1100", tmp_path=tmp_path)
+    assert r["rows"] == 8 and r["plan"]["micro_batch_tokens"] == 1100  # an explicit budget is kept
+    assert r["response_tokens"] < r["tokens"] and r["seconds"] > 0 and r["peak_memory_mb"] > 0
+    assert r["tokens_per_s"] == pytest.approx(r["tokens"] / r["seconds"]) and r["mfu"] is None  # no peak on CPU
+
+
+def test_decode_probe_compares_both_attention_paths(tmp_path):
+    r = run("decode_probe.py", "--shape", "tiny-151k", "--rows", "4", "--tokens", "6", tmp_path=tmp_path)
+    assert r["packed_applied"] and r["same_tokens_frac"] == 1.0 and r["max_logprob_diff_first_token"] < 1e-5
+    assert r["sdpa"]["decode_steps"] == r["packed"]["decode_steps"] == 6
