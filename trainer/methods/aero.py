@@ -24,7 +24,7 @@ import numpy as np
 
 import common.metric_keys as mk
 from trainer.methods.section import Field, Issues, Section, Strict
-from trainer.methods.spec import Display, MethodSpec, VerlMapping, register
+from trainer.methods.spec import BOTH_ENGINES, Display, MethodSpec, Needs, VerlMapping, register
 from trainer.methods.step import StepResult, strata_stats
 
 if TYPE_CHECKING:
@@ -195,12 +195,13 @@ def _n_explore(cfg: RunConfig) -> int:
 
 
 # Exploration is verl's rollout.n; the curated loop runs the rescue and trains this step's advantages.
-AERO_VERL = VerlMapping(rollout_n="n_explore", stock_fit=False, first_call_n=_n_explore)
+AERO_VERL = VerlMapping(rollout_n="n_explore", first_call_n=_n_explore)
 
 
 def _aero(name: str, label: str, colour: str, order: int, dash: int, strategies, description: str) -> MethodSpec:
     return register(MethodSpec(name=name, family="aero", sections=(AERO_SECTION,), strategies=strategies,
-                               verl=AERO_VERL, display=Display(label, colour, description, order, dash)), aero_step)
+                               needs=Needs(engines=BOTH_ENGINES), verl=AERO_VERL,
+                               display=Display(label, colour, description, order, dash)), aero_step)
 
 
 AERO = _aero("aero", "AERO", "#E45756", 20, 4, (True, True, True),

@@ -27,7 +27,7 @@ import numpy as np
 
 import common.metric_keys as mk
 from trainer.methods.section import Field, Issues, Section, Strict
-from trainer.methods.spec import Display, MethodSpec, VerlMapping, register
+from trainer.methods.spec import BOTH_ENGINES, Display, MethodSpec, Needs, register
 from trainer.methods.step import StepResult, group_advantages, strata_stats
 
 if TYPE_CHECKING:
@@ -86,7 +86,7 @@ def cppo_step(cfg: RunConfig, sampler: Sampler, rng: np.random.Generator | None 
 
 
 CPPO = register(MethodSpec(
-    name="cppo", family="cppo", sections=(CPPO_SECTION,), verl=VerlMapping(stock_fit=False),
+    name="cppo", family="cppo", sections=(CPPO_SECTION,), needs=Needs(engines=BOTH_ENGINES),
     display=Display("CPPO", "#8C6D31", "CPPO (GRPO training only the completions of largest |advantage|; cppo section)",
                     order=40, dash=3),
 ), cppo_step)

@@ -8,7 +8,7 @@ import numpy as np
 
 import common.metric_keys as mk
 from trainer.methods.section import Field, Issues, Section, Strict
-from trainer.methods.spec import Display, MethodSpec, VerlMapping, register
+from trainer.methods.spec import BOTH_ENGINES, Display, MethodSpec, Needs, VerlMapping, register
 from trainer.methods.step import StepResult, group_advantages, strata_stats
 
 if TYPE_CHECKING:
@@ -102,6 +102,6 @@ def _sampling_cap(cfg: RunConfig) -> int:
 
 DAPO = register(MethodSpec(
     name="dapo", family="dapo", sections=(DAPO_SECTION,), loss_agg="token-mean", clip="clip-higher",
-    clip_of=_clip_higher, verl=VerlMapping(stock_fit=False, prompt_batches=_sampling_cap),
+    clip_of=_clip_higher, needs=Needs(engines=BOTH_ENGINES), verl=VerlMapping(prompt_batches=_sampling_cap),
     display=Display("DAPO", "#F58518", "DAPO (clip-higher, dynamic sampling)", order=10, dash=1),
 ), dapo_step)

@@ -12,10 +12,11 @@ of by each response's length. The older route, ``method="grpo"`` with
 from __future__ import annotations
 
 from trainer.methods.grpo import grpo_step
-from trainer.methods.spec import Display, MethodSpec, register
+from trainer.methods.spec import BOTH_ENGINES, Display, MethodSpec, Needs, VerlMapping, register
 
 DRGRPO = register(MethodSpec(
     name="drgrpo", family="grpo", loss_agg="seq-mean-token-sum-norm", normalize_std=False,
     display=Display("Dr.GRPO", "#54A24B", "Dr.GRPO (GRPO without std normalisation or length normalisation)",
                     order=30),
+    needs=Needs(engines=BOTH_ENGINES), verl=VerlMapping(stock_fit=True),  # verl's GRPO with Dr.GRPO's settings
 ), grpo_step)

@@ -157,7 +157,7 @@ def _batches(cfg: RunConfig) -> int:
 GRESO = register(MethodSpec(
     name="greso", family="greso", sections=(GRESO_SECTION,),
     # streaks need the embedded sampler's state and stable prompt ids (refused on verl at submit)
-    needs=Needs(engines=("embedded",), prompt_ids=True), verl=VerlMapping(stock_fit=False, prompt_batches=_batches),
+    needs=Needs(engines=("embedded",), prompt_ids=True), verl=VerlMapping(prompt_batches=_batches),
     display=Display("GRESO", "#11A579", "GRESO (skip prompts whose history predicts zero variance, with revisits; "
                     "greso section)", order=60, dash=0),
 ), greso_step)

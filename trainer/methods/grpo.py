@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 import common.metric_keys as mk
-from trainer.methods.spec import Display, MethodSpec, register
+from trainer.methods.spec import BOTH_ENGINES, Display, MethodSpec, Needs, VerlMapping, register
 from trainer.methods.step import StepResult, group_advantages, strata_stats
 
 if TYPE_CHECKING:
@@ -32,4 +32,5 @@ def grpo_step(cfg: RunConfig, sampler: Sampler, rng: np.random.Generator | None 
 # The baseline: every other method's savings and reach are measured against it.
 GRPO = register(MethodSpec(
     name="grpo", family="grpo", baseline=True, display=Display("GRPO", "#4C78A8", "GRPO (baseline)", order=0),
+    needs=Needs(engines=BOTH_ENGINES), verl=VerlMapping(stock_fit=True),  # exactly verl's GRPO: its own fit
 ), grpo_step)

@@ -59,13 +59,18 @@ class Display:
     dash: int = 0
 
 
+BOTH_ENGINES = ("embedded", "verl")
+
+
 @dataclass(frozen=True)
 class Needs:
-    """What the method needs of a run. engines: the engines that can run it (a config naming
-    another is refused at parse time); prompt_ids: it keys state by a stable prompt id, so the
-    arithmetic task must draw a finite training set (``train_size``)."""
+    """What the method needs of a run. engines: the engines that can run it, declared by the
+    method (default the embedded engine only: a method runs on verl once it says so, and a
+    config naming an engine it did not declare is refused at submit, naming the method);
+    prompt_ids: it keys state by a stable prompt id, so the arithmetic task must draw a finite
+    training set (``train_size``)."""
 
-    engines: tuple[str, ...] = ("embedded", "verl")
+    engines: tuple[str, ...] = ("embedded",)
     prompt_ids: bool = False
 
 
@@ -74,15 +79,17 @@ class VerlMapping:
     """How the verl engine runs the method (trainer/verl/overrides.py, trainer/verl/trainer.py).
 
     stock_fit: True runs verl's own RayPPOTrainer.fit (every rollout trained, verl's estimator
-    ``adv_estimator``); False the curated loop, which calls the method's step and trains on the
-    advantages it returns (trainer/verl/collect.py). rollout_n names the config value verl's
+    ``adv_estimator``), opt-in for methods that are exactly verl's GRPO; False (the default) the
+    curated loop, which calls the method's step and trains on the advantages it returns
+    (trainer/verl/collect.py), so a method that sets nothing here still trains what its own
+    step returns, never verl's GRPO under its name. rollout_n names the config value verl's
     ``rollout.n`` is, and ``first_call_n(cfg)`` computes it (AERO: its exploration size);
     ``prompt_batches(cfg)`` is how many prompt batches one step may draw (DAPO's sampling cap),
     which sizes the training file. The reward is always the verifier's."""
 
     rollout_n: Literal["n_total", "n_explore"] = "n_total"
     adv_estimator: str = "grpo"
-    stock_fit: bool = True
+    stock_fit: bool = False
     first_call_n: Callable[[RunConfig], int] = _n_total
     prompt_batches: Callable[[RunConfig], int] = _one
 

@@ -25,7 +25,7 @@ import numpy as np
 
 import common.metric_keys as mk
 from trainer.methods.section import Field, Issues, Section, Strict
-from trainer.methods.spec import Display, MethodSpec, VerlMapping, register
+from trainer.methods.spec import BOTH_ENGINES, Display, MethodSpec, Needs, VerlMapping, register
 from trainer.methods.step import StepResult, group_advantages, strata_stats
 
 if TYPE_CHECKING:
@@ -95,7 +95,7 @@ def _screen_n(cfg: RunConfig) -> int:
 
 SPEED = register(MethodSpec(
     name="speed", family="speed", sections=(SPEED_SECTION,),
-    verl=VerlMapping(stock_fit=False, first_call_n=_screen_n),
+    needs=Needs(engines=BOTH_ENGINES), verl=VerlMapping(first_call_n=_screen_n),
     display=Display("SPEED-RL", "#BCBD22", "SPEED-RL (screen with a few rollouts, drop 0% and 100% prompts, spend the "
                     "rest on the others; speed section)", order=55, dash=5),
 ), speed_step)

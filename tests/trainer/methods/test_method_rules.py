@@ -50,3 +50,25 @@ def test_give_up_options_are_validated():
         "aero_mem.hope_visits"]
     assert [loc for loc, _ in _issues(method="aero-mem-d", train_size=64, aero_mem={"hope_tau": 1.0})] == [
         "aero_mem.hope_tau"]
+
+
+def test_a_method_that_says_nothing_of_verl_is_refused_there_not_trained_as_grpo(monkeypatch):
+    """The trap this guards: with stock_fit on by default and both engines by default, a new
+    method that forgot its verl settings trained verl's stock GRPO under its own name. Now the
+    defaults are the embedded engine only and the curated loop (the method's own step)."""
+    from trainer.config import method_issues
+    from trainer.methods import spec as registry
+    from trainer.methods.grpo import grpo_step
+
+    throwaway = registry.MethodSpec(name="throwaway", family="throwaway",
+                                    display=registry.Display("Throwaway", "#000000", "a test's method", order=999))
+    assert throwaway.needs.engines == ("embedded",) and throwaway.verl.stock_fit is False
+    monkeypatch.setitem(registry._REGISTRY, "throwaway", (throwaway, grpo_step))
+    on_verl = parse_run_config({"method": "grpo", "engine": "verl", "preset": None, "model_path": "/models/qwen",
+                                "task": "math", "train_data": "/data/train.parquet"})
+    issues = method_issues(on_verl.model_copy(update={"method": "throwaway"}))
+    assert issues == [("engine", "method throwaway runs on the embedded engine; got verl")]
+    on_embedded = parse_run_config({"method": "grpo"}).model_copy(update={"method": "throwaway"})
+    assert method_issues(on_embedded) == []
+    # only the methods that are exactly verl's GRPO opt in to its own fit
+    assert {s.name for s in registry.specs() if s.verl.stock_fit} == {"grpo", "drgrpo"}
