@@ -20,7 +20,7 @@ REWARD_S = "time/reward_s"
 TRAIN_S = "time/train_s"
 
 # -- compute -----------------------------------------------------------------------------------
-FLOPS_TOTAL = "flops/total"  # cumulative: rollout + train
+FLOPS_TOTAL = "flops/total"  # per step: rollout + train (readers sum it for cumulative curves)
 FLOPS_ROLLOUT = "flops/rollout"
 FLOPS_TRAIN = "flops/train"
 TOKENS_GENERATED = "tokens/generated"

@@ -20,14 +20,13 @@ the target is compute to reach an accuracy, and unspent rollouts are the compute
 reserve of (b) is taken out of that pool, not added to it, and (d) removes the rescue share
 of each prompt it gives up on.
 
-numpy and the stdlib only (no torch): the store is a plain dict and round-trips through
+numpy, scipy (the Beta tail, imported on first use) and the stdlib (no torch): the store is a plain dict and round-trips through
 ``to_dict`` / ``from_dict`` for the checkpoint (exact resume).
 """
 
 from __future__ import annotations
 
 import hashlib
-import math
 from dataclasses import dataclass, field
 from typing import Mapping, Protocol, Sequence
 
@@ -74,44 +73,13 @@ def posterior_mean(alpha, beta) -> np.ndarray:
     return alpha / (alpha + beta)
 
 
-def _betacf(a: float, b: float, x: float) -> float:
-    """Continued fraction of the incomplete beta function (modified Lentz; converges fast for
-    x < (a + 1) / (a + b + 2), which :func:`_betainc` guarantees)."""
-    tiny, qab, qap, qam = 1e-300, a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 500):
-        m2 = 2 * m
-        for aa in (m * (b - m) * x / ((qam + m2) * (a + m2)), -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
-            d = 1.0 + aa * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + aa / c
-            c = c if abs(c) > tiny else tiny
-            h *= d * c
-        if abs(d * c - 1.0) < 1e-15:
-            break
-    return h
-
-
-def _betainc(a: float, b: float, x: float) -> float:
-    """Regularised incomplete beta I_x(a, b) = P(p <= x) for p ~ Beta(a, b)."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
-    if x < (a + 1.0) / (a + b + 2.0):
-        return math.exp(log_front) * _betacf(a, b, x) / a
-    return 1.0 - math.exp(log_front) * _betacf(b, a, 1.0 - x) / b
-
-
 def prob_above(alpha, beta, threshold: float) -> np.ndarray:
     """P(p > threshold) under Beta(alpha, beta), elementwise: the confidence that a prompt's
     success rate exceeds ``threshold``."""
+    from scipy.special import betaincc  # imported on first use: the API imports this module at start
+
     alpha, beta = np.broadcast_arrays(np.asarray(alpha, dtype=np.float64), np.asarray(beta, dtype=np.float64))
-    out = [1.0 - _betainc(float(a), float(b), float(threshold)) for a, b in zip(alpha.ravel(), beta.ravel())]
-    return np.asarray(out, dtype=np.float64).reshape(alpha.shape)
+    return np.asarray(betaincc(alpha, beta, float(threshold)), dtype=np.float64)  # 1 - I_x(a, b)
 
 
 # ---------------------------------------------------------------------------- the store
