@@ -9,8 +9,12 @@ State machine, one function per transition::
     running --mark_succeeded | mark_failed | mark_cancelled-->  succeeded | failed | cancelled
     running --release_orphan-->   queued | failed | cancelled   (its worker vanished: orphan_fate)
     queued | running --request_cancel-->  cancelled, or running with cancel_requested (the API)
+    failed | cancelled --resume_run-->     queued     (run again from the last checkpoint; the API)
 
-Finished runs (succeeded, failed, cancelled) never change status again. Each transition is
+A succeeded run never changes status again; a failed or cancelled one only by ``resume_run``.
+Every transition goes through :func:`_move` except ``request_cancel``, which writes the status
+and the cancel flag in one ``UPDATE`` of its own (a queued run becomes cancelled, a running one
+keeps its status) under the same table of allowed sources. Each transition is
 one conditional ``UPDATE ... WHERE status IN (allowed sources) [AND owner ...]`` that reports
 whether it applied, so two workers racing for the same run cannot both win, and the write
 comes first in its transaction (see backend/db/session.py on SQLite). ``worker`` arguments

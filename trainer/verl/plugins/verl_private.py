@@ -1,6 +1,12 @@
-"""Every use of a private verl name, in one module. Written against verl 0.9.1
+"""The private verl names the plugins use, in one module. Written against verl 0.9.1
 (``VERL_VERSION``); a verl upgrade is checked here first (tests/trainer/verl/test_plugins.py
 fails loudly when one of these names moves).
+
+Not here: the private methods of ``RayPPOTrainer`` that our subclass (trainer/verl/trainer.py)
+overrides or calls, because they are that subclass's contract with verl and are read with it:
+``_save_checkpoint``, ``_load_checkpoint``, ``_val_metrics_update``, ``_update_actor`` (overridden),
+and ``_validate``, ``_get_gen_batch``, ``_get_dp_size``, ``_compute_old_log_prob``,
+``_compute_ref_log_prob`` (called). A verl upgrade checks those there too.
 
 1. ``verl.workers.rollout.base._ROLLOUT_REGISTRY``: the hybrid worker builds its rollout
    adapter from ``(rollout.name, "async")`` through this dict, which has no public register
