@@ -6,7 +6,7 @@ tests do) needs no particular import order."""
 
 import typer
 
-from cli import access_cmds, compare_cmds, platform_cmds, rollout_cmds, run_cmds, train_cmds
+from cli import access_cmds, compare_cmds, platform_cmds, rollout_cmds, run_cmds, store_cmds, train_cmds
 
 app = typer.Typer(help="AERO Lab: GRPO, DAPO and AERO post-training runs, on a laptop or a cluster.",
                   no_args_is_help=True, pretty_exceptions_show_locals=False)
@@ -19,6 +19,7 @@ app.add_typer(run_cmds.commands)
 app.add_typer(compare_cmds.commands)
 app.add_typer(rollout_cmds.commands)
 app.add_typer(train_cmds.commands)
+app.add_typer(store_cmds.commands)
 app.add_typer(platform_cmds.token_app, name="token")
 
 if __name__ == "__main__":
