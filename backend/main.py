@@ -13,6 +13,7 @@ import anyio.to_thread
 from fastapi import FastAPI
 
 from backend.api.errors import BodySizeLimit, QueryNulGuard, install_error_handlers
+from backend.api.rate_limit import RateLimit
 from backend.api.routes import access, compare, health, methods, metrics, rollouts, run_actions, runs, sweeps
 from backend.db.migrate import migrate
 from backend.db.session import get_engine, make_sessionmaker
@@ -58,6 +59,9 @@ def create_app(settings: Settings | None = None, *, enqueue: Enqueuer | None = N
     app.include_router(health.metrics_router)  # Prometheus' conventional /metrics
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(QueryNulGuard)
+    if settings.rate_limit_per_s > 0:  # outermost: a flooding caller is refused before anything else runs
+        app.add_middleware(RateLimit, rate=settings.rate_limit_per_s,
+                           burst=settings.rate_limit_burst or 2 * settings.rate_limit_per_s)
     return app
 
 

@@ -12,6 +12,8 @@ DATABASE_URL           SQLAlchemy URL of the store                      ``sqlite
 REDIS_URL              Celery broker; unset = embedded SQLite broker    unset
 AUTH_PROTECT_READS     also require a token for GET endpoints           ``false``
 AERO_MAX_BODY_BYTES    request bodies above this answer 413             ``1048576``
+AERO_RATE_LIMIT_PER_S  requests per second per token / address (429)   ``0`` (off)
+AERO_RATE_LIMIT_BURST  requests a caller may send at once above that     ``2 x the rate``
 AERO_SSE_POLL_S        SSE fallback poll (change signals wake streams)  ``1.0``
 AERO_METRICS_CACHE_MB  per-process cache of metric responses (0 = off)  ``64``
 AERO_MIGRATE_ON_START  run Alembic ``upgrade head`` when the app starts  ``true``
@@ -54,6 +56,10 @@ class Settings(BaseSettings):
     redis_url: str | None = Field(None, validation_alias=AliasChoices("REDIS_URL", "redis_url"))
     auth_protect_reads: bool = Field(False, validation_alias=AliasChoices("AUTH_PROTECT_READS", "auth_protect_reads"))
     max_body_bytes: int = Field(1 << 20, ge=1, validation_alias=AliasChoices("AERO_MAX_BODY_BYTES", "max_body_bytes"))
+    # per-caller token buckets (backend/api/rate_limit.py): 0 = off (aero up's one user)
+    rate_limit_per_s: float = Field(0.0, ge=0, validation_alias=AliasChoices("AERO_RATE_LIMIT_PER_S", "rate_limit_per_s"))
+    rate_limit_burst: float | None = Field(None, gt=0, validation_alias=AliasChoices("AERO_RATE_LIMIT_BURST",
+                                                                                     "rate_limit_burst"))
     sse_poll_s: float = Field(1.0, gt=0, validation_alias=AliasChoices("AERO_SSE_POLL_S", "sse_poll_s"))
     metrics_cache_mb: float = Field(64, ge=0, validation_alias=AliasChoices("AERO_METRICS_CACHE_MB", "metrics_cache_mb"))
     # Threads per API process that run the blocking route code (anyio's default is 40). The
