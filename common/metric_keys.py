@@ -27,6 +27,12 @@ TOKENS_GENERATED = "tokens/generated"
 TOKENS_TRAINED = "tokens/trained"
 ROLLOUTS_GENERATED = "rollout/generated"
 ROLLOUTS_TRAINED = "rollout/trained"
+# compute with no advantage signal (trainer/flops.py::wasted_compute): untrained generated rows and
+# trained zero-advantage rows; per step, as the FLOPs above
+WASTE_ROLLOUTS = "waste/rollouts"
+WASTE_TOKENS = "waste/tokens"  # their response tokens
+WASTE_FLOPS = "waste/flops"
+WASTE_FLOPS_FRAC = "waste/flops_frac"  # of flops/total
 
 # -- reward and learning signal ------------------------------------------------------------------
 REWARD_MEAN = "reward/mean"  # over every generated rollout

@@ -26,7 +26,7 @@ import torch
 import common.metric_keys as mk
 from trainer.config import RunConfig
 from trainer.core.aero import is_correct
-from trainer.flops import rollout_flops, train_flops
+from trainer.flops import rollout_flops, train_flops, wasted_compute
 from trainer.methods.sampler import Samples
 from trainer.methods.spec import get_step
 from trainer.methods.step import CostMetrics, StepResult
@@ -190,6 +190,9 @@ def step_metrics(cfg: RunConfig, setup, c: Collected, train_stats: dict[str, flo
         "prompts/used": float(c.prompts_used),
         **c.stats, **train_stats,
     }
+    zero = (adv.abs() < 1e-8).tolist() if adv.numel() else []
+    m.update(wasted_compute(shape, gen_len, [r.length for r in c.generated], tr_len, [r.length for r in c.train], zero,
+                            extra_forwards))
     if c.cost_metrics is not None and tr_len:
         m.update(c.cost_metrics(f_train / sum(tr_len), time_train / sum(tr_len)))
     return m

@@ -23,7 +23,7 @@ import numpy as np
 
 import common.metric_keys as mk
 from trainer.core.aero import is_correct
-from trainer.flops import rollout_flops, train_flops
+from trainer.flops import rollout_flops, train_flops, wasted_compute
 from trainer.verl.rows import ADV_COLUMN
 
 # verl metric name -> platform key (docs/metrics.md). Anything else verl logs is kept under
@@ -122,6 +122,11 @@ def step_accounting(generated, train, shape: tuple[int, int, int], *, extra_forw
             m[mk.ADV_ABS_MEAN] = float(adv.abs().mean())
             m[mk.ADV_ZERO_FRAC] = float((adv.abs() < 1e-8).float().mean())
     m[mk.FLOPS_TOTAL] = m[mk.FLOPS_ROLLOUT] + m[mk.FLOPS_TRAIN]
+    trained = train is not None and len(train)
+    zero = (adv.abs() < 1e-8).tolist() if trained and adv is not None else [False] * (len(train) if trained else 0)
+    m.update(wasted_compute(shape, gen_len.tolist(), gen_resp.tolist(), seq_lengths(train).tolist() if trained else [],
+                            train.batch["response_mask"].sum(-1).long().tolist() if trained else [], zero,
+                            extra_forwards))
     return m
 
 

@@ -226,7 +226,8 @@ def test_same_rows_advantages_and_accounting(method, option, kw):
         v = step_accounting(ver.generated, ver.train, SHAPE, extra_forwards=1, max_new_tokens=cfg.max_new_tokens)
         for key in ("rollout/generated", "rollout/trained", "tokens/generated", "tokens/trained", "tokens/response_trained",
                     "flops/rollout", "flops/train", "flops/total", "reward/mean", "reward/trained_mean",
-                    "response/length_mean", "adv/abs_mean", "adv/zero_frac"):
+                    "response/length_mean", "adv/abs_mean", "adv/zero_frac", "waste/rollouts", "waste/tokens",
+                    "waste/flops", "waste/flops_frac"):
             assert v[key] == pytest.approx(e[key], rel=1e-6), f"step {s}: {key}"
         assert v["rollout/generated"] == len(emb.generated) and e["rollout/gen_calls"] == ver.gen.calls
 
