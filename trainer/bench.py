@@ -45,7 +45,7 @@ COST_FIELDS = {
     mk.TOKENS_GENERATED: "tokens_generated", mk.TOKENS_TRAINED: "tokens_trained",
     mk.FLOPS_ROLLOUT: "flops_rollout", mk.FLOPS_TRAIN: "flops_train", mk.FLOPS_TOTAL: "flops_total",
     mk.ZERO_ACC_AFTER_EXPLORE: "zero_acc_after_explore", mk.ZERO_ACC_AFTER_RESCUE: "zero_acc_after_rescue",
-    mk.REWARD_MEAN: "reward_mean",
+    mk.REWARD_MEAN: "reward_mean", mk.WASTE_FLOPS: "waste_flops", mk.WASTE_FLOPS_FRAC: "waste_flops_frac",
 }
 
 
