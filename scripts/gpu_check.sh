@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The one script a person with a GPU runs, from anywhere:
 #
-#     bash scripts/gpu_check.sh            # on the CUDA machine: under 8 minutes (the timeouts)
+#     bash scripts/gpu_check.sh            # on the CUDA machine: under 8 minutes (the timeouts; the
+#                                          # 2026-12-04 H200 runs: docs in BENCHMARKS.md "Paper scale")
 #     bash scripts/gpu_check.sh --dry-run  # anywhere: the same sequence at CPU sizes (a minute or two)
 #
 # 1. Installs .whl/*.whl (cp312 wheels of what a bare GPU machine lacks: pydantic, math-verify,
@@ -11,18 +12,21 @@
 #      --platform manylinux_2_17_x86_64 -d .whl pydantic==2.14.4 pydantic_core==2.50.5 ...
 # 2. Prints nvidia-smi and the torch / transformers versions.
 # 3. Runs, each under `timeout` with its own limit, each writing JSON under $OUT (default runs/gpu):
-#      a. `aero bench --shape qwen2.5-1.5b --methods grpo,dapo,aero --steps 3 --set batch_prompts=32`
+#      0. scripts/decode_probe.py: ms per decode step at 512 rows (96 steps, warm), SDPA vs packed GQA
+#         -> $OUT/decode.json
+#      a. `aero bench --shape qwen2.5-1.5b --methods grpo,dapo,aero --steps 2 --set batch_prompts=32`
+#         (its means are step 2's: step 1 pays the warm-up; a run cut by the timeout keeps its steps)
 #         -> $OUT/shape_1p5b.json, and every step's metrics -> $OUT/shape_steps.json
-#      0. scripts/decode_probe.py: ms per decode step at 512 rows, SDPA vs packed GQA -> $OUT/decode.json
-#      b. scripts/update_probe.py: the update alone at 128 prompts x 16 with activation
+#      b. with RUN_UPDATE_PROBES=1 (measured 2026-12-04; ~2.5 more minutes):
+#         scripts/update_probe.py: the update alone at 128 prompts x 16 with activation
 #         checkpointing -> $OUT/update_paper.json; and at 32 prompts without -> $OUT/update_nockpt.json
 #      c. with RUN_GPU_CHECK=1: scripts/gpu_check.py (the 33.6M-policy GRPO/AERO check)
 #    One failed command does not stop the next; the exit codes are reported at the end and the
 #    script exits non-zero if any failed. A log of everything goes to $OUT/gpu_check.log.
 #
 # Environment: PYTHON (default python3), OUT (default runs/gpu), SITE (default /tmp/site),
-# BENCH_TIMEOUT (default 270 s), BENCH_STEPS (3), PROBE_TIMEOUT (130 s), CHECK_TIMEOUT (90 s),
-# RUN_GPU_CHECK (0), RUN_UPDATE_PROBES (1),
+# BENCH_TIMEOUT (default 360 s), BENCH_STEPS (2), PROBE_TIMEOUT (90 s), CHECK_TIMEOUT (90 s),
+# RUN_GPU_CHECK (0), RUN_UPDATE_PROBES (0),
 # BENCH_RUNS (bench's run directories, default /tmp/gpu_check_runs: kept out of $OUT, whose files
 # travel back).
 set -uo pipefail
@@ -42,12 +46,12 @@ PYTHON=${PYTHON:-python3}
 OUT=${OUT:-runs/gpu}
 SITE=${SITE:-/tmp/site}
 BENCH_RUNS=${BENCH_RUNS:-/tmp/gpu_check_runs}
-BENCH_TIMEOUT=${BENCH_TIMEOUT:-270}
-PROBE_TIMEOUT=${PROBE_TIMEOUT:-130}
+BENCH_TIMEOUT=${BENCH_TIMEOUT:-360}
+PROBE_TIMEOUT=${PROBE_TIMEOUT:-90}
 CHECK_TIMEOUT=${CHECK_TIMEOUT:-90}
 RUN_GPU_CHECK=${RUN_GPU_CHECK:-0}
-RUN_UPDATE_PROBES=${RUN_UPDATE_PROBES:-1}
-BENCH_STEPS=${BENCH_STEPS:-3}
+RUN_UPDATE_PROBES=${RUN_UPDATE_PROBES:-0}
+BENCH_STEPS=${BENCH_STEPS:-2}
 mkdir -p "$OUT" || exit 2
 LOG=$OUT/gpu_check.log
 exec > >(tee "$LOG") 2>&1
@@ -97,7 +101,7 @@ if ((DRY)); then
 else
   SHAPE=qwen2.5-1.5b; STEPS=$BENCH_STEPS; SETS=(--set batch_prompts=32)
   PAPER=(--shape qwen2.5-1.5b --prompts 128); SMALL=(--shape qwen2.5-1.5b --prompts 32)
-  DECODE=(--shape qwen2.5-1.5b --rows 512 --tokens 256)
+  DECODE=(--shape qwen2.5-1.5b --rows 512 --tokens 96)
   CHECK_ARGS=()
 fi
 
@@ -135,10 +139,10 @@ EOF
 
 # the update alone at the paper's per-step batch (128 prompts x 16, activation checkpointing, the
 # shape bench's default) and, without checkpointing, at 32 prompts: peak memory, seconds, MFU
-if ((RUN_UPDATE_PROBES)); then
-run update_paper "$PROBE_TIMEOUT" "$OUT/update_paper.json" -- \
+if ((RUN_UPDATE_PROBES || DRY)); then
+run update_paper "$((PROBE_TIMEOUT + 40))" "$OUT/update_paper.json" -- \
   "$PYTHON" scripts/update_probe.py "${PAPER[@]}" --checkpointing on --json "$OUT/update_paper.json"
-run update_nockpt "$((PROBE_TIMEOUT / 2))" "$OUT/update_nockpt.json" -- \
+run update_nockpt "$PROBE_TIMEOUT" "$OUT/update_nockpt.json" -- \
   "$PYTHON" scripts/update_probe.py "${SMALL[@]}" --checkpointing off --json "$OUT/update_nockpt.json"
 fi
 
