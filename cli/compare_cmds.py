@@ -25,6 +25,7 @@ COST_COLUMNS = (
     ("mean", mk.FLOPS_TOTAL, "FLOPs / step", "{:.3g}"),
     ("mean", mk.ROLLOUTS_TRAINED, "trained rollouts / step", "{:.4g}"),
     ("mean", mk.ZERO_ACC_AFTER_RESCUE, "zero-acc after rescue", "{:.3f}"),
+    ("mean", mk.WASTE_FLOPS_FRAC, "wasted FLOPs", "{:.3f}"),
 )
 
 

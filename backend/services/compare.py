@@ -31,8 +31,10 @@ ADDITIVE_KEYS: tuple[str, ...] = (
     mk.STEP_S, mk.ROLLOUT_S, mk.REWARD_S, mk.TRAIN_S,
     mk.FLOPS_ROLLOUT, mk.FLOPS_TRAIN, mk.FLOPS_TOTAL,
     mk.ROLLOUTS_GENERATED, mk.ROLLOUTS_TRAINED, mk.TOKENS_GENERATED, mk.TOKENS_TRAINED,
+    mk.WASTE_ROLLOUTS, mk.WASTE_TOKENS, mk.WASTE_FLOPS,  # compute with no advantage signal: "total" is cumulative
 )
-RATIO_KEYS: tuple[str, ...] = (mk.ZERO_ACC_AFTER_EXPLORE, mk.ZERO_ACC_AFTER_RESCUE, mk.ALL_CORRECT_RATIO, mk.REWARD_MEAN)
+RATIO_KEYS: tuple[str, ...] = (mk.ZERO_ACC_AFTER_EXPLORE, mk.ZERO_ACC_AFTER_RESCUE, mk.ALL_CORRECT_RATIO, mk.REWARD_MEAN,
+                               mk.WASTE_FLOPS_FRAC)
 SAVINGS_KEYS: tuple[str, ...] = mk.SAVINGS_KEYS + (mk.SAVINGS_GRPO_ROLLOUTS, mk.SAVINGS_GRPO_TOKENS)
 COMPARE_KEYS: tuple[str, ...] = ADDITIVE_KEYS + RATIO_KEYS
 
