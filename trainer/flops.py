@@ -34,7 +34,7 @@ def train_flops(n_params: int, n_layers: int, d_model: int, seq_lengths: list[in
     return (3 + extra_forwards) * rollout_flops(n_params, n_layers, d_model, seq_lengths)
 
 
-def wasted_compute(shape: tuple[int, int, int], gen_lengths: list[int], gen_response: list[int],
+def wasted_compute(shape: tuple[int, int, int], flops_rollout: float, flops_train: float, gen_response: list[int],
                    train_lengths: list[int], train_response: list[int], zero_advantage: list[bool],
                    extra_forwards: int = 0) -> dict[str, float]:
     """The step's compute that carried no advantage signal (docs/metrics.md "Wasted compute"):
@@ -42,17 +42,17 @@ def wasted_compute(shape: tuple[int, int, int], gen_lengths: list[int], gen_resp
     prompt's first success), and every trained row whose advantage is 0 (a zero-variance group
     under GRPO), which is generated and trained for nothing but the entropy and KL terms.
 
-    Trained rows are a subset of the generated rows, and the formulas are sums over rows, so the
-    untrained rows' rollout FLOPs are all rows' less the trained rows'. ``shape`` is (N, layers,
-    d_model); lengths are prompt + response per row, ``*_response`` response tokens per row.
-    Returns waste/rollouts, waste/tokens (response tokens generated), waste/flops (rollout FLOPs
-    of every wasted row plus the training FLOPs of the trained zero-advantage ones) and
-    waste/flops_frac (of the step's total)."""
+    ``flops_rollout`` / ``flops_train`` are the step's own totals (:func:`rollout_flops` over
+    every generated row, :func:`train_flops` over the trained rows). Trained rows are a subset of
+    the generated ones and the formulas are sums over rows, so the untrained rows' rollout FLOPs
+    are the total less the trained rows'; a zero-advantage row costs one forward to generate and
+    ``3 + extra_forwards`` to train. ``shape`` is (N, layers, d_model); ``train_lengths`` prompt +
+    response per trained row, ``*_response`` response tokens per row. Returns waste/rollouts,
+    waste/tokens (response tokens generated), waste/flops and waste/flops_frac (of the total)."""
     zero = [i for i, z in enumerate(zero_advantage) if z]
-    zero_len = [train_lengths[i] for i in zero]
-    untrained_rollout = rollout_flops(*shape, gen_lengths) - rollout_flops(*shape, train_lengths)
-    flops = untrained_rollout + rollout_flops(*shape, zero_len) + train_flops(*shape, zero_len, extra_forwards)
-    total = rollout_flops(*shape, gen_lengths) + train_flops(*shape, train_lengths, extra_forwards)
-    return {mk.WASTE_ROLLOUTS: float(len(gen_lengths) - len(train_lengths) + len(zero)),
+    untrained = flops_rollout - rollout_flops(*shape, train_lengths)
+    flops = untrained + (4 + extra_forwards) * rollout_flops(*shape, [train_lengths[i] for i in zero])
+    total = flops_rollout + flops_train
+    return {mk.WASTE_ROLLOUTS: float(len(gen_response) - len(train_lengths) + len(zero)),
             mk.WASTE_TOKENS: float(sum(gen_response) - sum(train_response) + sum(train_response[i] for i in zero)),
             mk.WASTE_FLOPS: float(flops), mk.WASTE_FLOPS_FRAC: float(flops / total) if total else 0.0}

@@ -1,5 +1,7 @@
 """FLOPs formulas against a hand count (docs/metrics.md)."""
 
+import pytest
+
 from trainer.flops import rollout_flops, sequence_forward_flops, train_flops
 
 
@@ -22,12 +24,17 @@ def test_wasted_compute_counts_untrained_rows_and_zero_advantage_rows():
     shape = (100, 2, 8)
     gen, gen_resp = [10, 12, 8, 9], [5, 7, 3, 4]  # rows 2 and 3 (8 and 9 tokens) are not trained
     tr, tr_resp, zero = [10, 12], [5, 7], [False, True]  # the 12-token row is trained with advantage 0
-    w = wasted_compute(shape, gen, gen_resp, tr, tr_resp, zero, extra_forwards=1)
+
+    def waste(train, train_resp, zeros, extra=0):
+        return wasted_compute(shape, rollout_flops(*shape, gen), train_flops(*shape, train, extra), gen_resp, train,
+                              train_resp, zeros, extra)
+
+    w = waste(tr, tr_resp, zero, extra=1)
     assert w["waste/rollouts"] == 3 and w["waste/tokens"] == 3 + 4 + 7
     by_hand = rollout_flops(*shape, [8, 9]) + rollout_flops(*shape, [12]) + train_flops(*shape, [12], 1)
-    assert w["waste/flops"] == by_hand
-    assert w["waste/flops_frac"] == by_hand / (rollout_flops(*shape, gen) + train_flops(*shape, tr, 1))
-    everything_trained = wasted_compute(shape, gen, gen_resp, gen, gen_resp, [False] * 4)
+    assert w["waste/flops"] == pytest.approx(by_hand, rel=1e-12)
+    assert w["waste/flops_frac"] == pytest.approx(by_hand / (rollout_flops(*shape, gen) + train_flops(*shape, tr, 1)))
+    everything_trained = waste(gen, gen_resp, [False] * 4)
     assert everything_trained == {"waste/rollouts": 0.0, "waste/tokens": 0.0, "waste/flops": 0.0, "waste/flops_frac": 0.0}
-    nothing = wasted_compute(shape, gen, gen_resp, [], [], [])
+    nothing = waste([], [], [])
     assert nothing["waste/rollouts"] == 4 and nothing["waste/flops_frac"] == 1.0

@@ -191,8 +191,8 @@ def step_metrics(cfg: RunConfig, setup, c: Collected, train_stats: dict[str, flo
         **c.stats, **train_stats,
     }
     zero = (adv.abs() < 1e-8).tolist() if adv.numel() else []
-    m.update(wasted_compute(shape, gen_len, [r.length for r in c.generated], tr_len, [r.length for r in c.train], zero,
-                            extra_forwards))
+    m.update(wasted_compute(shape, f_roll, f_train, [r.length for r in c.generated], tr_len,
+                            [r.length for r in c.train], zero, extra_forwards))
     if c.cost_metrics is not None and tr_len:
         m.update(c.cost_metrics(f_train / sum(tr_len), time_train / sum(tr_len)))
     return m

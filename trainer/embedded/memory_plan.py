@@ -85,7 +85,7 @@ def kv_bytes_per_token(mc, compute_bytes: int) -> int:
 
 
 def _model_field(cfg: RunConfig) -> str:
-    return "model_path" if cfg.model_path else ("model_shape" if getattr(cfg, "model_shape", None) else "preset")
+    return "model_path" if cfg.model_path else ("model_shape" if cfg.model_shape else "preset")
 
 
 def plan_memory(cfg: RunConfig, model: torch.nn.Module, device: torch.device, compute_dtype: torch.dtype,
@@ -100,7 +100,8 @@ def plan_memory(cfg: RunConfig, model: torch.nn.Module, device: torch.device, co
     total = device_bytes(device, model) if total is None else total
     usable = int(USABLE * total)
     static = n * (16 + (2 if cuda and c < 4 else 0)) + (n * 4 if cfg.kl_coef > 0 else 0)
-    vocab = model.get_output_embeddings().weight.shape[0] if model.get_output_embeddings() is not None else mc.vocab_size
+    head = model.get_output_embeddings()
+    vocab = head.weight.shape[0] if head is not None else mc.vocab_size
     fixed = chunk_elements(device) * 14  # bf16 logits + fp32 z, softmax and product of one chunk
     per_token = int(SLACK * activation_bytes_per_token(mc, c, cfg.gradient_checkpointing))
     row = cfg.max_prompt_tokens + cfg.max_new_tokens

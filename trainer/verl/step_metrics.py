@@ -103,6 +103,7 @@ def step_accounting(generated, train, shape: tuple[int, int, int], *, extra_forw
         mk.ROLLOUTS_TRAINED: 0.0, mk.TOKENS_TRAINED: 0.0, "tokens/response_trained": 0.0, mk.FLOPS_TRAIN: 0.0,
         mk.REWARD_TRAINED_MEAN: 0.0, mk.ADV_ABS_MEAN: 0.0, mk.ADV_ZERO_FRAC: 1.0,
     }
+    tr_len, tr_resp, zero = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), []
     if train is not None and len(train):
         tr_len = seq_lengths(train)
         mask = train.batch["response_mask"].float()
@@ -118,15 +119,14 @@ def step_accounting(generated, train, shape: tuple[int, int, int], *, extra_forw
             adv = (train.batch["advantages"].float() * mask).sum(-1) / mask.sum(-1).clamp(min=1)
         else:
             adv = None
+        tr_resp = mask.sum(-1).long().cpu().numpy()
+        zero = (adv.abs() < 1e-8).tolist() if adv is not None else [False] * len(train)
         if adv is not None:
             m[mk.ADV_ABS_MEAN] = float(adv.abs().mean())
             m[mk.ADV_ZERO_FRAC] = float((adv.abs() < 1e-8).float().mean())
     m[mk.FLOPS_TOTAL] = m[mk.FLOPS_ROLLOUT] + m[mk.FLOPS_TRAIN]
-    trained = train is not None and len(train)
-    zero = (adv.abs() < 1e-8).tolist() if trained and adv is not None else [False] * (len(train) if trained else 0)
-    m.update(wasted_compute(shape, gen_len.tolist(), gen_resp.tolist(), seq_lengths(train).tolist() if trained else [],
-                            train.batch["response_mask"].sum(-1).long().tolist() if trained else [], zero,
-                            extra_forwards))
+    m.update(wasted_compute(shape, m[mk.FLOPS_ROLLOUT], m[mk.FLOPS_TRAIN], gen_resp.tolist(), tr_len.tolist(),
+                            tr_resp.tolist(), zero, extra_forwards))
     return m
 
 
