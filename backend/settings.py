@@ -17,6 +17,7 @@ AERO_RATE_LIMIT_BURST  requests a caller may send at once above that     ``2 x t
 AERO_SSE_POLL_S        SSE fallback poll (change signals wake streams)  ``1.0``
 AERO_METRICS_CACHE_MB  per-process cache of metric responses (0 = off)  ``64``
 AERO_MIGRATE_ON_START  run Alembic ``upgrade head`` when the app starts  ``true``
+AERO_DB_IDLE_TX_TIMEOUT_S  PostgreSQL: end transactions idle this long  ``30`` (0 = never)
 AERO_DATA_ROOTS        where run configs may read models and data       the data directory
 AERO_SANDBOX_*         code sandbox isolation, interpreter, uid, caps   see docs/deploy.md
 AERO_MAX_*             caps on a run config's sizes (steps, batch...)   see docs/deploy.md

@@ -22,14 +22,16 @@ from __future__ import annotations
 import argparse
 import logging
 import time
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Callable
 
 from sqlalchemy import select
+from sqlalchemy.exc import OperationalError
 
-from backend.db.models import Run
-from backend.db.runs import recover_stale_runs, release_orphan
-from backend.db.session import session_scope
+from backend.db.models import Run, utcnow
+from backend.db.runs import release_orphan, stale_runs
+from backend.db.session import bounded_lock_wait, session_scope
 from backend.settings import Settings, get_settings
 from worker.runner import owner_state
 from worker.settings import WorkerSettings
@@ -37,21 +39,49 @@ from worker.settings import WorkerSettings
 log = logging.getLogger("worker.reaper")
 
 
-def recover_dead_owners(url: str, max_attempts: int, host: str | None = None) -> list[tuple[int, str]]:
-    """Running runs whose owner is a dead process on this host: ``release_orphan`` each (re-queue,
-    fail or cancel). Returns [(run_id, new status)]. Reads first, then one short write transaction
-    per run (a SQLite read transaction that turns into a write fails if another process wrote meanwhile)."""
-    with session_scope(url) as s:
-        running = list(s.scalars(select(Run).where(Run.status == "running").order_by(Run.id)))
+# How long one release waits for a run's row lock. A holder frozen between its write and its
+# commit keeps the lock until PostgreSQL ends its idle transaction (AERO_DB_IDLE_TX_TIMEOUT_S):
+# meanwhile the other orphans are still released, and this one is retried next sweep.
+LOCK_WAIT_S = 5.0
+
+
+def _release_each(url: str, runs: list[Run], why: Callable[[Run], str], max_attempts: int,
+                  stale_before: datetime | None = None) -> list[tuple[int, str]]:
+    """``release_orphan`` each run in its own short write transaction (a SQLite read transaction
+    that turns into a write fails if another process wrote meanwhile); a run whose row is locked
+    is skipped and logged, the others go on."""
     out: list[tuple[int, str]] = []
-    for run in running:
-        if owner_state(run.worker, host) != "dead":
+    for run in runs:
+        try:
+            with session_scope(url) as s:
+                bounded_lock_wait(s, LOCK_WAIT_S)
+                dst = release_orphan(s, run, why(run), max_attempts, stale_before=stale_before)
+        except OperationalError as e:
+            log.warning("run %s: its row stayed locked for %.0fs (%s); retrying next sweep",
+                        run.id, LOCK_WAIT_S, str(e.orig).strip().splitlines()[0] if e.orig else e)
             continue
-        with session_scope(url) as s:
-            dst = release_orphan(s, run, f"worker process {run.worker} died", max_attempts)
         if dst is not None:
             out.append((run.id, dst))
     return out
+
+
+def recover_dead_owners(url: str, max_attempts: int, host: str | None = None) -> list[tuple[int, str]]:
+    """Running runs whose owner is a dead process on this host: ``release_orphan`` each (re-queue,
+    fail or cancel). Returns [(run_id, new status)]."""
+    with session_scope(url) as s:
+        running = list(s.scalars(select(Run).where(Run.status == "running").order_by(Run.id)))
+    dead = [run for run in running if owner_state(run.worker, host) == "dead"]
+    return _release_each(url, dead, lambda run: f"worker process {run.worker} died", max_attempts)
+
+
+def recover_stale(url: str, stale_after_s: float, max_attempts: int) -> list[tuple[int, str]]:
+    """Running runs whose heartbeat is older than ``stale_after_s``: ``release_orphan`` each, on
+    condition that the heartbeat is still that old (a worker that just beat keeps its run)."""
+    cutoff = utcnow() - timedelta(seconds=stale_after_s)
+    with session_scope(url) as s:
+        stale = stale_runs(s, stale_after_s)
+    return _release_each(url, stale, lambda run: f"worker {run.worker} sent no heartbeat for {stale_after_s:g} s",
+                         max_attempts, stale_before=cutoff)
 
 
 def default_enqueue(settings: Settings) -> Callable[[int], None]:
@@ -79,8 +109,7 @@ class Reaper:
     def sweep(self) -> list[tuple[int, str]]:
         url = self.settings.database_url
         changed = recover_dead_owners(url, self.ws.max_attempts)
-        with session_scope(url) as s:
-            changed += recover_stale_runs(s, self.ws.stale_after_s, self.ws.max_attempts)
+        changed += recover_stale(url, self.ws.stale_after_s, self.ws.max_attempts)
         for run_id, status in changed:
             log.warning("run %s: worker lost -> %s", run_id, status)
         self.unsent |= {run_id for run_id, status in changed if status == "queued"}
@@ -117,7 +146,7 @@ def main(argv: list[str] | None = None) -> None:
         for run_id, status in reaper.sweep():
             print(f"run {run_id}: {status}")
         return
-    log.info("reaper: stale after %.0fs, sweep every %.0fs, max attempts %d", reaper.ws.stale_after_s,
+    log.info("reaper: stale after %.0fs, sweep every %gs, max attempts %d", reaper.ws.stale_after_s,
              args.interval or reaper.ws.reaper_interval_s, reaper.ws.max_attempts)
     reaper.loop(args.interval, args.alive_file)
 

@@ -269,20 +269,6 @@ def stale_runs(session: Session, older_than_s: float) -> list[Run]:
     return list(session.scalars(select(Run).where(Run.status == "running", _last_seen() < cutoff).order_by(Run.id)))
 
 
-def recover_stale_runs(session: Session, older_than_s: float, max_attempts: int = 3) -> list[tuple[int, str]]:
-    """Never leave a run 'running' forever: :func:`release_orphan` each stale run, conditional on
-    its heartbeat still being stale (a worker that just beat keeps its run).
-    Returns [(run_id, new status)]; re-queued runs must be re-sent by the caller."""
-    cutoff = utcnow() - timedelta(seconds=older_than_s)
-    out = []
-    for run in stale_runs(session, older_than_s):
-        why = f"worker {run.worker} sent no heartbeat for {older_than_s:g} s"
-        dst = release_orphan(session, run, why, max_attempts, stale_before=cutoff)
-        if dst is not None:
-            out.append((run.id, dst))
-    return out
-
-
 # ---------------------------------------------------------------- API-side helpers
 
 
@@ -430,6 +416,6 @@ __all__ = [
     "TRANSITIONS", "RunNotFound", "RunConflict", "can_transition", "sources_of", "claim_run", "cancel_queued",
     "fair_order", "fair_candidates", "claim_next", "run_of_ticket",
     "take_over", "record_progress", "mark_succeeded", "mark_cancelled", "mark_failed", "orphan_fate",
-    "release_orphan", "stale_runs", "recover_stale_runs", "create_run", "get_run", "list_runs", "update_run",
+    "release_orphan", "stale_runs", "create_run", "get_run", "list_runs", "update_run",
     "request_cancel", "delete_run", "runs_by_status",
 ]

@@ -5,6 +5,11 @@ and SQLAlchemy-controlled ``BEGIN`` (pysqlite's own transaction handling would d
 and break transactional DDL in migrations). Keep write transactions short and write first:
 under WAL a read transaction that later tries to write can fail at once if another writer
 committed in between.
+
+PostgreSQL connections end any transaction left idle for ``AERO_DB_IDLE_TX_TIMEOUT_S`` seconds
+(default 30; 0 = never). Our transactions last milliseconds; one idle that long belongs to a
+process that froze between a write and its commit (SIGSTOP, a paused VM, a hung NFS read), and
+its row locks would otherwise block the reaper and the worker taking the run over, forever.
 """
 
 from __future__ import annotations
@@ -15,9 +20,10 @@ from functools import lru_cache
 from pathlib import Path
 
 import json
+import os
 
 import orjson
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -32,6 +38,30 @@ def _sqlite_pragmas(dbapi_conn, _record) -> None:
 
 def _sqlite_begin(conn) -> None:
     conn.exec_driver_sql("BEGIN")
+
+
+IDLE_TX_TIMEOUT_ENV = "AERO_DB_IDLE_TX_TIMEOUT_S"
+
+
+def idle_tx_timeout_s() -> float:
+    """``AERO_DB_IDLE_TX_TIMEOUT_S`` (seconds, >= 0; 0 = PostgreSQL's default, never)."""
+    raw = os.environ.get(IDLE_TX_TIMEOUT_ENV, "30")
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise ValueError(f"{IDLE_TX_TIMEOUT_ENV}={raw!r}: expected a number of seconds >= 0 (0 = never)")
+    return value
+
+
+def _pg_session_timeouts(ms: int):
+    def on_connect(dbapi_conn, _record) -> None:
+        with dbapi_conn.cursor() as cur:
+            cur.execute(f"SET idle_in_transaction_session_timeout = {ms}")
+        dbapi_conn.commit()
+
+    return on_connect
 
 
 def _json_dumps(obj) -> str:
@@ -68,7 +98,10 @@ def make_engine(url: str, **kwargs) -> Engine:
     kwargs.setdefault("pool_pre_ping", True)
     kwargs.setdefault("pool_size", 10)
     kwargs.setdefault("max_overflow", 20)
-    return create_engine(u, **kwargs)
+    engine = create_engine(u, **kwargs)
+    if (ms := round(idle_tx_timeout_s() * 1000)) > 0:
+        event.listen(engine, "connect", _pg_session_timeouts(ms))
+    return engine
 
 
 @lru_cache(maxsize=16)
@@ -89,6 +122,13 @@ def autocommit_reads(session: Session) -> None:
     on SQLite (its BEGIN costs no round trip) and once the session holds a connection."""
     if not session.in_transaction() and session.get_bind().dialect.name == "postgresql":
         session.connection(execution_options={"isolation_level": "AUTOCOMMIT"})
+
+
+def bounded_lock_wait(session: Session, seconds: float) -> None:
+    """On PostgreSQL, make this transaction's statements give up (LockNotAvailable) after waiting
+    ``seconds`` for a row lock instead of waiting for ever; a no-op on SQLite (busy timeout)."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text(f"SET LOCAL lock_timeout = {round(seconds * 1000)}"))
 
 
 @contextmanager

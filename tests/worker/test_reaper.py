@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import socket
+
+import pytest
 import subprocess
 from datetime import timedelta
 
@@ -91,3 +93,44 @@ def test_unsent_task_is_retried_next_sweep(db_url, make_run):
     reaper = make_reaper(db_url, sent, fail_times=1)
     assert reaper.sweep() == [(rid, "queued")] and sent == [] and reaper.unsent == {rid}
     assert reaper.sweep() == [] and sent == [rid] and reaper.unsent == set()
+
+
+def test_a_frozen_writer_holding_the_row_lock_neither_hangs_the_reaper_nor_keeps_the_run(pg_url, monkeypatch):
+    # A worker frozen (SIGSTOP, a paused VM) between its heartbeat UPDATE and the COMMIT holds the
+    # run's row lock. The reaper gives up on that row after LOCK_WAIT_S and still releases the other
+    # orphan; PostgreSQL ends the frozen transaction after AERO_DB_IDLE_TX_TIMEOUT_S, and the next
+    # sweep re-queues the run. (The e2e frozen-worker test hit this hang about one run in fifty.)
+    import time
+
+    from sqlalchemy import text
+
+    import worker.reaper as reaper_mod
+    from backend.db.runs import create_run
+    from backend.db.session import make_engine
+
+    from .conftest import tiny_config
+
+    with session_scope(pg_url) as s:
+        frozen, other = (create_run(s, tiny_config(), queue="cpu").id for _ in range(2))
+    old = utcnow() - timedelta(seconds=31)
+    running(pg_url, frozen, worker="remote:1:1", heartbeat_at=old, attempts=1)
+    running(pg_url, other, worker="remote:2:2", heartbeat_at=old, attempts=1)
+    monkeypatch.setattr(reaper_mod, "LOCK_WAIT_S", 0.5)
+    monkeypatch.setenv("AERO_DB_IDLE_TX_TIMEOUT_S", "3")
+    holder_engine = make_engine(pg_url)
+    holder = holder_engine.connect()
+    holder.execute(text("UPDATE runs SET heartbeat_at = now() WHERE id = :id"), {"id": frozen})  # never committed
+    t0 = time.monotonic()
+    sent: list[int] = []
+    reaper = make_reaper(pg_url, sent)
+    assert reaper.sweep() == [(other, "queued")] and sent == [other]
+    assert time.monotonic() - t0 < 2.5  # gave up on the locked row after ~0.5 s
+    assert status_of(pg_url, frozen)[0] == "running"
+    deadline = time.monotonic() + 15
+    while (changed := reaper.sweep()) == [] and time.monotonic() < deadline:
+        time.sleep(0.25)
+    assert changed == [(frozen, "queued")] and sent == [other, frozen]
+    assert 2.5 < time.monotonic() - t0 < 10  # the server ended the idle transaction after ~3 s
+    with pytest.raises(Exception):  # the frozen writer's transaction is gone: its commit cannot land
+        holder.commit()
+    holder_engine.dispose()

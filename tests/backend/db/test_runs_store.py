@@ -176,7 +176,9 @@ def _age(session, run_id, seconds):
     session.commit()
 
 
-def test_stale_runs_are_requeued_then_failed_never_left_running(session):
+def test_stale_runs_are_requeued_then_failed_never_left_running(session, db):
+    from worker.reaper import recover_stale
+
     fresh, stale, cancelled = _run(session), _run(session), _run(session)
     for r in (fresh, stale, cancelled):
         repo.claim_run(session, r.id, "w")
@@ -185,15 +187,15 @@ def test_stale_runs_are_requeued_then_failed_never_left_running(session):
     _age(session, stale.id, 120)
     _age(session, cancelled.id, 120)
     assert [r.id for r in repo.stale_runs(session, 60)] == [stale.id, cancelled.id]
-    out = repo.recover_stale_runs(session, 60, max_attempts=2)
-    session.commit()
+    session.commit()  # end the read: the recovery writes from its own transactions
+    out = recover_stale(db, 60, max_attempts=2)
     assert out == [(stale.id, "queued"), (cancelled.id, "cancelled")]
     r = repo.get_run(session, stale.id, refresh=True)
     assert (r.status, r.worker, r.heartbeat_at) == ("queued", None, None) and "no heartbeat" in r.error
     repo.claim_run(session, stale.id, "w2")  # attempt 2
     session.commit()
     _age(session, stale.id, 120)
-    assert repo.recover_stale_runs(session, 60, max_attempts=2) == [(stale.id, "failed")]
+    assert recover_stale(db, 60, max_attempts=2) == [(stale.id, "failed")]
     assert repo.get_run(session, fresh.id, refresh=True).status == "running"
     error = repo.get_run(session, stale.id, refresh=True).error
     assert "no heartbeat for 60 s" in error and "used all 2 attempt(s)" in error
