@@ -15,6 +15,7 @@ import common.metric_keys as mk
 from trainer.config import METHODS, ConfigError, ModelShape, parse_run_config
 from common.dotted import merge
 from trainer.core.reach import single_seed_reach
+from trainer.tasks.registry import TASK_NAMES, get_task_spec
 
 # cli/main.py merges these into the `aero` app; this module never imports it.
 commands = typer.Typer()
@@ -36,6 +37,8 @@ def _step_info(m: dict) -> str:
 @commands.command()
 def pretrain(
     out: Annotated[Path, typer.Option(help="Output directory (HF model + char tokenizer + pretrain.json).")] = Path("trainer/assets/tiny"),
+    task_name: Annotated[str, typer.Option("--task", help="The generated task to warm-start on: arithmetic (the tiny "
+                                                          "preset) or countdown (tiny-countdown).")] = "arithmetic",
     steps: Annotated[int, typer.Option(help="Clean supervised steps.")] = 900,
     batch: Annotated[int, typer.Option(help="Sequences per step.")] = 256,
     lr: Annotated[float, typer.Option(help="Peak AdamW learning rate of the clean phase (cosine decay to 10%).")] = 2e-3,
@@ -45,12 +48,12 @@ def pretrain(
     label_noise: Annotated[float, typer.Option(help="Fraction of noisy-phase targets with one wrong answer digit: "
                                                     "the base samples worse than it knows (RL headroom).")] = 0.3,
 ):
-    """Warm-start the embedded tiny policy on arithmetic (the tiny preset's base checkpoint)."""
+    """Warm-start the embedded tiny policy on a generated task (the base checkpoint of its preset)."""
     from trainer.embedded.pretrain import pretrain as run
 
     with _progress() as bar:
         task = bar.add_task("pretrain", total=steps + noisy_steps, info="")
-        report = run(out, steps=steps, batch=batch, lr=lr, seed=seed, noisy_steps=noisy_steps, noisy_lr=noisy_lr,
+        report = run(out, task_name, steps=steps, batch=batch, lr=lr, seed=seed, noisy_steps=noisy_steps, noisy_lr=noisy_lr,
                      label_noise=label_noise,
                      progress=lambda s, loss: bar.update(task, completed=s, info=f"loss {loss:.4f}"))
     console.print_json(json.dumps(report))
@@ -141,8 +144,12 @@ def eval_cmd(
 
 @commands.command()
 def bench(
-    preset: Annotated[str, typer.Option(help="Embedded preset every method starts from (--set model_path=DIR for a "
-                                             "local model instead).")] = "tiny",
+    preset: Annotated[Optional[str], typer.Option(help="Embedded preset every method starts from (default: the task's, "
+                                                       "tiny for arithmetic; --set model_path=DIR for a local model "
+                                                       "instead).")] = None,
+    task_name: Annotated[Optional[str], typer.Option("--task", help="The task every method trains: arithmetic "
+                                                                    "(default), countdown, or a file task with --set "
+                                                                    "model_path=... train_data=...")] = None,
     steps: Annotated[Optional[int], typer.Option(help="Training steps per method (default 60; with --shape 3).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of a single-seed bench.")] = 0,
     seeds: Annotated[Optional[str], typer.Option(help="Comma-separated seeds (e.g. 0,1,2): repeat the bench per seed "
@@ -185,12 +192,18 @@ def bench(
     if shape is not None and seed_list:
         raise typer.BadParameter("a shape bench measures cost on one seed (its rewards are scripted)", param_hint="--seeds")
     steps = steps if steps is not None else (SHAPE_STEPS if shape else 60)
+    overrides = parse_sets(sets)
+    if task_name is not None:
+        if task_name not in TASK_NAMES:
+            raise typer.BadParameter(f"unknown task {task_name!r}; choose from {', '.join(TASK_NAMES)}", param_hint="--task")
+        overrides["task"] = task_name
+    preset = preset or get_task_spec(overrides.get("task", "arithmetic")).preset
     with _progress() as bar:
         def on_method(method, cfg):
             task = bar.add_task(f"{method} s{cfg.seed}", total=cfg.steps, info="")
             return lambda s, n, m: bar.update(task, completed=s, info=_step_info(m))
 
-        kw = dict(preset=preset, steps=steps, methods=chosen, overrides=parse_sets(sets), out_dir=out, on_method=on_method)
+        kw = dict(preset=preset, steps=steps, methods=chosen, overrides=overrides, out_dir=out, on_method=on_method)
         try:
             report = run_bench_seeds(seed_list, **kw) if seed_list else run_bench(seed=seed, shape=shape, **kw)
         except ConfigError as e:

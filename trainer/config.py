@@ -22,6 +22,7 @@ from trainer.alerts import AlertsConfig, rule_issues
 from trainer.methods.section import Strict
 from trainer.methods.spec import all_sections, get_method, method_names, section_readers, specs
 from trainer.safetext import no_control_chars  # noqa: F401  (also backend.schemas's, via this module)
+from trainer.tasks.registry import PRESET_NAMES, PRESET_TASK, TASK_NAMES, TASK_SPECS, get_task_spec
 
 if TYPE_CHECKING:
     from trainer.policy import RunPolicy
@@ -35,6 +36,9 @@ LossAgg = Literal["seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm"
 # The shipped architectures with random weights (trainer/embedded/shapes.py; one directory each
 # under trainer/assets/shapes/): the scripted strata task runs on them, nothing is downloaded.
 ModelShape = Literal["qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-7b", "tiny-151k"]
+# The registered tasks and the shipped presets (trainer/tasks/registry.py).
+TaskName = Literal[TASK_NAMES]  # type: ignore[valid-type]
+Preset = Literal[PRESET_NAMES]  # type: ignore[valid-type]
 
 
 _OPERATOR_FIELDS = {"network": ("AERO_SANDBOX_ISOLATION", "auto"), "run_as_uid": ("AERO_SANDBOX_UID", 65534),
@@ -106,7 +110,9 @@ class _RunFields(Strict):
     name: Annotated[str, AfterValidator(no_control_chars)] | None = Field(None, max_length=200)
     method: Method = Field("aero", description=" | ".join(f"{s.name} ({s.display.description})" for s in specs()) + ".")
     engine: Literal["embedded", "verl"] = "embedded"
-    preset: Literal["tiny"] | None = Field("tiny", description="Embedded preset: the shipped ~1M-parameter policy on the synthetic arithmetic task.")
+    preset: Preset | None = Field("tiny", description="A shipped policy trained on a generated task: " + "; ".join(
+        f"{s.preset}: {s.preset_description}" for s in TASK_SPECS.values() if s.preset) + ". Defaults to the chosen "
+        "task's preset (task=countdown alone runs tiny-countdown).")
     model_path: str | None = Field(None, description="Local Hugging Face model directory (used instead of a preset).")
     model_shape: ModelShape | None = Field(
         None, description="A real architecture with RANDOM weights, built from the config file the repository "
@@ -114,9 +120,8 @@ class _RunFields(Strict):
         "tiny-151k (hidden 64, 2 layers, the real 151,936 vocab; CPU). For cost benchmarks only (`aero bench --shape`): "
         "it trains the scripted strata task (task=strata), whose rewards are scripted, so no learning is measured. "
         "Used instead of a preset or model_path (set preset=null).")
-    task: Literal["arithmetic", "math", "code", "strata"] = Field(
-        "arithmetic", description="arithmetic (the tiny preset), math and code (a local model and data file), or "
-        "strata: scripted rewards with the paper's prompt strata on a model_shape (trainer/tasks/strata.py).")
+    task: TaskName = Field("arithmetic", description="; ".join(f"{s.name}: {s.description}"
+                                                                for s in TASK_SPECS.values()) + ".")
     train_data: str | None = Field(None, description="Math and code tasks: local verl parquet or JSONL file (code: "
                                    "also APPS/TACO, CodeContests, PRIME/Eurus, MBPP/HumanEval layouts).")
     benchmarks: dict[str, str] = Field(
@@ -189,6 +194,24 @@ class _RunFields(Strict):
                                     "sets AERO_WANDB_MODE=online), mlflow (the operator's AERO_MLFLOW_TRACKING_URI, else a "
                                     "SQLite store in the run directory), tensorboard (event files in the run directory). "
                                     "The operator's AERO_TRACKERS are added to every run.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _preset_and_task_agree(cls, data: Any) -> Any:
+        """Either names the other: a generated task's shipped preset is the preset when none is
+        given (nor a model_path or model_shape), so ``{"task": "countdown"}`` alone runs
+        tiny-countdown; a preset's task is the task when none is given (``{"preset":
+        "tiny-countdown"}`` trains countdown)."""
+        if not isinstance(data, dict):
+            return data
+        if "preset" not in data and not data.get("model_path") and not data.get("model_shape") \
+                and isinstance(data.get("task"), str):
+            spec = TASK_SPECS.get(data["task"])
+            if spec is not None and spec.preset:
+                return {**data, "preset": spec.preset}
+        if "task" not in data and isinstance(data.get("preset"), str) and data["preset"] in PRESET_TASK:
+            return {**data, "task": PRESET_TASK[data["preset"]]}
+        return data
 
     @model_serializer(mode="wrap")
     def _without_absent_sections(self, handler):
@@ -272,30 +295,38 @@ def cross_field_issues(cfg: RunConfig) -> list[tuple[str, str]]:
     if cfg.model_shape is None and (cfg.preset is None) == (cfg.model_path is None):
         issues.append(("model_path", "give exactly one of preset or model_path"))
     issues += shape_issues(cfg)
-    if cfg.task in ("math", "code") and not cfg.train_data:
+    task = get_task_spec(cfg.task)
+    if task.source == "files" and not cfg.train_data:
         issues.append(("train_data", f"the {cfg.task} task needs a local parquet or JSONL file"))
     if cfg.code.timeout_s < cfg.code.test_timeout_s:
         issues.append(("code.timeout_s", f"must be >= code.test_timeout_s ({cfg.code.test_timeout_s})"))
-    if cfg.preset == "tiny" and cfg.task != "arithmetic":
-        issues.append(("task", "the tiny preset is trained on the arithmetic task"))
+    if cfg.preset is not None and PRESET_TASK[cfg.preset] != cfg.task:
+        fix = f"use preset {task.preset}" if task.preset else "set preset=null and give a model_path"
+        issues.append(("task", f"the {cfg.preset} preset is trained on the {PRESET_TASK[cfg.preset]} task; for the "
+                       f"{cfg.task} task {fix}"))
     if cfg.mini_batches > cfg.batch_prompts:
         issues.append(("mini_batches", f"must be <= batch_prompts ({cfg.batch_prompts})"))
     if 0 < cfg.micro_batch_tokens < cfg.max_prompt_tokens + cfg.max_new_tokens:
         issues.append(("micro_batch_tokens", f"must hold one row: >= max_prompt_tokens + max_new_tokens "
                        f"({cfg.max_prompt_tokens + cfg.max_new_tokens}), or 0 for the device's own budget"))
-    if cfg.benchmarks and cfg.task not in ("math", "code"):
-        issues.append(("benchmarks", "benchmark files are for the math and code tasks; the arithmetic task has its own "
-                       "held-out sets"))
+    if cfg.benchmarks and task.source != "files":
+        issues.append(("benchmarks", f"benchmark files are for the {' and '.join(_files_tasks())} tasks; the "
+                       f"{cfg.task} task has its own held-out sets"))
     for name, path in cfg.benchmarks.items():
         if not name.strip() or not str(path).strip():
             issues.append(("benchmarks", f"each benchmark needs a name and a local file path; got {name!r}: {path!r}"))
     if cfg.engine == "verl":
         issues += verl_issues(cfg)
     issues += method_issues(cfg)
-    if cfg.train_size is not None and cfg.task != "arithmetic":
-        issues.append(("train_size", f"a finite training set is an arithmetic-task option; the {cfg.task} task "
-                       "trains on its file"))
+    if cfg.train_size is not None and task.source != "generated":
+        issues.append(("train_size", f"a finite training set is an option of the generated tasks; the {cfg.task} "
+                       "task trains on its file" if task.source == "files" else
+                       f"a finite training set is an option of the generated tasks, not of {cfg.task}"))
     return issues
+
+
+def _files_tasks() -> list[str]:
+    return [n for n, s in TASK_SPECS.items() if s.source == "files"]
 
 
 def shape_issues(cfg: RunConfig) -> list[tuple[str, str]]:
@@ -331,9 +362,9 @@ def method_issues(cfg: RunConfig) -> list[tuple[str, str]]:
     if cfg.engine not in spec.needs.engines:
         issues.append(("engine", f"method {cfg.method} runs on the {' or '.join(spec.needs.engines)} engine; "
                        f"got {cfg.engine}"))
-    if spec.needs.prompt_ids and cfg.task == "arithmetic" and cfg.train_size is None:
+    if spec.needs.prompt_ids and get_task_spec(cfg.task).source == "generated" and cfg.train_size is None:
         issues.append(("train_size", f"method {cfg.method} keys its memory by prompt id: set train_size (a finite "
-                       "arithmetic training set drawn in epochs)"))
+                       f"{cfg.task} training set drawn in epochs)"))
     return issues
 
 
@@ -341,15 +372,14 @@ def verl_issues(cfg: RunConfig) -> list[tuple[str, str]]:
     """The verl engine's own rules, checked here so the API refuses them at submit instead of
     the worker failing later. Whether ``model_path`` holds a model is the worker's check
     (trainer/verl/runner.py): the API never says whether a path exists."""
-    issues = []
-    if cfg.task == "code":
-        issues.append(("task", "the verl engine trains the arithmetic task (tiny preset) or the math task "
-                       "(a local HF model + math data); code runs on the embedded engine"))
-    if cfg.preset is not None and cfg.task != "arithmetic":
-        issues.append(("task", f"the tiny preset trains the arithmetic task; got {cfg.task}"))
-    if cfg.model_path is not None and cfg.task == "arithmetic":
-        issues.append(("task", "a model_path run on verl trains the math task (the arithmetic task's tokenizer "
-                       "ships with the tiny preset)"))
+    issues, task = [], get_task_spec(cfg.task)
+    if "verl" not in task.engines:
+        on_verl = [n for n, s in TASK_SPECS.items() if "verl" in s.engines]
+        issues.append(("task", f"the verl engine trains the {', '.join(on_verl)} tasks; {cfg.task} runs on the "
+                       "embedded engine"))
+    if cfg.model_path is not None and task.source == "generated":
+        issues.append(("task", f"a model_path run on verl trains a file task (the {cfg.task} task's char tokenizer "
+                       f"ships with the {task.preset} preset)"))
     if cfg.mini_batches > 1 and cfg.shuffle_mini_batches:
         issues.append(("shuffle_mini_batches", "the verl engine lays mini-batches out in generation order (the "
                        "embedded engine reshuffles them each epoch): set shuffle_mini_batches=false with "

@@ -15,7 +15,8 @@ RESULT = "launch_result"  # session key: (kind, body) of the last accepted submi
 
 st.title("Launch")
 st.caption("Every hyperparameter starts at the paper's default (AERO, arXiv 2602.14338, Table 9); hover the (?) icons for "
-           "what it means. The *tiny* preset trains a ~1M-parameter model on synthetic arithmetic in seconds per step.")
+           "what it means. The *tiny* presets train a ~1M-parameter model on synthetic arithmetic (tiny) or on Countdown "
+           "(tiny-countdown) in seconds per step.")
 
 
 def field_error(path: str) -> None:
@@ -55,9 +56,18 @@ def choose_methods(default: str | None) -> list[str]:
                          format_func=forms.METHOD_CHOICES.get, key="launch_method")]
 
 
-def model_fields(local: bool, doc: dict) -> dict[str, Any]:
-    if not local:
-        return {"preset": "tiny", "model_path": None, "task": "arithmetic"}
+LOCAL_MODEL = "Local model + dataset"
+
+
+def model_choices(doc: dict) -> list[str]:
+    """The shipped presets (the schema's enum; each trains its own task), then a local model."""
+    spec = forms.field_spec(doc, "preset", "preset")
+    return [*(spec.choices if spec else ("tiny",)), LOCAL_MODEL]
+
+
+def model_fields(choice: str, doc: dict) -> dict[str, Any]:
+    if choice != LOCAL_MODEL:  # the API picks the preset's task
+        return {"preset": choice, "model_path": None}
     specs = [forms.field_spec(doc, p, lab) for p, lab in (("model_path", "model path"), ("task", "task"),
                                                             ("train_data", "dataset (parquet / JSONL)"))]
     c1, c2, c3 = st.columns(3)
@@ -114,11 +124,12 @@ def main() -> None:
     clone = launch_extras.cloned_run()  # ?clone=ID: the form starts at that run's values
     methods = choose_methods(clone["method"] if clone else method_field.default if method_field else None)
     field_error("methods")
-    local = st.radio("Model", ["Tiny preset (synthetic arithmetic)", "Local model + dataset"], horizontal=True,
-                     index=1 if clone and clone["config"].get("model_path") else 0,
-                     key="launch_model") != "Tiny preset (synthetic arithmetic)"
+    choices = model_choices(doc)
+    cloned = (LOCAL_MODEL if clone["config"].get("model_path") else clone["config"].get("preset")) if clone else None
+    model = st.radio("Model", choices, horizontal=True, index=choices.index(cloned) if cloned in choices else 0,
+                     format_func=lambda c: c if c == LOCAL_MODEL else f"Preset {c}", key="launch_model")
     with st.form("launch_form"):
-        config: dict[str, Any] = model_fields(local, doc)
+        config: dict[str, Any] = model_fields(model, doc)
         for section, specs in forms.form_specs(doc, methods).items():
             with st.expander(section, expanded=section != "Advanced"):
                 cols = st.columns(3)

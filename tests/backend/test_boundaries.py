@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 BACKEND = Path(__file__).resolve().parents[2] / "backend"
-ALLOWED_TRAINER = ("trainer.config", "trainer.policy", "trainer.methods.spec",
+ALLOWED_TRAINER = ("trainer.config", "trainer.policy", "trainer.methods.spec", "trainer.tasks.registry",
                    "trainer.core.passk", "trainer.core.reach", "trainer.core.stats")
 FORBIDDEN = ("worker", "dashboard", "torch", "transformers", "streamlit", "cli")
 
@@ -37,7 +37,8 @@ def test_backend_sources_import_only_allowed_packages():
 
 def test_importing_the_app_loads_no_torch_and_no_worker():
     code = ("import sys, backend.main, backend.db, backend.queue, backend.cli_token; "
-            "bad = [m for m in ('torch', 'worker', 'dashboard', 'trainer.embedded.loop') if m in sys.modules]; print(bad)")
+            "bad = [m for m in ('torch', 'worker', 'dashboard', 'trainer.embedded.loop', 'trainer.tasks.arithmetic', "
+            "'trainer.tasks.code') if m in sys.modules]; print(bad)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=BACKEND.parent, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"

@@ -167,6 +167,18 @@ def test_launch_shows_api_validation_error_under_its_field(fresh_api, use_api):
     assert len(at.error) == 1 and fresh_api.enqueued == []
 
 
+def test_launch_offers_every_shipped_preset_and_trains_its_task(fresh_api, use_api):
+    use_api(fresh_api)
+    at = open_page("launch")
+    assert at.radio(key="launch_model").options == ["Preset tiny", "Preset tiny-countdown", "Local model + dataset"]
+    at.radio(key="launch_model").set_value("tiny-countdown").run()
+    submit(at)
+    no_errors(at)
+    [(run_id, _)] = fresh_api.enqueued
+    config = httpx.get(f"{fresh_api.url}/api/runs/{run_id}").json()["config"]
+    assert (config["preset"], config["task"]) == ("tiny-countdown", "countdown")
+
+
 def test_launch_local_model_needs_a_path(fresh_api, use_api):
     use_api(fresh_api)
     at = open_page("launch")

@@ -123,3 +123,36 @@ def test_a_shape_on_the_strata_task_is_a_valid_run():
     cfg = parse_run_config({**SHAPE, "batch_prompts": 128, "max_new_tokens": 1536, "max_prompt_tokens": 1024})
     assert (cfg.model_shape, cfg.task, cfg.preset, cfg.model_path) == ("qwen2.5-1.5b", "strata", None, None)
     assert parse_run_config(cfg.model_dump(mode="json")) == cfg  # stored and re-read unchanged
+
+
+def test_tasks_and_presets_come_from_the_registry_and_name_each_other():
+    from trainer.tasks.registry import PRESET_TASK, TASK_NAMES
+
+    assert {"arithmetic", "countdown", "math", "code", "strata"} <= set(TASK_NAMES)
+    assert PRESET_TASK == {"tiny": "arithmetic", "tiny-countdown": "countdown"}
+    cfg = parse_run_config({"task": "countdown"})  # the task's shipped preset
+    assert (cfg.task, cfg.preset) == ("countdown", "tiny-countdown")
+    cfg = parse_run_config({"preset": "tiny-countdown"})  # the preset's task
+    assert (cfg.task, cfg.preset) == ("countdown", "tiny-countdown")
+    assert (parse_run_config({}).task, parse_run_config({}).preset) == ("arithmetic", "tiny")
+    with pytest.raises(ConfigError) as e:
+        parse_run_config({"task": "countdown", "preset": "tiny"})
+    assert e.value.issues == [("task", "the tiny preset is trained on the arithmetic task; for the countdown task use "
+                                       "preset tiny-countdown")]
+    with pytest.raises(ConfigError) as e:
+        parse_run_config({"task": "math", "preset": "tiny-countdown"})
+    assert ("task", "the tiny-countdown preset is trained on the countdown task; for the math task set preset=null "
+                    "and give a model_path") in e.value.issues
+    with pytest.raises(ConfigError) as e:
+        parse_run_config({"task": "sudoku"})
+    assert e.value.issues[0][0] == "task" and "countdown" in e.value.issues[0][1]
+    # a generated task's options: a finite training set, no benchmark files; on verl with its preset
+    assert parse_run_config({"task": "countdown", "train_size": 100}).train_size == 100
+    with pytest.raises(ConfigError) as e:
+        parse_run_config({"task": "countdown", "benchmarks": {"x": "/d/x.jsonl"}})
+    assert e.value.issues[0][0] == "benchmarks" and "the countdown task has its own held-out sets" in e.value.issues[0][1]
+    assert parse_run_config({"task": "countdown", "engine": "verl", "method": "grpo"}).engine == "verl"
+    with pytest.raises(ConfigError) as e:
+        parse_run_config({"task": "countdown", "method": "aero-mem"})
+    assert ("train_size", "method aero-mem keys its memory by prompt id: set train_size (a finite countdown training "
+                          "set drawn in epochs)") in e.value.issues

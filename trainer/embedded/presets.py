@@ -14,9 +14,12 @@ from trainer.config import ConfigError, RunConfig
 from trainer.embedded.model import count_parameters, load_policy
 from trainer.policy import RunPolicy
 from trainer.rollout.attention import use_packed_gqa
+from trainer.tasks.registry import PRESET_NAMES, get_task_spec
 
 ASSETS = Path(__file__).parents[1] / "assets"  # trainer/assets (package data)
-PRESETS = {"tiny": ASSETS / "tiny"}  # `aero pretrain` writes it; shipped in the repo
+# One directory per preset (trainer/tasks/registry.py names them); `aero pretrain` writes them,
+# and they are shipped in the repo.
+PRESETS = {name: ASSETS / name for name in PRESET_NAMES}
 
 
 @dataclass
@@ -138,16 +141,22 @@ def build_task(cfg: RunConfig, model_dir: Path, policy: RunPolicy | None = None)
     model directory without a usable tokenizer is a ConfigError naming the field."""
     from trainer.tasks import make_task
 
-    if cfg.task == "strata":  # synthetic prompts and scripted rewards over the shape's vocabulary
+    source = get_task_spec(cfg.task).source
+    if source == "scripted":  # synthetic prompts and scripted rewards over the shape's vocabulary
         from trainer.embedded.shapes import shape_config
 
-        return make_task("strata", vocab_size=shape_config(cfg.model_shape).vocab_size,
+        return make_task(cfg.task, vocab_size=shape_config(cfg.model_shape).vocab_size,
                          max_prompt_tokens=cfg.max_prompt_tokens)
-    if cfg.task == "arithmetic":
+    if source == "generated":  # the char tokenizer saved beside the checkpoint
         from trainer.tasks.tokenizer import CharTokenizer
 
-        return make_task("arithmetic", tokenizer=CharTokenizer.load(model_dir), benchmark_size=cfg.eval_problems,
-                         train_size=cfg.train_size)
+        tokenizer = CharTokenizer.load(model_dir)
+        task = make_task(cfg.task, tokenizer=tokenizer, benchmark_size=cfg.eval_problems, train_size=cfg.train_size)
+        if missing := sorted(set(task.CHARS) - set(tokenizer.chars)):
+            raise ConfigError([("model_path" if cfg.model_path else "preset",
+                                f"{model_dir} was trained for another task: its tokenizer has no {missing!r} "
+                                f"(the {cfg.task} task needs them)")])
+        return task
     for name, bench in cfg.benchmarks.items():
         if not Path(bench).expanduser().is_file():
             raise ConfigError([("benchmarks", f"benchmark {name!r}: {bench} is not a local file")])
@@ -159,7 +168,7 @@ def build_task(cfg: RunConfig, model_dir: Path, policy: RunPolicy | None = None)
     try:
         if cfg.task == "code":
             return code_task(cfg, common, policy)
-        return make_task("math", train_path=Path(cfg.train_data).expanduser(), **common)
+        return make_task(cfg.task, train_path=Path(cfg.train_data).expanduser(), **common)
     except ValueError as e:  # a bad row (file + line + field), or every prompt over max_prompt_tokens
         raise ConfigError([("train_data", str(e))]) from None
 

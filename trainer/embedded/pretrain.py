@@ -1,4 +1,5 @@
-"""Supervised warm start of the embedded tiny policy (the `tiny` preset's base checkpoint).
+"""Supervised warm start of an embedded tiny policy on a generated task (the base checkpoint of
+its preset: `tiny` for arithmetic, `tiny-countdown` for countdown).
 
 RL needs a policy that already solves some problems: a random policy gives all-fail groups
 only. The warm start has two phases:
@@ -7,16 +8,16 @@ only. The warm start has two phases:
    under-represents the hardest levels, so that at RL step 0, with 8 samples at temperature
    1.0, the training prompts fall in every AERO stratum.
 2. Noisy-label phase: more supervised steps in which a fraction ``label_noise`` of the targets
-   carry one wrong answer digit. The policy keeps its greedy answers (the majority label) but
+   carry one wrong digit. The policy keeps its greedy answers (the majority label) but
    puts real probability on wrong digits: it samples worse than it knows, like a pretrained
    LM whose sampling distribution leaks mass onto wrong answers. That is the headroom RL with
    verifiable rewards is known to use (sharpening towards answers the model can already
    produce); a clean base is either already sharp (easy levels) or has ~0 Pass@k (hard
    levels), and RL moves it by no more than evaluation noise.
 
-Reproduce the shipped checkpoint with:  aero pretrain --out trainer/assets/tiny
-(the recipe, the command and the base's measured strata are written to ``pretrain.json``
-beside the checkpoint).
+Reproduce a shipped checkpoint with the command in its ``pretrain.json`` (e.g.
+``aero pretrain --out trainer/assets/tiny``); the recipe, the command and the base's measured strata are written to ``pretrain.json``
+are written there beside the checkpoint.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import torch
 
 from trainer.embedded.model import build_model, tiny_qwen2_config
 from trainer.rollout.base import SamplingParams
-from trainer.tasks.arithmetic import WARM_START_WEIGHTS, ArithmeticTask
+from trainer.tasks.generated import GeneratedTask
 
 
 def sft_batch(examples: list[tuple[list[int], list[int]]], pad_id: int) -> dict[str, torch.Tensor]:
@@ -55,7 +56,7 @@ def cosine_lr(step: int, total: int, warmup: int = 20, floor: float = 0.1) -> fl
     return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * t))
 
 
-def measure_strata(model, task: ArithmeticTask, n: int = 8, temperature: float = 1.0, count: int = 256,
+def measure_strata(model, task: GeneratedTask, n: int = 8, temperature: float = 1.0, count: int = 256,
                    seed: int = 0, max_new_tokens: int = 12) -> dict[str, float]:
     """Fractions of RL training prompts that are all-fail / partial / all-correct at n samples."""
     from trainer.rollout.embedded import EmbeddedEngine
@@ -86,7 +87,7 @@ def corrupt_answers(examples: list[tuple[list[int], list[int]]], digit_ids: list
     return out
 
 
-def sft_phase(model, task: ArithmeticTask, steps: int, batch: int, lr: float, seed: int, weights: dict[str, float],
+def sft_phase(model, task: GeneratedTask, steps: int, batch: int, lr: float, seed: int, weights: dict[str, float],
               start: int = 0, label_noise: float = 0.0,
               progress: Callable[[int, float], None] | None = None) -> float:
     """``steps`` AdamW steps (cosine schedule with warmup, fresh optimizer) on SFT stream
@@ -115,7 +116,7 @@ def sft_phase(model, task: ArithmeticTask, steps: int, batch: int, lr: float, se
     return loss_val
 
 
-def describe_base(model, task: ArithmeticTask, k: int = 8, n: int = 32, problems: int = 64, seed: int = 0,
+def describe_base(model, task: GeneratedTask, k: int = 8, n: int = 32, problems: int = 64, seed: int = 0,
                   strata_prompts: int = 256) -> dict[str, Any]:
     """What BENCHMARKS.md reports for a base, per held-out level: Avg@k and Pass@k at T=1 (from
     n >= k samples, unbiased), greedy accuracy (the answer the policy 'knows'), and the share of
@@ -137,7 +138,7 @@ def describe_base(model, task: ArithmeticTask, k: int = 8, n: int = 32, problems
     return {"k": k, "n": n, "problems": problems, "levels": levels, "strata": measure_strata(model, task, n=k, count=strata_prompts, seed=seed)}
 
 
-def pretrain(out_dir: str | Path, steps: int = 900, batch: int = 256, lr: float = 2e-3, seed: int = 0,
+def pretrain(out_dir: str | Path, task_name: str = "arithmetic", steps: int = 900, batch: int = 256, lr: float = 2e-3, seed: int = 0,
              level_weights: dict[str, float] | None = None, noisy_steps: int = 150, noisy_lr: float = 1e-3,
              label_noise: float = 0.3, progress: Callable[[int, float], None] | None = None,
              describe: dict[str, int] | None = None) -> dict[str, Any]:
@@ -147,11 +148,15 @@ def pretrain(out_dir: str | Path, steps: int = 900, batch: int = 256, lr: float 
     ``strata_prompts``; its defaults when None)."""
     if not 0.0 <= label_noise <= 1.0:
         raise ValueError(f"label_noise must be in [0, 1]; got {label_noise}")
+    from trainer.tasks import make_task
+
     torch.manual_seed(seed)
-    task = ArithmeticTask()
+    task = make_task(task_name)
+    if not isinstance(task, GeneratedTask):
+        raise ValueError(f"task {task_name!r}: a warm start needs a generated task (its SFT stream and char tokenizer)")
     tok = task.tokenizer
     model = build_model(tiny_qwen2_config(tok.vocab_size, tok.bos_id, tok.eos_id, tok.pad_id), seed)
-    weights = level_weights or WARM_START_WEIGHTS
+    weights = level_weights or task.WARM_START
     clean_loss = sft_phase(model, task, steps, batch, lr, seed, weights, progress=progress)
     noisy_loss = (sft_phase(model, task, noisy_steps, batch, noisy_lr, seed, weights, start=steps,
                             label_noise=label_noise, progress=progress) if noisy_steps > 0 else float("nan"))
@@ -159,7 +164,7 @@ def pretrain(out_dir: str | Path, steps: int = 900, batch: int = 256, lr: float 
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out, safe_serialization=True)
     tok.save(out)
-    recipe = {"steps": steps, "batch": batch, "lr": lr, "seed": seed, "level_weights": weights,
+    recipe = {**({"task": task_name} if task_name != "arithmetic" else {}), "steps": steps, "batch": batch, "lr": lr, "seed": seed, "level_weights": weights,
               "noisy_steps": noisy_steps, "noisy_lr": noisy_lr, "label_noise": label_noise}
     report = {"final_loss": clean_loss, "noisy_final_loss": noisy_loss, **describe_base(model.eval(), task, **(describe or {}))}
     (out / "pretrain.json").write_text(json.dumps(

@@ -18,25 +18,19 @@ OOD-add4    4-digit + 4-digit (held out)   4-5
 OOD-sum3    three 2-digit operands         2-3
 =========== ============================== ==============
 
-Randomness is counter-based: problem ``i`` of a stream is a pure function of
-``(stream, seed, i)`` through a BLAKE2b hash (no RNG state), so a resumed run continues
-exactly and ``stream(0, 20) == stream(0, 10) + stream(10, 10)``.
+Streams, benchmarks, hold-out and finite training sets are the generated tasks' own
+(trainer/tasks/generated.py).
 """
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Mapping
 
-import numpy as np
-
 from trainer.tasks.base import Problem
-from trainer.tasks.tokenizer import CharTokenizer
-
-BENCHMARK_SEED = 2602_14338  # the paper's arXiv id; never used as a training seed domain
-_MAX_REDRAWS = 64
+from trainer.tasks.generated import BENCHMARK_SEED, GeneratedTask
+from trainer.tasks.generated import normalize_weights as _normalize
+from trainer.tasks.tokenizer import DEFAULT_CHARS, CharTokenizer
 
 
 @dataclass(frozen=True)
@@ -87,12 +81,6 @@ WARM_START_WEIGHTS: dict[str, float] = {
 }
 
 
-def _hash_words(domain: str, seed: int, index: int, attempt: int) -> list[int]:
-    """Four independent uniform 64-bit words for draw ``index`` of a stream."""
-    h = hashlib.blake2b(f"{domain}|{seed}|{index}|{attempt}".encode(), digest_size=32).digest()
-    return [int.from_bytes(h[k : k + 8], "little") for k in range(0, 32, 8)]
-
-
 def draw_operands(level: Level, words: list[int]) -> tuple[int, ...]:
     """Operands from uniform words (modulo bias < 2^-50). Subtraction orders them so a >= b."""
     ops = tuple(lo + w % (hi - lo + 1) for (lo, hi), w in zip(level.ranges, words))
@@ -109,37 +97,7 @@ def make_problem(level: Level, operands: tuple[int, ...], index: int = -1) -> Pr
 
 def normalize_weights(weights: Mapping[str, float] | None) -> dict[str, float]:
     """Level weights -> probabilities. None = uniform over the six training levels."""
-    if weights is None:
-        return {name: 1.0 / len(LEVELS) for name in LEVELS}
-    bad = [k for k in weights if k not in ALL_LEVELS]
-    if bad:
-        raise ValueError(f"level_weights: unknown level(s) {bad}; known: {list(ALL_LEVELS)}")
-    if any(w < 0 for w in weights.values()) or sum(weights.values()) <= 0:
-        raise ValueError(f"level_weights: weights must be >= 0 with a positive sum; got {dict(weights)}")
-    total = float(sum(weights.values()))
-    # Canonical level order, so {"L2": 1, "L1": 1} and {"L1": 1, "L2": 1} give the same stream.
-    return {k: weights[k] / total for k in ALL_LEVELS if weights.get(k, 0) > 0}
-
-
-def _pick_level(probs: dict[str, float], word: int) -> str:
-    u, acc, name = word / 2.0**64, 0.0, ""
-    for name, p in probs.items():
-        acc += p
-        if u < acc:
-            return name
-    return name  # float round-off: u just below 1.0
-
-
-def _distinct(level: Level, size: int, seed: int) -> list[Problem]:
-    """The first ``size`` distinct problems of a level's benchmark sequence (prefix-stable:
-    a larger size extends a smaller one)."""
-    seen: dict[str, Problem] = {}
-    j, size = 0, min(size, level.space)
-    while len(seen) < size:
-        p = make_problem(level, draw_operands(level, _hash_words(f"bench|{level.name}", seed, j, 0)[1:]))
-        seen.setdefault(p.prompt, p)
-        j += 1
-    return [Problem(p.prompt, p.answer, p.source, {"level": level.name, "index": k}) for k, p in enumerate(seen.values())]
+    return _normalize(weights, LEVELS, ALL_LEVELS)
 
 
 def score_exact(response: str, answer: str) -> float:
@@ -147,133 +105,29 @@ def score_exact(response: str, answer: str) -> float:
     return 1.0 if response.strip() == answer else 0.0
 
 
-class ArithmeticTask:
-    """The synthetic task family (implements ``trainer.tasks.base.Task``).
+def score_problem(response: str, problem: Problem) -> float:
+    """The task's verifier as a plain function (verl's reward calls it by name)."""
+    return score_exact(response, problem.answer)
 
-    ``level_weights``: training mix over levels (default uniform over L1-L6).
-    ``benchmark_size``: problems per held-out set. Each level's benchmark is a prefix of one
-    fixed sequence of distinct problems drawn from its own hash domain with ``benchmark_seed``.
-    ``holdout_size``: training and SFT streams redraw any problem among the first
-    ``holdout_size`` of that sequence, for levels whose space is at least 10x that (all but
-    L1, whose 100 problems cannot be split usefully). It is independent of
-    ``benchmark_size`` so that changing the eval size never changes the training data;
-    benchmark problems past ``holdout_size`` may also occur in training. 0 disables it.
-    ``train_size``: None (default) trains on the infinite seeded stream. N > 0 trains on a
-    finite set drawn in epochs, as the file-based tasks: the set is the first N problems of seed
-    0's training stream (the same set for every seed, as a dataset file is; duplicates possible,
-    as in a real dataset), problem j has the stable id ``meta["where"] = "item j"``
-    (``meta["index"] = j``), and each epoch is a permutation seeded by ``(seed, epoch)``, so
-    problem ``i`` of the stream depends only on ``(seed, i)`` and resume from a data position
-    is exact.
-    """
+
+class ArithmeticTask(GeneratedTask):
+    """The synthetic arithmetic family (``trainer.tasks.base.Task``); every constructor argument
+    is the generated tasks' (trainer/tasks/generated.py). ``ood_levels`` default: OOD-add4."""
 
     name = "arithmetic"
-    score_is_safe = True  # pure-Python exact match: verify.safe_score skips the watchdog thread
-    isolated_scorer = None
-    isolated_preload: tuple[str, ...] = ()
-    score_many = None
+    LEVELS = LEVELS
+    OOD_LEVELS = OOD_LEVELS
+    WARM_START = WARM_START_WEIGHTS
+    DEFAULT_OOD = ("OOD-add4",)
+    CHARS = DEFAULT_CHARS
 
-    def __init__(
-        self,
-        level_weights: Mapping[str, float] | None = None,
-        benchmark_size: int = 64,
-        benchmark_seed: int = BENCHMARK_SEED,
-        ood_levels: tuple[str, ...] = ("OOD-add4",),
-        holdout_size: int = 64,
-        tokenizer: CharTokenizer | None = None,
-        train_size: int | None = None,
-    ):
-        self.level_weights = normalize_weights(level_weights)
-        bad = [n for n in ood_levels if n not in OOD_LEVELS]
-        if bad:
-            raise ValueError(f"ood_levels: unknown {bad}; known: {list(OOD_LEVELS)}")
-        if benchmark_size < 1:
-            raise ValueError(f"benchmark_size must be >= 1; got {benchmark_size}")
-        self.benchmark_size, self.benchmark_seed = benchmark_size, benchmark_seed
-        self.ood_levels, self.holdout_size = tuple(ood_levels), holdout_size
-        self.tokenizer = tokenizer or CharTokenizer()
-        if train_size is not None and train_size < 1:
-            raise ValueError(f"train_size must be >= 1 or None; got {train_size}")
-        self.train_size = train_size
-        self._perm: tuple[int, int, np.ndarray] | None = None
+    def __init__(self, level_weights: Mapping[str, float] | None = None, benchmark_size: int = 64,
+                 benchmark_seed: int = BENCHMARK_SEED, ood_levels: tuple[str, ...] = ("OOD-add4",),
+                 holdout_size: int = 64, tokenizer: CharTokenizer | None = None, train_size: int | None = None):
+        super().__init__(level_weights, benchmark_size, benchmark_seed, ood_levels, holdout_size, tokenizer, train_size)
 
-    # -- streams ---------------------------------------------------------------------------
-
-    def _stream(self, domain: str, start: int, count: int, seed: int, weights: dict[str, float]) -> list[Problem]:
-        return [self._draw(domain, seed, i, weights) for i in range(start, start + count)]
-
-    def _draw(self, domain: str, seed: int, i: int, weights: dict[str, float]) -> Problem:
-        """Draw ``i``: the level comes from the first word of attempt 0, so redraws (of a
-        held-out problem) change only the operands and never the level mix."""
-        words = _hash_words(domain, seed, i, 0)
-        level = ALL_LEVELS[_pick_level(weights, words[0])]
-        held = self._held_out.get(level.name, frozenset())
-        for attempt in range(_MAX_REDRAWS):
-            if attempt:
-                words = _hash_words(domain, seed, i, attempt)
-            p = make_problem(level, draw_operands(level, words[1:]), index=i)
-            if p.prompt not in held:
-                return p
-        return p  # unreachable in practice: held-out sets are <= 10% of a level
-
-    def train_problems(self, start: int, count: int, seed: int) -> list[Problem]:
-        """Problems ``start .. start+count-1`` of the RL training stream for ``seed`` (with
-        ``train_size``: of the epochs over the finite training set)."""
-        if self.train_size is None:
-            return self._stream("train", start, count, seed, self.level_weights)
-        n = self.train_size
-        return [self._train_set[int(self._permutation(seed, i // n)[i % n])] for i in range(start, start + count)]
-
-    @cached_property
-    def _train_set(self) -> list[Problem]:
-        """The finite training set: problem j is draw j of seed 0's training stream."""
-        drawn = self._stream("train", 0, self.train_size or 0, 0, self.level_weights)
-        return [Problem(p.prompt, p.answer, p.source, {"level": p.source, "index": j, "where": f"item {j}"})
-                for j, p in enumerate(drawn)]
-
-    def _permutation(self, seed: int, epoch: int) -> np.ndarray:
-        if self._perm is None or self._perm[:2] != (seed, epoch):
-            self._perm = (seed, epoch, np.random.default_rng([seed, epoch]).permutation(self.train_size))
-        return self._perm[2]
-
-    def sft_examples(
-        self, count: int, seed: int, level_weights: Mapping[str, float] | None = None, start: int = 0
-    ) -> list[tuple[list[int], list[int]]]:
-        """Supervised warm-start pairs ``(BOS + prompt ids, answer ids + EOS)`` from a stream
-        separate from the RL one. ``level_weights`` defaults to the task's training mix; see
-        ``WARM_START_WEIGHTS`` for a mix that under-represents the hardest levels."""
-        weights = self.level_weights if level_weights is None else normalize_weights(level_weights)
-        return [(self.encode_prompt(p), self.answer_ids(p)) for p in self._stream("sft", start, count, seed, weights)]
-
-    # -- benchmarks ------------------------------------------------------------------------
-
-    def benchmark_names(self) -> list[str]:
-        return [*LEVELS, *self.ood_levels]
-
-    @cached_property
-    def _benchmarks(self) -> dict[str, list[Problem]]:
-        return {name: _distinct(ALL_LEVELS[name], self.benchmark_size, self.benchmark_seed) for name in self.benchmark_names()}
-
-    @cached_property
-    def _held_out(self) -> dict[str, frozenset[str]]:
-        h = self.holdout_size
-        return {
-            name: frozenset(p.prompt for p in _distinct(ALL_LEVELS[name], h, self.benchmark_seed))
-            for name in self.benchmark_names()
-            if h > 0 and 10 * h <= ALL_LEVELS[name].space
-        }
-
-    def benchmarks(self) -> dict[str, list[Problem]]:
-        """Fixed held-out sets, easy to hard (L1..L6), then the out-of-distribution sets."""
-        return {k: list(v) for k, v in self._benchmarks.items()}
-
-    # -- tokens and reward -----------------------------------------------------------------
-
-    def encode_prompt(self, problem: Problem) -> list[int]:
-        return [self.tokenizer.bos_id, *self.tokenizer.encode(problem.prompt)]
-
-    def answer_ids(self, problem: Problem) -> list[int]:
-        return [*self.tokenizer.encode(problem.answer), self.tokenizer.eos_id]
+    def draw(self, level, words: list[int], index: int) -> Problem:
+        return make_problem(level, draw_operands(level, words), index=index)
 
     def score(self, response: str, problem: Problem) -> float:
-        return score_exact(response, problem.answer)
+        return score_problem(response, problem)

@@ -1,5 +1,5 @@
 """Write the run's data as verl parquet (what verl's RLHFDataset reads): the math task's files,
-or the arithmetic task's seeded stream (the tiny preset).
+or a generated task's seeded stream (arithmetic, countdown: their shipped presets).
 
 Math input: the platform's files in any layout trainer/tasks/math.py accepts (verl parquet/JSONL,
 flat AIME24 / AMC23 / MATH-500 / Minerva / OlympiadBench). Output rows:
@@ -13,14 +13,15 @@ flat AIME24 / AMC23 / MATH-500 / Minerva / OlympiadBench). Output rows:
 
 Parsing is trainer.tasks.math.parse_row, the one place that knows the layouts.
 
-Arithmetic (:func:`arithmetic_rows`): the training parquet holds the first
+Generated tasks (:func:`generated_rows`): the training parquet holds the first
 ``steps x batch_prompts x rounds`` problems of the run's training stream *in stream order*
 (``data.shuffle`` is off for it, trainer/verl/overrides.py), so verl's step t trains on exactly
 the prompts the embedded engine's step t does; each benchmark parquet holds the first
 ``eval_problems`` problems of that held-out set. A prompt is one user message whose content is
 the problem ("37+85="); the tiny model's chat template (trainer/verl/model_dir.py) renders it as
-BOS + characters, the embedded task's encoding. ``extra_info.task`` = "arithmetic" tells the
-reward function (trainer/verl/reward.py) to score by exact match.
+BOS + characters, the embedded task's encoding. ``extra_info.task`` (the task's name) and
+``extra_info.problem`` (the prompt) tell the reward function (trainer/verl/reward.py) to score
+by that task's own verifier.
 """
 
 from __future__ import annotations
@@ -51,11 +52,12 @@ def write_parquet(rows: list[dict], path: Path) -> Path:
     return path
 
 
-def arithmetic_rows(problems, source: str | None = None) -> list[dict]:
-    """verl rows of arithmetic problems (module docstring)."""
+def generated_rows(task: str, problems, source: str | None = None) -> list[dict]:
+    """verl rows of a generated task's problems (module docstring)."""
     return [{"prompt": [{"role": "user", "content": p.prompt}], "data_source": source or p.source,
              "reward_model": {"style": "rule", "ground_truth": p.answer},
-             "extra_info": {"index": i, "where": str(p.meta.get("where", f"stream {i}")), "task": "arithmetic"}}
+             "extra_info": {"index": i, "where": str(p.meta.get("where", f"stream {i}")), "task": task,
+                            "problem": p.prompt}}
             for i, p in enumerate(problems)]
 
 
@@ -66,14 +68,14 @@ def stream_length(cfg) -> int:
     return cfg.steps * cfg.batch_prompts * get_method(cfg.method).verl.prompt_batches(cfg)
 
 
-def prepare_arithmetic(cfg, out_dir: str | Path) -> tuple[Path, list[Path]]:
+def prepare_generated(cfg, out_dir: str | Path) -> tuple[Path, list[Path]]:
     from trainer.tasks import make_task
 
-    task = make_task("arithmetic", benchmark_size=cfg.eval_problems, train_size=cfg.train_size)
+    task = make_task(cfg.task, benchmark_size=cfg.eval_problems, train_size=cfg.train_size)
     d = Path(out_dir) / "verl_data"
-    train = write_parquet(arithmetic_rows(task.train_problems(0, stream_length(cfg), cfg.seed), "arithmetic"),
+    train = write_parquet(generated_rows(cfg.task, task.train_problems(0, stream_length(cfg), cfg.seed), cfg.task),
                           d / "train.parquet")
-    vals = [write_parquet(arithmetic_rows(problems, source=name), d / f"val_{i}.parquet")
+    vals = [write_parquet(generated_rows(cfg.task, problems, source=name), d / f"val_{i}.parquet")
             for i, (name, problems) in enumerate(task.benchmarks().items())]
     return train, vals
 
@@ -81,8 +83,10 @@ def prepare_arithmetic(cfg, out_dir: str | Path) -> tuple[Path, list[Path]]:
 def prepare(cfg, out_dir: str | Path) -> tuple[Path, list[Path]]:
     """Write OUT/verl_data/train.parquet and one parquet per benchmark (named by its index, the
     benchmark name travelling as data_source). Returns (train file, benchmark files in order)."""
-    if cfg.task == "arithmetic":
-        return prepare_arithmetic(cfg, out_dir)
+    from trainer.tasks.registry import get_task_spec
+
+    if get_task_spec(cfg.task).source == "generated":
+        return prepare_generated(cfg, out_dir)
     return prepare_math(cfg.train_data, cfg.benchmarks, out_dir)
 
 

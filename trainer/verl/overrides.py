@@ -39,6 +39,7 @@ from typing import Any, Iterable
 
 from trainer.config import RunConfig
 from trainer.methods.spec import get_method
+from trainer.tasks.registry import get_task_spec
 from trainer.trackers import TrackerSettings
 
 REWARD_FN = Path(__file__).with_name("reward.py")
@@ -119,7 +120,8 @@ def to_overrides(cfg: RunConfig, *, out_dir: str | Path, train_file: str | Path,
         "data.max_response_length": cfg.max_new_tokens,
         "data.filter_overlong_prompts": True,
         "data.truncation": "error",
-        "data.shuffle": cfg.task != "arithmetic",  # the arithmetic stream is written in the run's order
+        # a generated task's stream is written in the run's order
+        "data.shuffle": get_task_spec(cfg.task).source != "generated",
         "data.validation_shuffle": False,  # per-problem (n, c) are paired by position across runs (docs/comparisons.md)
         "data.seed": cfg.seed,
         # model + optimizer

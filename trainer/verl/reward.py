@@ -1,5 +1,5 @@
 """The reward function verl's reward loop calls (``reward.custom_reward_function.path`` points
-at this file, ``name=compute_score``): the arithmetic task's exact match, or the math task's verifier, math-verify on the last
+at this file, ``name=compute_score``): a generated task's own verifier (arithmetic, countdown), or the math task's verifier, math-verify on the last
 ``\\boxed{}`` (trainer.tasks.math.score_math), so the verl engine rewards exactly as the
 embedded one.
 
@@ -19,14 +19,17 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
                   **_: Any) -> dict[str, float]:
     """{"score": r, "acc": r} with r in {0.0, 1.0}. ``acc`` survives DAPO's overlong shaping of
     the score, so curation and DAPO's group filter read correctness from it. Rows written for
-    the arithmetic task (``extra_info.task``, trainer/verl/data.py) score by the task's exact
-    match; every other row is a math problem."""
-    if (extra_info or {}).get("task") == "arithmetic":
-        from trainer.tasks.arithmetic import score_exact
-
-        r = score_exact(solution_str, str(ground_truth))
-        return {"score": r, "acc": r}
+    a generated task (``extra_info.task``, trainer/verl/data.py) score by that task's verifier
+    (trainer/tasks/registry.py); every other row is a math problem."""
     from trainer.tasks.base import Problem
+    from trainer.tasks.registry import TASK_SPECS, load
+
+    spec = TASK_SPECS.get(str((extra_info or {}).get("task")))
+    if spec is not None and spec.score_problem is not None:
+        problem = Problem(prompt=str((extra_info or {}).get("problem", "")), answer=str(ground_truth),
+                          source=str(data_source))
+        r = float(load(spec.score_problem)(solution_str, problem))
+        return {"score": r, "acc": r}
     from trainer.tasks.math import normalize_ground_truth, score_math
 
     r = score_math(solution_str, Problem(prompt="", answer=normalize_ground_truth(ground_truth), source=str(data_source)))

@@ -3,27 +3,30 @@
 import json
 
 import numpy as np
+import pytest
 import torch
 
 from trainer.embedded.model import load_policy
 from trainer.embedded.presets import PRESETS
 from trainer.embedded.pretrain import corrupt_answers, measure_strata, pretrain, sft_batch
-from trainer.tasks.arithmetic import ArithmeticTask
+from trainer.tasks import make_task
+from trainer.tasks.registry import PRESET_TASK
 from trainer.tasks.tokenizer import CharTokenizer
 
 
-def test_shipped_checkpoint_has_rl_headroom():
+@pytest.mark.parametrize("preset", sorted(PRESET_TASK))
+def test_shipped_checkpoint_has_rl_headroom(preset):
     """The base RL starts from: every AERO stratum is populated at 8 samples, T=1.0, and it
     samples worse than it knows (T=1 accuracy well below greedy), so RL has something to do.
     The recipe that built it is recorded beside it."""
-    path = PRESETS["tiny"]
-    task = ArithmeticTask(tokenizer=CharTokenizer.load(path))
+    path = PRESETS[preset]
+    task = make_task(PRESET_TASK[preset], tokenizer=CharTokenizer.load(path))
     strata = measure_strata(load_policy(path).eval(), task, n=8, temperature=1.0, count=256, seed=0)
     assert strata["all_fail"] >= 0.25, strata
     assert strata["partial"] >= 0.30, strata
     assert strata["all_correct"] > 0.0, strata
     recorded = json.loads((path / "pretrain.json").read_text())
-    assert recorded["command"].startswith("aero pretrain --out trainer/assets/tiny")
+    assert recorded["command"].startswith(f"aero pretrain --out trainer/assets/{preset}")
     overall = recorded["base"]["levels"]["overall"]
     assert overall["greedy"] - overall["avg_at_k"] >= 0.1, overall
 
@@ -47,12 +50,14 @@ def test_sft_batch_masks_prompt_tokens():
     assert b["attention_mask"].tolist() == [[1] * 5, [1] * 5]
 
 
-def test_pretrain_saves_a_loadable_policy(tmp_path):
-    report = pretrain(tmp_path, steps=3, batch=16, seed=1, noisy_steps=2, describe={"problems": 4, "strata_prompts": 16})
+@pytest.mark.parametrize("task", ["arithmetic", "countdown"])
+def test_pretrain_saves_a_loadable_policy(tmp_path, task):
+    report = pretrain(tmp_path, task, steps=3, batch=16, seed=1, noisy_steps=2, describe={"problems": 4, "strata_prompts": 16})
     assert set(report) >= {"final_loss", "noisy_final_loss", "strata", "levels"}
     assert set(report["levels"]["overall"]) == {"avg_at_k", "pass_at_k", "greedy", "zero_at_8", "zero_at_16", "zero_at_32"}
     assert json.loads((tmp_path / "pretrain.json").read_text())["recipe"]["noisy_steps"] == 2
     model = load_policy(tmp_path)
     assert CharTokenizer.load(tmp_path).vocab_size == model.config.vocab_size
+    assert CharTokenizer.load(tmp_path).chars == make_task(task).tokenizer.chars
     assert torch.isfinite(torch.tensor(report["final_loss"]))
     assert report["problems"] == 4 and report["n"] == 32

@@ -36,3 +36,29 @@ def test_compute_score_is_the_math_verifier():
     assert compute_score("toy", "\\boxed{3} then \\boxed{4}", "3") == {"score": 0.0, "acc": 0.0}  # last box counts
     assert compute_score("toy", "no box: 3", "3")["acc"] == 0.0
     assert compute_score("toy", "\\boxed{6}", 6, extra_info={"index": 1})["score"] == 1.0
+
+
+def test_generated_tasks_write_their_stream_and_score_by_their_own_verifier(tmp_path):
+    # Every generated task in the registry: the rows carry the task and the prompt, and verl's
+    # reward function scores each row's reference answer 1 and a wrong answer 0 by that task's verifier.
+    from trainer.config import parse_run_config
+    from trainer.tasks import make_task
+    from trainer.tasks.registry import tasks_with
+    from trainer.verl.data import prepare as prepare_any
+
+    for name in tasks_with("generated"):
+        cfg = parse_run_config({"task": name, "method": "grpo", "steps": 2, "batch_prompts": 4, "eval_problems": 3})
+        t, vals = prepare_any(cfg, tmp_path / name)
+        rows = pq.read_table(t).to_pylist()
+        expected = make_task(name).train_problems(0, 8, cfg.seed)
+        assert [r["prompt"][0]["content"] for r in rows] == [p.prompt for p in expected]  # stream order
+        assert len(vals) == len(make_task(name).benchmarks())
+        for r in rows + pq.read_table(vals[0]).to_pylist():
+            assert r["extra_info"]["task"] == name and r["extra_info"]["problem"] == r["prompt"][0]["content"]
+            truth = r["reward_model"]["ground_truth"]
+            assert compute_score(r["data_source"], truth, truth, extra_info=r["extra_info"]) == {"score": 1.0, "acc": 1.0}
+            assert compute_score(r["data_source"], truth + "9", truth, extra_info=r["extra_info"])["score"] == 0.0
+    # countdown's verifier: another equation reaching the target counts; the reference is not the only answer
+    info = {"task": "countdown", "problem": "3 7 9>30:"}
+    assert compute_score("C3", "9+7*3", "3*7+9", extra_info=info)["acc"] == 1.0
+    assert compute_score("C3", "3*9+3", "3*7+9", extra_info=info)["acc"] == 0.0

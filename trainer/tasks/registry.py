@@ -1,0 +1,76 @@
+"""The task registry: one entry per task says what the platform needs to know about it, so a
+new task is its module plus one entry here (the config's choices and rules, the embedded
+engine's construction, verl's rows and reward, the launch form all read it).
+
+Light on purpose (stdlib only): the API's config validation imports it. Task classes and
+scorers are named as ``"module:attribute"`` and imported when used.
+
+``source`` says where problems come from, which decides most rules:
+
+``generated``  a seeded stream with levels and an exact verifier (trainer/tasks/generated.py),
+               a char tokenizer, and a shipped preset trained on it (``preset``); a finite
+               ``train_size`` gives stable prompt ids; verl rows carry ``extra_info.task`` and
+               ``extra_info.problem`` (the prompt text) and are scored by
+               ``score_problem(response, Problem)``, the task's own verifier.
+``files``      local training data and benchmark files (``train_data``, ``benchmarks``) with a
+               local model's tokenizer.
+``scripted``   rewards scripted on a random-weight ``model_shape`` (cost benchmarks only).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import import_module
+from typing import Any, Literal
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    name: str
+    description: str  # one line for help texts and the launch form
+    source: Literal["generated", "files", "scripted"]
+    task_class: str  # "module:Class" implementing trainer.tasks.base.Task
+    engines: tuple[str, ...] = ("embedded", "verl")
+    preset: str | None = None  # generated tasks: the shipped preset trained on it
+    preset_description: str = ""
+    score_problem: str | None = None  # generated tasks: "module:function(response, Problem) -> float"
+
+
+TASK_SPECS: dict[str, TaskSpec] = {s.name: s for s in (
+    TaskSpec("arithmetic", "synthetic integer arithmetic at six levels, exact-match reward (the tiny preset)",
+             "generated", "trainer.tasks.arithmetic:ArithmeticTask", preset="tiny",
+             preset_description="the shipped ~1M-parameter policy on the synthetic arithmetic task",
+             score_problem="trainer.tasks.arithmetic:score_problem"),
+    TaskSpec("countdown", "Countdown (TinyZero): reach a target from given numbers with + - * /, each used at most "
+             "once; a strict equation verifier (the tiny-countdown preset)", "generated",
+             "trainer.tasks.countdown:CountdownTask", preset="tiny-countdown",
+             preset_description="the shipped ~1M-parameter policy on the Countdown task",
+             score_problem="trainer.tasks.countdown:score_problem"),
+    TaskSpec("math", "math problems from a local verl parquet / JSONL file, math-verify reward (a local model)",
+             "files", "trainer.tasks.math:MathTask"),
+    TaskSpec("code", "programming problems from a local file, rewarded by sandboxed tests (a local model)",
+             "files", "trainer.tasks.code:CodeTask", engines=("embedded",)),
+    TaskSpec("strata", "scripted rewards with the paper's prompt strata on a random-weight model_shape (cost "
+             "benchmarks only)", "scripted", "trainer.tasks.strata:StrataTask", engines=("embedded",)),
+)}
+TASK_NAMES: tuple[str, ...] = tuple(TASK_SPECS)
+# The shipped presets, each trained on one generated task (trainer/assets/<preset>/).
+PRESET_TASK: dict[str, str] = {s.preset: s.name for s in TASK_SPECS.values() if s.preset}
+PRESET_NAMES: tuple[str, ...] = tuple(PRESET_TASK)
+
+
+def get_task_spec(name: str) -> TaskSpec:
+    try:
+        return TASK_SPECS[name]
+    except KeyError:
+        raise ValueError(f"unknown task {name!r}; known: {', '.join(TASK_NAMES)}") from None
+
+
+def load(ref: str) -> Any:
+    """The object a ``"module:attribute"`` reference names."""
+    module, _, attr = ref.partition(":")
+    return getattr(import_module(module), attr)
+
+
+def tasks_with(source: str) -> tuple[str, ...]:
+    return tuple(n for n, s in TASK_SPECS.items() if s.source == source)
