@@ -56,3 +56,39 @@ def wasted_compute(shape: tuple[int, int, int], flops_rollout: float, flops_trai
     return {mk.WASTE_ROLLOUTS: float(len(gen_response) - len(train_lengths) + len(zero)),
             mk.WASTE_TOKENS: float(sum(gen_response) - sum(train_response) + sum(train_response[i] for i in zero)),
             mk.WASTE_FLOPS: float(flops), mk.WASTE_FLOPS_FRAC: float(flops / total) if total else 0.0}
+
+
+def step_accounting(shape: tuple[int, int, int], *, gen_lengths: list[int], gen_response: list[int],
+                    gen_rewards: list[float], gen_truncated: list[bool], train_lengths: list[int],
+                    train_response: list[int], train_rewards: list[float], train_advantages: list[float] | None,
+                    extra_forwards: int = 0) -> dict[str, float]:
+    """One step's generated-vs-trained accounting, the same on every engine (docs/metrics.md):
+    rollouts, tokens and FLOPs generated and trained, rewards, response lengths, the truncated
+    share, advantages and wasted compute. Each engine only reads its rows into plain lists.
+
+    Args:
+        shape: (N parameters, layers, d_model) for the FLOPs formulas.
+        gen_lengths / gen_response: prompt + response and response tokens of every generated row.
+        gen_truncated: the row stopped at ``max_new_tokens`` without a stop token.
+        train_*: the same for the trained rows (empty lists when nothing was trained).
+        train_advantages: one advantage per trained row, or None when the engine has none.
+    """
+    f_roll = rollout_flops(*shape, gen_lengths)
+    f_train = train_flops(*shape, train_lengths, extra_forwards)
+    n_gen, n_train = len(gen_lengths), len(train_lengths)
+    adv = [abs(a) for a in train_advantages] if train_advantages is not None else []
+    zero = [a < 1e-8 for a in adv] if train_advantages is not None else [False] * n_train
+    m = {
+        mk.ROLLOUTS_GENERATED: float(n_gen), mk.ROLLOUTS_TRAINED: float(n_train),
+        mk.TOKENS_GENERATED: float(sum(gen_response)), mk.TOKENS_TRAINED: float(sum(train_lengths)),
+        "tokens/response_trained": float(sum(train_response)),
+        mk.FLOPS_ROLLOUT: f_roll, mk.FLOPS_TRAIN: f_train, mk.FLOPS_TOTAL: f_roll + f_train,
+        mk.REWARD_MEAN: sum(gen_rewards) / n_gen if n_gen else 0.0,
+        mk.REWARD_TRAINED_MEAN: sum(train_rewards) / n_train if n_train else 0.0,
+        "response/length_mean": sum(gen_response) / n_gen if n_gen else 0.0,
+        "response/truncated_frac": sum(map(bool, gen_truncated)) / n_gen if n_gen else 0.0,
+        mk.ADV_ABS_MEAN: sum(adv) / len(adv) if adv else 0.0,
+        mk.ADV_ZERO_FRAC: sum(zero) / len(adv) if adv else 1.0,
+    }
+    m.update(wasted_compute(shape, f_roll, f_train, gen_response, train_lengths, train_response, zero, extra_forwards))
+    return m

@@ -38,3 +38,22 @@ def test_wasted_compute_counts_untrained_rows_and_zero_advantage_rows():
     assert everything_trained == {"waste/rollouts": 0.0, "waste/tokens": 0.0, "waste/flops": 0.0, "waste/flops_frac": 0.0}
     nothing = waste([], [], [])
     assert nothing["waste/rollouts"] == 4 and nothing["waste/flops_frac"] == 1.0
+
+
+def test_step_accounting_is_one_function_of_the_rows():
+    from trainer.flops import step_accounting
+
+    shape = (1000, 2, 16)
+    m = step_accounting(shape, gen_lengths=[8, 8, 3, 6], gen_response=[5, 5, 1, 4], gen_rewards=[1, 0, 0, 1],
+                        gen_truncated=[False, True, False, False], train_lengths=[8, 6], train_response=[5, 4],
+                        train_rewards=[1, 1], train_advantages=[0.5, -0.0], extra_forwards=1)
+    assert (m["rollout/generated"], m["rollout/trained"], m["tokens/generated"], m["tokens/trained"]) == (4, 2, 15, 14)
+    assert m["flops/rollout"] == rollout_flops(*shape, [8, 8, 3, 6]) and m["flops/train"] == train_flops(*shape, [8, 6], 1)
+    assert m["flops/total"] == m["flops/rollout"] + m["flops/train"]
+    assert (m["reward/mean"], m["reward/trained_mean"], m["response/length_mean"]) == (0.5, 1.0, 3.75)
+    assert (m["response/truncated_frac"], m["adv/abs_mean"], m["adv/zero_frac"]) == (0.25, 0.25, 0.5)
+    assert m["waste/rollouts"] == 3  # two untrained rows and one zero-advantage trained row
+    none = step_accounting(shape, gen_lengths=[], gen_response=[], gen_rewards=[], gen_truncated=[], train_lengths=[],
+                           train_response=[], train_rewards=[], train_advantages=None)
+    assert (none["rollout/generated"], none["response/truncated_frac"], none["adv/zero_frac"], none["flops/total"]) == \
+        (0, 0.0, 1.0, 0.0)

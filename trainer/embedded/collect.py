@@ -26,7 +26,7 @@ import torch
 import common.metric_keys as mk
 from trainer.config import RunConfig
 from trainer.core.aero import is_correct
-from trainer.flops import rollout_flops, train_flops, wasted_compute
+from trainer.flops import step_accounting
 from trainer.methods.sampler import Samples
 from trainer.methods.spec import get_step
 from trainer.methods.step import CostMetrics, StepResult
@@ -170,29 +170,19 @@ def collect(ctx: StepContext, data_pos: int) -> Collected:
 def step_metrics(cfg: RunConfig, setup, c: Collected, train_stats: dict[str, float], *, time_collect: float,
                  time_train: float, extra_forwards: int) -> dict[str, float]:
     """All per-step metrics (docs/metrics.md): time, rollouts, tokens, FLOPs, rewards, advantages."""
-    gen_len = [len(r.prompt_ids) + r.length for r in c.generated]
     tr_len = [len(r.prompt_ids) + r.length for r in c.train]
     shape = (setup.n_params, setup.n_layers, setup.d_model)
-    f_roll, f_train = rollout_flops(*shape, gen_len), train_flops(*shape, tr_len, extra_forwards)
-    adv = c.advantages.float()
     m = {
         mk.STEP_S: time_collect + time_train, mk.ROLLOUT_S: c.time_rollout, mk.REWARD_S: c.time_reward,
-        mk.TRAIN_S: time_train, mk.ROLLOUTS_GENERATED: float(len(c.generated)), mk.ROLLOUTS_TRAINED: float(len(c.train)),
-        "rollout/gen_calls": float(c.gen_calls), mk.TOKENS_GENERATED: float(sum(r.length for r in c.generated)),
-        mk.TOKENS_TRAINED: float(sum(tr_len)), "tokens/response_trained": float(sum(r.length for r in c.train)),
-        mk.FLOPS_ROLLOUT: f_roll, mk.FLOPS_TRAIN: f_train, mk.FLOPS_TOTAL: f_roll + f_train,
-        mk.REWARD_MEAN: float(np.mean([r.reward for r in c.generated])) if c.generated else 0.0,
-        mk.REWARD_TRAINED_MEAN: float(np.mean([r.reward for r in c.train])) if c.train else 0.0,
-        "response/length_mean": float(np.mean([r.length for r in c.generated])) if c.generated else 0.0,
-        "response/truncated_frac": float(np.mean([not r.finished for r in c.generated])) if c.generated else 0.0,
-        mk.ADV_ABS_MEAN: float(adv.abs().mean()) if adv.numel() else 0.0,
-        mk.ADV_ZERO_FRAC: float((adv.abs() < 1e-8).float().mean()) if adv.numel() else 1.0,
-        "prompts/used": float(c.prompts_used),
+        mk.TRAIN_S: time_train, "rollout/gen_calls": float(c.gen_calls), "prompts/used": float(c.prompts_used),
+        **step_accounting(shape, gen_lengths=[len(r.prompt_ids) + r.length for r in c.generated],
+                          gen_response=[r.length for r in c.generated], gen_rewards=[r.reward for r in c.generated],
+                          gen_truncated=[not r.finished for r in c.generated], train_lengths=tr_len,
+                          train_response=[r.length for r in c.train], train_rewards=[r.reward for r in c.train],
+                          train_advantages=c.advantages.float().tolist(), extra_forwards=extra_forwards),
         **c.stats, **train_stats,
     }
-    zero = (adv.abs() < 1e-8).tolist() if adv.numel() else []
-    m.update(wasted_compute(shape, f_roll, f_train, [r.length for r in c.generated], tr_len,
-                            [r.length for r in c.train], zero, extra_forwards))
+    f_train = m[mk.FLOPS_TRAIN]
     if c.cost_metrics is not None and tr_len:
         m.update(c.cost_metrics(f_train / sum(tr_len), time_train / sum(tr_len)))
     return m

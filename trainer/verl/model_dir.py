@@ -46,7 +46,7 @@ def export_preset(preset_dir: Path, out: Path) -> Path:
             shutil.copyfile(preset_dir / name, out / name)
     hf = hf_char_tokenizer(char.chars)
     hf.save_pretrained(out)
-    probe = "0123456789+-*= ?"
+    probe = char.chars
     ids = hf.apply_chat_template([{"role": "user", "content": probe}], add_generation_prompt=True, tokenize=False)
     if hf(ids, add_special_tokens=False)["input_ids"] != [char.bos_id, *char.encode(probe)]:
         raise RuntimeError("the exported tokenizer does not encode as the character tokenizer")
@@ -74,3 +74,17 @@ def model_dir(cfg, out_dir: str | Path) -> Path:
     from trainer.embedded.presets import PRESETS
 
     return export_preset(PRESETS[cfg.preset], Path(out_dir) / "verl_model")
+
+
+def stop_ids(model_path: str | Path, tokenizer) -> list[int]:
+    """Every id that ends a response: the tokenizer's EOS and the generation config's EOS ids
+    (as the embedded engine stops; the rollout server and the step accounting use these)."""
+    from transformers import GenerationConfig
+
+    ids = {int(tokenizer.eos_token_id)} if tokenizer.eos_token_id is not None else set()
+    try:
+        extra = GenerationConfig.from_pretrained(str(model_path), local_files_only=True).eos_token_id
+    except OSError:  # no generation_config.json
+        extra = None
+    ids.update(int(i) for i in (extra if isinstance(extra, (list, tuple)) else [extra]) if i is not None)
+    return sorted(ids)

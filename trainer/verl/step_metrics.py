@@ -17,13 +17,13 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 import common.metric_keys as mk
 from trainer.core.aero import is_correct
-from trainer.flops import rollout_flops, train_flops, wasted_compute
+from trainer.flops import step_accounting as flops_step_accounting
 from trainer.verl.rows import ADV_COLUMN
 
 # verl metric name -> platform key (docs/metrics.md). Anything else verl logs is kept under
@@ -82,52 +82,44 @@ def seq_lengths(batch) -> np.ndarray:
     return batch.batch["attention_mask"].sum(-1).long().cpu().numpy()
 
 
+def truncated_rows(batch, stop_ids: Sequence[int]) -> np.ndarray:
+    """bool[B]: the row's response ends without a stop token (cut at ``max_new_tokens``), the
+    embedded engine's ``not finished``. ``stop_ids``: every id that ends a response (the
+    tokenizer's EOS and the generation config's, as the rollout server stops on)."""
+    import torch
+
+    lengths = batch.batch["response_mask"].sum(-1).long()
+    last = batch.batch["responses"].gather(1, (lengths - 1).clamp(min=0)[:, None])[:, 0]
+    stop = torch.isin(last, torch.as_tensor(list(stop_ids), dtype=last.dtype))
+    return ((lengths > 0) & ~stop).cpu().numpy()
+
+
 def step_accounting(generated, train, shape: tuple[int, int, int], *, extra_forwards: int,
-                    max_new_tokens: int) -> dict[str, float]:
-    """Generated-vs-trained rollouts, tokens and FLOPs, rewards, lengths and advantages.
+                    stop_ids: Sequence[int]) -> dict[str, float]:
+    """``trainer.flops.step_accounting`` (the one every engine calls) over verl's rows.
 
     Args:
         generated: every generated real row of the step (DataProto); train: the trained rows,
             masked pad rows excluded (None when nothing was trained).
         shape: (N parameters, layers, d_model) for the FLOPs formulas.
+        stop_ids: the ids that end a response (:func:`truncated_rows`).
     """
-    gen_len = seq_lengths(generated)
     gen_resp = generated.batch["response_mask"].sum(-1).long().cpu().numpy()
-    rewards = generated.batch["rm_scores"].sum(-1).float().cpu().numpy()
-    m = {
-        mk.ROLLOUTS_GENERATED: float(len(generated)), mk.TOKENS_GENERATED: float(gen_resp.sum()),
-        mk.FLOPS_ROLLOUT: rollout_flops(*shape, gen_len.tolist()),
-        mk.REWARD_MEAN: float(rewards.mean()) if len(rewards) else 0.0,
-        "response/length_mean": float(gen_resp.mean()) if len(gen_resp) else 0.0,
-        "response/truncated_frac": float((gen_resp >= max_new_tokens).mean()) if len(gen_resp) else 0.0,
-        mk.ROLLOUTS_TRAINED: 0.0, mk.TOKENS_TRAINED: 0.0, "tokens/response_trained": 0.0, mk.FLOPS_TRAIN: 0.0,
-        mk.REWARD_TRAINED_MEAN: 0.0, mk.ADV_ABS_MEAN: 0.0, mk.ADV_ZERO_FRAC: 1.0,
-    }
-    tr_len, tr_resp, zero = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), []
+    tr_len, tr_resp, tr_rewards, adv = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), [], None
     if train is not None and len(train):
         tr_len = seq_lengths(train)
         mask = train.batch["response_mask"].float()
-        m.update({
-            mk.ROLLOUTS_TRAINED: float(len(train)), mk.TOKENS_TRAINED: float(tr_len.sum()),
-            "tokens/response_trained": float(mask.sum()),
-            mk.FLOPS_TRAIN: train_flops(*shape, tr_len.tolist(), extra_forwards),
-            mk.REWARD_TRAINED_MEAN: float(train.batch["rm_scores"].sum(-1).float().mean()),
-        })
-        if ADV_COLUMN in train.batch.keys():  # the curated loop's, one per row
-            adv = train.batch[ADV_COLUMN].float()
-        elif "advantages" in train.batch.keys():  # verl's estimator (stock fit), per token
-            adv = (train.batch["advantages"].float() * mask).sum(-1) / mask.sum(-1).clamp(min=1)
-        else:
-            adv = None
         tr_resp = mask.sum(-1).long().cpu().numpy()
-        zero = (adv.abs() < 1e-8).tolist() if adv is not None else [False] * len(train)
-        if adv is not None:
-            m[mk.ADV_ABS_MEAN] = float(adv.abs().mean())
-            m[mk.ADV_ZERO_FRAC] = float((adv.abs() < 1e-8).float().mean())
-    m[mk.FLOPS_TOTAL] = m[mk.FLOPS_ROLLOUT] + m[mk.FLOPS_TRAIN]
-    m.update(wasted_compute(shape, m[mk.FLOPS_ROLLOUT], m[mk.FLOPS_TRAIN], gen_resp.tolist(), tr_len.tolist(),
-                            tr_resp.tolist(), zero, extra_forwards))
-    return m
+        tr_rewards = train.batch["rm_scores"].sum(-1).float().cpu().tolist()
+        if ADV_COLUMN in train.batch.keys():  # the curated loop's, one per row
+            adv = train.batch[ADV_COLUMN].float().cpu().tolist()
+        elif "advantages" in train.batch.keys():  # verl's estimator (stock fit), per token
+            adv = ((train.batch["advantages"].float() * mask).sum(-1) / mask.sum(-1).clamp(min=1)).cpu().tolist()
+    return flops_step_accounting(
+        shape, gen_lengths=seq_lengths(generated).tolist(), gen_response=gen_resp.tolist(),
+        gen_rewards=generated.batch["rm_scores"].sum(-1).float().cpu().tolist(),
+        gen_truncated=truncated_rows(generated, stop_ids).tolist(), train_lengths=tr_len.tolist(),
+        train_response=tr_resp.tolist(), train_rewards=tr_rewards, train_advantages=adv, extra_forwards=extra_forwards)
 
 
 def eval_results(data_sources, sample_uids, correct, k: int, seed: int = 0) -> dict[str, dict[str, Any]]:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable
 
@@ -54,6 +55,7 @@ from trainer.embedded.checkpoint import numpy_rng_from_state, numpy_rng_state
 from trainer.methods.spec import get_method
 from trainer.methods.step import strata_stats
 from trainer.verl.collect import VerlCollected, collect
+from trainer.verl.model_dir import stop_ids
 from trainer.rollout_sample import SampleRules
 from trainer.system_metrics import SystemMonitor
 from trainer.verl.rows import ADV_COLUMN, pad_for_update, real_rows, row_correct, unpad_masked
@@ -108,6 +110,11 @@ class AEROTrainer(RayPPOTrainer):
         self.platform_logger = PlatformLogger(sink, extra=self._pop_extra, pending_eval=self._pop_eval,
                                               should_stop=should_stop, on_stop=self._checkpoint_on_stop,
                                               pending_detail=self._pop_detail, system=SystemMonitor())
+
+    @cached_property
+    def _stop_ids(self) -> list[int]:
+        """The ids that end a response, for the truncated share (trainer/verl/model_dir.py)."""
+        return stop_ids(self.config.actor_rollout_ref.model.path, self.tokenizer)
 
     @property
     def _stock(self) -> bool:
@@ -196,7 +203,7 @@ class AEROTrainer(RayPPOTrainer):
     def _grpo_accounting(self, batch: DataProto) -> dict[str, float]:
         cfg = self.run_cfg
         m = step_accounting(batch, batch, self.model_shape, extra_forwards=self._extra_forwards(),
-                            max_new_tokens=cfg.max_new_tokens)
+                            stop_ids=self._stop_ids)
         ok = row_correct(batch)
         uids = batch.non_tensor_batch["uid"]
         correct = np.array([ok[uids == u].sum() for u in dict.fromkeys(uids.tolist())], dtype=np.int64)
@@ -305,7 +312,7 @@ class AEROTrainer(RayPPOTrainer):
             self.checkpoint_manager.update_weights(self.global_steps)  # wake the replicas for the next step
         t2 = time.perf_counter()
         extra = step_accounting(col.generated, unpad_masked(train) if train is not None else None, self.model_shape,
-                                extra_forwards=self._extra_forwards(), max_new_tokens=cfg.max_new_tokens)
+                                extra_forwards=self._extra_forwards(), stop_ids=self._stop_ids)
         extra.update(col.stats)
         extra.update({mk.STEP_S: t2 - t0, mk.ROLLOUT_S: t1 - t0, mk.TRAIN_S: t2 - t1,
                       mk.REWARD_S: 0.0,  # the reward loop scores inside generation (streamed)

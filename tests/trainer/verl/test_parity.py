@@ -49,9 +49,14 @@ class Script:
         return int.from_bytes(h, "big") / 2**32 < RATES[p]
 
     def response(self, call: int, p: int, j: int, prompt: str) -> list[int]:
+        """Every fifth wrong answer runs on to max_new_tokens without EOS (a truncated row)."""
         tok, answer = self.task.tokenizer, self.answers[prompt]
         wrong = str(int(answer) + 1 + (3 * call + j) % 97)
-        return [*tok.encode(answer if self.correct(call, p, j) else wrong), tok.eos_id]
+        if self.correct(call, p, j):
+            return [*tok.encode(answer), tok.eos_id]
+        if (3 * call + j) % 5 == 0:
+            return tok.encode((wrong * RESP_W)[:RESP_W])
+        return [*tok.encode(wrong), tok.eos_id]
 
 
 class EmbeddedScripted:
@@ -69,7 +74,7 @@ class EmbeddedScripted:
             for j in range(n):
                 ids = self.script.response(self.calls, i, j, text)
                 out.append(Rollout(prompt_index=i, prompt_ids=list(prompts[i]), response_ids=ids,
-                                   logprobs=[-0.5] * len(ids), finished=True))
+                                   logprobs=[-0.5] * len(ids), finished=ids[-1] == self.script.task.tokenizer.eos_id))
         self.calls += 1
         return out
 
@@ -223,8 +228,9 @@ def test_same_rows_advantages_and_accounting(method, option, kw):
         assert {"time/first_call_s", "time/more_calls_s"} <= set(ver.stats) & set(emb.stats)
         assert ver.prompts_used == emb.prompts_used
         e = step_metrics(cfg, setup, emb, {}, time_collect=0.0, time_train=0.0, extra_forwards=1)
-        v = step_accounting(ver.generated, ver.train, SHAPE, extra_forwards=1, max_new_tokens=cfg.max_new_tokens)
-        for key in ("rollout/generated", "rollout/trained", "tokens/generated", "tokens/trained", "tokens/response_trained",
+        v = step_accounting(ver.generated, ver.train, SHAPE, extra_forwards=1, stop_ids=[engines.task.tokenizer.eos_id])
+        assert 0 < e["response/truncated_frac"] < 1, "the script truncates some rows"
+        for key in ("response/truncated_frac", "rollout/generated", "rollout/trained", "tokens/generated", "tokens/trained", "tokens/response_trained",
                     "flops/rollout", "flops/train", "flops/total", "reward/mean", "reward/trained_mean",
                     "response/length_mean", "adv/abs_mean", "adv/zero_frac", "waste/rollouts", "waste/tokens",
                     "waste/flops", "waste/flops_frac"):

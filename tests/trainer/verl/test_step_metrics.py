@@ -27,18 +27,24 @@ def test_translate_maps_verl_names_keeps_platform_keys_and_prefixes_the_rest():
                    "verl/actor/pg_clipfrac_lower": 0.02, "verl/already": 1.0}
 
 
-def _batch(prompt_lens, resp_lens, rewards, adv=None, T_p=4, T_r=5):
+EOS = 2
+
+
+def _batch(prompt_lens, resp_lens, rewards, adv=None, T_p=4, T_r=5, no_eos=()):
+    """Rows whose responses end in EOS, except those in ``no_eos`` (cut at max_new_tokens)."""
     from verl import DataProto
 
     B = len(prompt_lens)
     attn = torch.zeros((B, T_p + T_r), dtype=torch.long)
     resp = torch.zeros((B, T_r), dtype=torch.long)
+    ids = torch.full((B, T_r), 7)
     rm = torch.zeros((B, T_r))
     for i, (p, r) in enumerate(zip(prompt_lens, resp_lens)):
         attn[i, T_p - p:T_p + r] = 1
         resp[i, :r] = 1
+        ids[i, r - 1] = 7 if i in no_eos else EOS
         rm[i, r - 1] = rewards[i]
-    d = {"attention_mask": attn, "response_mask": resp, "rm_scores": rm}
+    d = {"attention_mask": attn, "response_mask": resp, "rm_scores": rm, "responses": ids}
     if adv is not None:
         d["advantages"] = torch.tensor(adv, dtype=torch.float32)[:, None] * resp
     return DataProto.from_single_dict(d)
@@ -48,19 +54,20 @@ def test_accounting_counts_generated_and_trained_separately():
     pytest.importorskip("verl")
     from trainer.verl.step_metrics import step_accounting
 
-    gen = _batch([3, 3, 2, 2], [5, 2, 1, 4], [1, 0, 0, 1])
+    # row 0 ends in EOS exactly at max_new_tokens (finished); row 1 has no EOS (truncated)
+    gen = _batch([3, 3, 2, 2], [5, 5, 1, 4], [1, 0, 0, 1], no_eos=(1,))
     train = _batch([3, 2], [5, 4], [1, 1], adv=[0.5, 0.0])
     shape = (1000, 2, 16)
-    m = step_accounting(gen, train, shape, extra_forwards=1, max_new_tokens=5)
-    assert (m["rollout/generated"], m["tokens/generated"], m["rollout/trained"]) == (4, 12, 2)
+    m = step_accounting(gen, train, shape, extra_forwards=1, stop_ids=[EOS])
+    assert (m["rollout/generated"], m["tokens/generated"], m["rollout/trained"]) == (4, 15, 2)
     assert (m["tokens/trained"], m["tokens/response_trained"]) == (8 + 6, 9)
-    assert m["flops/rollout"] == rollout_flops(*shape, [8, 5, 3, 6])
+    assert m["flops/rollout"] == rollout_flops(*shape, [8, 8, 3, 6])
     assert m["flops/train"] == train_flops(*shape, [8, 6], 1) == 4 * rollout_flops(*shape, [8, 6])
     assert m["flops/total"] == m["flops/rollout"] + m["flops/train"]
     assert (m["reward/mean"], m["reward/trained_mean"]) == (0.5, 1.0)
-    assert m["response/truncated_frac"] == 0.25  # one response hit max_new_tokens = 5
+    assert m["response/truncated_frac"] == 0.25  # the row without EOS, not the one whose EOS is its 5th token
     assert (m["adv/abs_mean"], m["adv/zero_frac"]) == (0.25, 0.5)
-    nothing = step_accounting(gen, None, shape, extra_forwards=1, max_new_tokens=5)
+    nothing = step_accounting(gen, None, shape, extra_forwards=1, stop_ids=[EOS])
     assert (nothing["rollout/trained"], nothing["flops/train"], nothing["adv/zero_frac"]) == (0, 0, 1.0)
 
 

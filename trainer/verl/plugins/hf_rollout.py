@@ -39,6 +39,8 @@ from typing import Any
 import ray
 import torch
 from verl.workers.rollout.base import BaseRollout
+
+from trainer.verl.model_dir import stop_ids
 from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
 logger = logging.getLogger(__name__)
@@ -69,19 +71,6 @@ def _sampling_key(params: dict[str, Any], response_length: int, prompt_len: int,
         raise ValueError(f"prompt of {prompt_len} tokens leaves no room to generate within max_model_len {max_model_len}")
     return (float(params.get("temperature", 1.0)), float(params.get("top_p", 1.0)), max_new,
             bool(params.get("logprobs", False)))
-
-
-def _stop_ids(model_path: str, tokenizer) -> list[int]:
-    """The tokenizer's EOS and the generation config's EOS ids (as the embedded engine stops)."""
-    from transformers import GenerationConfig
-
-    ids = {int(tokenizer.eos_token_id)} if tokenizer.eos_token_id is not None else set()
-    try:
-        extra = GenerationConfig.from_pretrained(model_path, local_files_only=True).eos_token_id
-    except OSError:  # no generation_config.json
-        extra = None
-    ids.update(int(i) for i in (extra if isinstance(extra, (list, tuple)) else [extra]) if i is not None)
-    return sorted(ids)
 
 
 class HFRolloutServer:
@@ -117,7 +106,7 @@ class HFRolloutServer:
         tok = model_config.tokenizer
         pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         dtype = torch.bfloat16 if use_cuda else None  # bf16 autocast over fp32 weights on CUDA, as the embedded engine
-        self.engine = EmbeddedEngine(self.model, eos_id=_stop_ids(path, tok), pad_id=pad, device=self.device,
+        self.engine = EmbeddedEngine(self.model, eos_id=stop_ids(path, tok), pad_id=pad, device=self.device,
                                      dtype=dtype)
         self.generator = torch.Generator(self.device).manual_seed(int(config.seed))
         self.pending: list[_Request] = []
