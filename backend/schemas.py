@@ -227,6 +227,8 @@ class ReachTargetPublic(BaseModel):
 class ReachCostRatioPublic(BaseModel):
     flops: float | None = Field(description="This run's FLOPs to reach the target / the baseline's (null: either did not reach).")
     seconds: float | None = Field(description="The same for training seconds.")
+    rollouts: float | None = Field(None, description="The same for rollouts generated.")
+    tokens: float | None = Field(None, description="The same for response tokens generated.")
 
 
 class ReachResultPublic(BaseModel):
@@ -238,6 +240,9 @@ class ReachResultPublic(BaseModel):
     step: int | None = Field(description="First eval step whose smoothed accuracy >= the target (null: not reached).")
     flops: float | None = Field(description="Cumulative training FLOPs (running sum of flops/total) at that step.")
     seconds: float | None = Field(description="Cumulative training seconds (time/elapsed_s, evaluation excluded) at that step.")
+    rollouts: float | None = Field(None, description="Cumulative rollouts generated (running sum of rollout/generated) "
+                                   "at that step: the rollouts-to-target view.")
+    tokens: float | None = Field(None, description="Cumulative response tokens generated (tokens/generated) at that step.")
     ratio: ReachCostRatioPublic = Field(description="Ratio to the baseline run at equal accuracy.")
 
 
@@ -268,7 +273,8 @@ class ComparePublic(BaseModel):
     baseline: int
     runs: list[RunStatsPublic]
     waterfall: WaterfallsPublic
-    reach: CompareReachPublic = Field(description="Compute (FLOPs, training seconds) to reach the baseline's accuracy.")
+    reach: CompareReachPublic = Field(description="Compute (FLOPs, training seconds, rollouts and tokens generated) to reach the "
+                                     "baseline's accuracy.")
 
 
 # ----------------------------------------------------------------------------- misc
@@ -366,6 +372,8 @@ class ReachTargetStatPublic(BaseModel):
 class ReachCostRatioStatPublic(BaseModel):
     flops: RatioStatPublic
     seconds: RatioStatPublic
+    rollouts: RatioStatPublic | None = None
+    tokens: RatioStatPublic | None = None
 
 
 class ReachSeedPublic(BaseModel):
@@ -378,6 +386,8 @@ class ReachSeedPublic(BaseModel):
     step: int | None
     flops: float | None
     seconds: float | None
+    rollouts: float | None = None
+    tokens: float | None = None
 
 
 class GroupReachTargetPublic(BaseModel):
@@ -388,6 +398,9 @@ class GroupReachTargetPublic(BaseModel):
     step: StatPublic = Field(description="First eval step at the target, over the seeds that reached it.")
     flops: StatPublic = Field(description="Cumulative training FLOPs there, over the seeds that reached it.")
     seconds: StatPublic = Field(description="Cumulative training seconds there (evaluation excluded), over the seeds that reached it.")
+    rollouts: StatPublic | None = Field(None, description="Cumulative rollouts generated there, over the seeds that reached it.")
+    tokens: StatPublic | None = Field(None, description="Cumulative response tokens generated there, over the seeds that "
+                                      "reached it.")
     ratio: ReachCostRatioStatPublic = Field(description="This group / the baseline group at equal accuracy, per seed pair.")
     seeds: list[ReachSeedPublic]
 
@@ -433,7 +446,8 @@ class GroupComparePublic(BaseModel):
     k: int | None
     groups: list[GroupPublic]
     significance: dict[str, list[SignificancePublic]] = Field(description="Per benchmark, one row per (group, metric).")
-    reach: GroupCompareReachPublic = Field(description="Compute (FLOPs, training seconds) to reach the baseline group's accuracy.")
+    reach: GroupCompareReachPublic = Field(description="Compute (FLOPs, training seconds, rollouts and tokens generated) to "
+                                          "reach the baseline group's accuracy.")
 
 
 class BandPublic(BaseModel):

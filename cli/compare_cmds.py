@@ -130,14 +130,16 @@ def si_text(s: Mapping[str, Any] | None, unit: str) -> str:
 
 
 def reach_cell(t: Mapping[str, Any], is_base: bool) -> str:
-    """One group at one target: FLOPs and training seconds to first reach it (mean ± CI over the
-    seeds that did), each with the ratio to the baseline at equal accuracy; 'not reached (k/n
-    seeds)' for the seeds that never did."""
+    """One group at one target: FLOPs, training seconds and rollouts generated to first reach it
+    (mean ± CI over the seeds that did; rollouts where the runs logged them), each with the
+    ratio to the baseline at equal accuracy; 'not reached (k/n seeds)' for the seeds that never did."""
     missing = t["of"] - t["reached"]
     if not t["reached"]:
         return f"not reached ({missing}/{t['of']} seeds)"
     lines = []
-    for cost, unit in (("flops", "FLOP"), ("seconds", "s")):
+    for cost, unit in (("flops", "FLOP"), ("seconds", "s"), ("rollouts", " rollouts")):
+        if cost == "rollouts" and (t.get(cost) or {}).get("mean") is None:
+            continue
         line = si_text(t[cost], unit)
         if not is_base:
             line += f"  {ratio_text(t['ratio'][cost])}"

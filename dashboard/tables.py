@@ -379,6 +379,8 @@ _pct = pct  # the one percentage format (charts.pct)
 SUMMARY_COLUMNS: tuple[tuple[str, str, str, bool, Any], ...] = (
     ("time / step", "mean", mk.STEP_S, False, lambda st: si_stat_text(st, "s")),
     ("FLOPs / step", "mean", mk.FLOPS_TOTAL, False, lambda st: si_stat_text(st, "FLOP")),
+    # the share of a step's FLOPs whose rows carried no advantage signal (docs/metrics.md "Wasted compute")
+    ("wasted FLOPs", "mean", mk.WASTE_FLOPS_FRAC, False, lambda st: stat_text(st, _pct)),
     ("trained rollouts / step", "mean", mk.ROLLOUTS_TRAINED, False, si_stat_text),
     ("zero-acc after rescue", "mean", mk.ZERO_ACC_AFTER_RESCUE, False, lambda st: stat_text(st, _pct)),
     ("Avg@k total", "evals", "avg_at_k", True, stat_text),
@@ -497,6 +499,11 @@ def group_benchmark_table(groups: Sequence[Mapping[str, Any]], significance: Map
 # Both are shaped into the first form (one run = a group of one) so one table builder serves both.
 
 
+# the reach blocks' costs (GET /compare*): (key, unit of the cell, name of its ratio line)
+REACH_COSTS: tuple[tuple[str, str, str], ...] = (("flops", "FLOP", "FLOPs"), ("seconds", "s", "time"),
+                                                 ("rollouts", "rollouts", "rollouts"), ("tokens", "tokens", "tokens"))
+
+
 def _one(v: float | None) -> dict[str, Any]:
     """A single run's number as a Stat (no interval)."""
     return {"mean": v, "lo": None, "hi": None, "n": 0 if v is None else 1, "values": [] if v is None else [v]}
@@ -508,8 +515,8 @@ def run_reach_entries(reach: Mapping[str, Any], labels: Mapping[int, str], metho
     for r in reach.get("runs") or []:
         rid = r["run_id"]
         targets = [{"fraction": t["fraction"], "reached": int(bool(t["reached"])), "of": 1,
-                    **{k: _one(t[k]) for k in ("step", "flops", "seconds")},
-                    "ratio": {c: _one((t.get("ratio") or {}).get(c)) for c in ("flops", "seconds")}}
+                    **{k: _one(t.get(k)) for k in ("step", *(c for c, _, _ in REACH_COSTS))},
+                    "ratio": {c: _one((t.get("ratio") or {}).get(c)) for c, _, _ in REACH_COSTS}}
                    for t in r.get("targets") or []]
         out.append({"key": str(rid), "label": labels.get(rid, f"#{rid}"), "method": methods.get(rid, ""),
                     "baseline": rid == reach.get("baseline_run_id"), "reason": None, "targets": targets})
@@ -537,14 +544,17 @@ def not_reached_text(missing: int, of: int, seeds: bool) -> str:
 
 def reach_cell(t: Mapping[str, Any], is_base: bool, seeds: bool) -> str:
     """One target of one method, one short line each (a Plotly table does not wrap lines that
-    are already broken): training FLOPs and seconds to first reach it (mean ± half-CI over the
-    seeds that did), the ratios to the baseline at equal accuracy, then how many seeds did not
-    reach it; 'not reached (n/n seeds)' alone when none did."""
+    are already broken): training FLOPs, seconds and the rollouts generated to first reach it
+    (mean ± half-CI over the seeds that did; rollouts where the runs logged them), the ratios to
+    the baseline at equal accuracy, then how many seeds did not reach it; 'not reached (n/n
+    seeds)' alone when none did."""
     missing = t["of"] - t["reached"]
     if not t["reached"]:
         return not_reached_text(missing, t["of"], seeds)
     lines = [si_stat_text(t.get("flops"), "FLOP"), si_stat_text(t.get("seconds"), "s")]
-    for cost, name in (("flops", "FLOPs"), ("seconds", "time")):
+    if (t.get("rollouts") or {}).get("mean") is not None:
+        lines.append(f"{si_stat_text(t['rollouts'])} rollouts")
+    for cost, name in (("flops", "FLOPs"), ("seconds", "time"), ("rollouts", "rollouts")):
         ratio = (t.get("ratio") or {}).get(cost)
         if not is_base and ratio and ratio.get("mean") is not None:
             lines.append(f"{ratio_text(ratio)} {name}")
@@ -558,7 +568,8 @@ def reach_table(entries: Sequence[Mapping[str, Any]], reach: Mapping[str, Any], 
     """"Compute to reach <baseline>'s accuracy": rows = methods (groups or runs), one column per
     target (50/75/90/100% of the baseline's gain, with the target Avg@k), each cell from
     :func:`reach_cell`. The least FLOPs to reach a target is bold. The frame has every number:
-    reached / of, step, FLOPs, seconds (mean, CI) and both ratios (mean, CI) per target."""
+    reached / of, step, FLOPs, seconds, rollouts and tokens (mean, CI) and their ratios (mean,
+    CI) per target."""
     fractions = [t["fraction"] for t in reach.get("targets") or []]
     accs = reach_target_accuracy(reach)
     kk = k or "k"
@@ -581,10 +592,10 @@ def reach_table(entries: Sequence[Mapping[str, Any]], reach: Mapping[str, Any], 
         for t in e.get("targets") or []:
             col = f"{t['fraction']:.0%}"
             rec[f"{col}:reached"], rec[f"{col}:of"] = t["reached"], t["of"]
-            for part in ("step", "flops", "seconds"):
+            for part in ("step", *(c for c, _, _ in REACH_COSTS)):
                 stat = t.get(part) or {}
                 rec[f"{col}:{part}"], rec[f"{col}:{part}_lo"], rec[f"{col}:{part}_hi"] = stat.get("mean"), stat.get("lo"), stat.get("hi")
-            for cost in ("flops", "seconds"):
+            for cost, _, _ in REACH_COSTS:
                 rs = (t.get("ratio") or {}).get(cost) or {}
                 rec[f"{col}:ratio_{cost}"], rec[f"{col}:ratio_{cost}_lo"], rec[f"{col}:ratio_{cost}_hi"] = rs.get("mean"), rs.get("lo"), rs.get("hi")
         rows.append(row)
@@ -598,13 +609,16 @@ ARENA_FRACTIONS = (0.5, 0.75, 0.9)
 
 
 def seed_reach_text(t: Mapping[str, Any] | None) -> str:
-    """One target of one group, per seed: 's0 1.2 GFLOP · 3.4 s; s1 not reached' (every seed kept)."""
+    """One target of one group, per seed: 's0 1.2 GFLOP · 3.4 s · 2.1 k rollouts; s1 not reached'
+    (every seed kept; rollouts where the run logged them)."""
     if not t or not t.get("seeds"):
         return "–"
     parts = []
     for s in t["seeds"]:
         cost = f"{si(s['flops'], 'FLOP')} · {si(s['seconds'], 's')}" if s.get("reached") and s.get("flops") is not None \
             else "not reached"
+        if s.get("reached") and s.get("rollouts") is not None:
+            cost += f" · {si(s['rollouts'], '')} rollouts"
         parts.append(f"s{s.get('seed')} {cost}")
     return "<br>".join(parts)
 
@@ -618,8 +632,9 @@ def arena_table(body: Mapping[str, Any]) -> BenchTable:
     config), against the baseline group. Final Avg@k overall (last evaluation, mean ± half-CI
     across seeds), its difference to the baseline with the paired test's CI and p-value, FLOPs
     and seconds per step, rollouts generated and trained per step, the zero-accuracy ratio, then
-    per seed the FLOPs and seconds to reach 50/75/90% of the baseline's gain ('not reached'
-    kept). Rows sorted by final Avg@k, best first; best of each column bold."""
+    the share of FLOPs wasted (rows with no advantage signal), then per seed the FLOPs and seconds
+    to reach 50/75/90% of the baseline's gain ('not reached' kept). Rows sorted by final Avg@k,
+    best first; best of each column bold."""
     groups, base = body["groups"], body["baseline"]
     k = group_k(groups)
     reach = {g["key"]: g for g in (body.get("reach") or {}).get("groups") or []}
@@ -628,9 +643,11 @@ def arena_table(body: Mapping[str, Any]) -> BenchTable:
     final = [(g.get("evals") or {}).get(mk.OVERALL, {}).get("avg_at_k") for g in groups]
     order = sorted(range(len(groups)), key=lambda i: -((final[i] or {}).get("mean") or -1.0))
     columns = ["group", "seeds", f"final Avg@{k or 'k'}", "diff vs baseline (p)", *[c[0] for c in cols], "zero-acc ratio",
-               *[f"to {f:.0%} of the baseline's gain (per seed)" for f in ARENA_FRACTIONS]]
+               "wasted FLOPs", *[f"to {f:.0%} of the baseline's gain (per seed)" for f in ARENA_FRACTIONS]]
     means = {c[1]: [((g.get("mean") or {}).get(c[1]) or {}).get("mean") for g in groups] for c in cols}
     zero = [((g.get("mean") or {}).get(mk.ZERO_ACC_AFTER_RESCUE) or {}).get("mean") for g in groups]
+    waste = [((g.get("mean") or {}).get(mk.WASTE_FLOPS_FRAC) or {}).get("mean") for g in groups]
+    best_waste = _best(waste, False, lambda v: _pct(v))
     best_final = _best([(f or {}).get("mean") for f in final], True, _acc_text)
     best_cost = {c[1]: _best(means[c[1]], False, lambda v, u=c[2]: si(v, u)) for c in cols[:2]}
     rows, bold, records = [], [], []
@@ -642,18 +659,21 @@ def arena_table(body: Mapping[str, Any]) -> BenchTable:
         row = [g["label"] + (" (baseline)" if is_base else ""), seeds_text(g), stat_text(final[i]), diff,
                *[si_stat_text((g.get("mean") or {}).get(c[1]), c[2]) for c in cols],
                stat_text((g.get("mean") or {}).get(mk.ZERO_ACC_AFTER_RESCUE), _pct),
+               stat_text((g.get("mean") or {}).get(mk.WASTE_FLOPS_FRAC), _pct),
                *[seed_reach_text(targets.get(round(f, 6))) for f in ARENA_FRACTIONS]]
         rows.append(row)
         bold.append([False, False, best_final[i], False, *[best_cost[c[1]][i] if c[1] in best_cost else False for c in cols],
-                     False, *[False] * len(ARENA_FRACTIONS)])
+                     False, best_waste[i], *[False] * len(ARENA_FRACTIONS)])
         rec: dict[str, Any] = {"group": g["key"], "label": g["label"], "method": g["method"], "baseline": is_base,
                                "seeds": len(g.get("seeds") or g.get("run_ids") or []), "final_avg_at_k": (final[i] or {}).get("mean"),
                                "diff": (test or {}).get("diff"), "p_value": (test or {}).get("p_value"),
-                               **{c[1]: means[c[1]][i] for c in cols}, mk.ZERO_ACC_AFTER_RESCUE: zero[i]}
+                               **{c[1]: means[c[1]][i] for c in cols}, mk.ZERO_ACC_AFTER_RESCUE: zero[i],
+                               mk.WASTE_FLOPS_FRAC: waste[i]}
         for f in ARENA_FRACTIONS:
             for s in (targets.get(round(f, 6)) or {}).get("seeds") or []:
                 rec[f"{f:.0%}:seed{s.get('seed')}:flops"] = s.get("flops") if s.get("reached") else None
                 rec[f"{f:.0%}:seed{s.get('seed')}:seconds"] = s.get("seconds") if s.get("reached") else None
+                rec[f"{f:.0%}:seed{s.get('seed')}:rollouts"] = s.get("rollouts") if s.get("reached") else None
         records.append(rec)
     return BenchTable(columns, rows, bold, pd.DataFrame(records), k)
 

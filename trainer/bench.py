@@ -90,12 +90,15 @@ def rates(summary: dict[str, Any], peak: float | None) -> dict[str, float | None
 
 def eval_curve(sink: MemorySink, key: str = "avg_at_k") -> dict[str, list]:
     """The run's overall held-out accuracy at each eval step, with cumulative training FLOPs
-    and seconds (evaluation excluded) after that step: the x axes of the paper's headline."""
+    and seconds (evaluation excluded), rollouts and response tokens generated after that step:
+    the x axes of the paper's headline and of the rollouts-to-target view."""
     steps = sorted(sink.evals)
-    flops = cumulative(sorted(sink.steps), sink.series(mk.FLOPS_TOTAL))
-    secs = {0: 0.0, **{s: m.get(mk.ELAPSED_S, float("nan")) for s, m in sink.steps.items()}}
+    costs = {name: cumulative(sorted(sink.steps), sink.series(key))
+             for name, key in (("flops", mk.FLOPS_TOTAL), ("rollouts", mk.ROLLOUTS_GENERATED),
+                               ("tokens", mk.TOKENS_GENERATED))}
+    costs["seconds"] = {0: 0.0, **{s: m.get(mk.ELAPSED_S, float("nan")) for s, m in sink.steps.items()}}
     return {"steps": steps, key: [sink.evals[s][mk.OVERALL][key] for s in steps],
-            "flops": [flops.get(s) for s in steps], "seconds": [secs.get(s) for s in steps]}
+            **{c: [costs[c].get(s) for s in steps] for c in COSTS}}
 
 
 def reach_curve(curve: dict[str, list]) -> ReachCurve:

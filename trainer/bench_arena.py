@@ -22,6 +22,7 @@ from typing import Any, Sequence
 import numpy as np
 
 import common.metric_keys as mk
+from trainer.core.reach import COSTS
 from trainer.core.stats import mean_ci, paired_diff_ci, paired_permutation_test, problem_scores
 
 FIELDS = ("flops_total", "step_s", "rollouts_generated", "rollouts_trained", "zero_acc_after_rescue")
@@ -50,8 +51,9 @@ def significance(reports: Sequence[dict[str, Any]], method: str, baseline: str, 
 
 
 def reach_rows(reports: Sequence[dict[str, Any]], method: str, alpha: float = 0.05) -> list[dict[str, Any]]:
-    """Per target fraction: every seed's FLOPs and seconds to reach it (None: not reached, or no
-    target because the baseline did not improve), and their mean ± CI over the seeds that did."""
+    """Per target fraction: every seed's FLOPs, seconds, rollouts and tokens to reach it (None: not
+    reached, or no target because the baseline did not improve), and their mean ± CI over the
+    seeds that did."""
     out = []
     for frac in FRACTIONS:
         seeds = []
@@ -59,9 +61,9 @@ def reach_rows(reports: Sequence[dict[str, Any]], method: str, alpha: float = 0.
             rows = ((r.get("reach") or {}).get("runs") or {}).get(method) or []
             hit = next((x for x in rows if abs(x["fraction"] - frac) < 1e-9), None)
             seeds.append({"seed": r["meta"]["seed"], "reached": bool(hit and hit["reached"]),
-                          "flops": hit["flops"] if hit else None, "seconds": hit["seconds"] if hit else None})
+                          **{c: hit.get(c) if hit else None for c in COSTS}})
         out.append({"fraction": frac, "reached": sum(s["reached"] for s in seeds), "of": len(seeds), "seeds": seeds,
-                    **{c: mean_ci([s[c] for s in seeds], alpha) for c in ("flops", "seconds")}})
+                    **{c: mean_ci([s[c] for s in seeds], alpha) for c in COSTS}})
     return out
 
 

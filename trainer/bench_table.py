@@ -98,12 +98,12 @@ def render_seeds_markdown(report: dict[str, Any]) -> str:
 
 
 def render_reach(r: dict[str, Any], k: int) -> str:
-    """Compute to reach fractions of GRPO's gain: per method, reached seeds, GFLOPs and seconds
-    (mean ± CI over the seeds that reached) and the ratio to GRPO paired by seed."""
+    """Compute to reach fractions of GRPO's gain: per method, reached seeds, GFLOPs, seconds and
+    rollouts generated (mean ± CI over the seeds that reached) and the ratios to GRPO paired by seed."""
     if not r.get("fractions"):
         return f"Compute to reach GRPO's accuracy: not computed ({r.get('reason', 'no data')})."
-    head = ["method", "target (of GRPO's gain)", "reached", "GFLOPs", "seconds", "FLOPs / GRPO's", "seconds / GRPO's",
-            "per-seed FLOPs ratios"]
+    head = ["method", "target (of GRPO's gain)", "reached", "GFLOPs", "seconds", "rollouts", "FLOPs / GRPO's",
+            "seconds / GRPO's", "rollouts / GRPO's", "per-seed FLOPs ratios"]
     lines = [f"Compute to reach GRPO's Avg@{k} gain (base {pm(r['base'])}, GRPO final {pm(r['final'])}; curves "
              "smoothed over 3 evals; training compute only):", "", _row(head), _row(["---"] * len(head))]
     for name, rows in r["runs"].items():
@@ -111,7 +111,8 @@ def render_reach(r: dict[str, Any], k: int) -> str:
             per_seed = ", ".join("not reached" if v is None else f"{v:.2f}" for v in ratio["flops"]["ratios"])
             lines.append(_row([name, f"{row['fraction']:.0%}", f"{row['reached']}/{row['of']}",
                                pm(row["flops"], "{:.0f}", 1e9), pm(row["seconds"], "{:.1f}"),
-                               bracket(ratio["flops"]), bracket(ratio["seconds"]), per_seed]))
+                               pm(row.get("rollouts"), "{:.0f}"), bracket(ratio["flops"]), bracket(ratio["seconds"]),
+                               bracket(ratio.get("rollouts")), per_seed]))
     return "\n".join(lines)
 
 
@@ -143,13 +144,14 @@ def render_leaderboard(rows: list[dict[str, Any]], k: int, baseline: str | None)
                            pm(r["flops_total"], "{:.2f}", 1e9), pm(r["step_s"], "{:.3f}"),
                            pm(r["rollouts_generated"], "{:.1f}"), pm(r["rollouts_trained"], "{:.1f}"),
                            pm(r["zero_acc_after_rescue"])]))
-    head = ["method", "target (of the gain)", "GFLOPs to reach, per seed", "seconds to reach, per seed"]
+    head = ["method", "target (of the gain)", "GFLOPs to reach, per seed", "seconds to reach, per seed",
+            "rollouts to reach, per seed"]
     lines += ["", f"Compute to reach {base}'s gain, per seed (training compute only; 'not reached' kept):", "",
               _row(head), _row(["---"] * len(head))]
     for r in rows:
         for t in r["reach"]:
             lines.append(_row([r["method"], f"{t['fraction']:.0%}", _reach_cell(t, "flops", "{:.0f}", 1e9),
-                               _reach_cell(t, "seconds", "{:.1f}", 1.0)]))
+                               _reach_cell(t, "seconds", "{:.1f}", 1.0), _reach_cell(t, "rollouts", "{:.0f}", 1.0)]))
     return "\n".join(lines)
 
 

@@ -22,19 +22,27 @@ from backend.db.models import Run
 from backend.services.group_curves import X_KEYS, axis_at_steps
 from backend.services.groups import Group, seed_pairs
 import common.metric_keys as mk
-from trainer.core.reach import COSTS, FRACTIONS, WINDOW, ReachCurve, base_accuracy, reach, reach_across_seeds
+from trainer.core.reach import (COSTS, FRACTIONS, WINDOW, ReachCurve, base_accuracy, cumulative, reach,
+                                reach_across_seeds)
 from trainer.core.stats import mean_ci
 
 BENCHMARK = mk.OVERALL
 METRIC = mk.AVG_AT_K
 
 
+COUNT_KEYS = {"rollouts": mk.ROLLOUTS_GENERATED, "tokens": mk.TOKENS_GENERATED}
+
+
 def reach_curve(session: Session, run: Run) -> ReachCurve:
     """One run's held-out ``overall`` Avg@k per eval step, with its cumulative training FLOPs
-    (running sum of ``flops/total``) and seconds (``time/elapsed_s``) at those steps."""
+    (running sum of ``flops/total``), seconds (``time/elapsed_s``), rollouts and response tokens
+    generated at those steps (a run that never logged a count has no cost on that axis)."""
     steps, values = eval_values(session, run.id, BENCHMARK, METRIC)
-    cols = read_step_metrics(session, run.id, X_KEYS)
-    return ReachCurve(steps, values, {"flops": axis_at_steps(cols, "flops"), "seconds": axis_at_steps(cols, "time")})
+    cols = read_step_metrics(session, run.id, [*X_KEYS, *COUNT_KEYS.values()])
+    counts = {name: cumulative(cols.steps, cols.series[key]) if any(v is not None for v in cols.series[key]) else {}
+              for name, key in COUNT_KEYS.items()}
+    return ReachCurve(steps, values, {"flops": axis_at_steps(cols, "flops"), "seconds": axis_at_steps(cols, "time"),
+                                      **counts})
 
 
 def _header(window: int = WINDOW) -> dict[str, Any]:

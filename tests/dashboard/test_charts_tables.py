@@ -306,20 +306,23 @@ GROUPS = {
     "groups": [
         {"key": "aaaaaaaaaa", "label": "grpo", "method": "grpo", "run_ids": [1, 2, 3], "seeds": [0, 1, 2], "steps": stat(30),
          "mean": {"time/step_s": stat(2.0, 1.9, 2.1), "flops/total": stat(4e9, 3.9e9, 4.1e9),
-                  "rollout/trained": stat(256.0, 256.0, 256.0), "zero_acc/after_rescue": stat(0.3, 0.28, 0.32)},
+                  "rollout/trained": stat(256.0, 256.0, 256.0), "zero_acc/after_rescue": stat(0.3, 0.28, 0.32),
+                  "waste/flops_frac": stat(0.25, 0.2, 0.3)},
          "total": {}, "evals": {"L1": {"k": 8, "n": 8, "problems": 4, "avg_at_k": stat(0.40, 0.38, 0.42), "pass_at_k": stat(0.7)},
                                "L2": {"k": 8, "n": 8, "problems": 4, "avg_at_k": stat(0.20), "pass_at_k": stat(0.5)},
                                "overall": {"k": 8, "n": 8, "problems": 8, "avg_at_k": stat(0.30, 0.29, 0.31), "pass_at_k": stat(0.6)}},
          "ratios": {"mean": {"time/step_s": rstat(1.0, 1.0, 1.0)}, "total": {}, "evals": {}}},
         {"key": "bbbbbbbbbb", "label": "aero", "method": "aero", "run_ids": [4, 5], "seeds": [0, 1], "steps": stat(30, n=2),
          "mean": {"time/step_s": stat(1.04, 0.98, 1.10, 2), "flops/total": stat(2e9, None, None, 2),
-                  "rollout/trained": stat(70.0, 64.0, 76.0, 2), "zero_acc/after_rescue": stat(0.18, 0.16, 0.2, 2)},
+                  "rollout/trained": stat(70.0, 64.0, 76.0, 2), "zero_acc/after_rescue": stat(0.18, 0.16, 0.2, 2),
+                  "waste/flops_frac": stat(0.05, 0.04, 0.06, 2)},
          "total": {}, "evals": {"L1": {"k": 8, "n": 8, "problems": 4, "avg_at_k": stat(0.46, n=2), "pass_at_k": stat(0.75, n=2)},
                                "L2": {"k": 8, "n": 8, "problems": 4, "avg_at_k": stat(0.18, n=2), "pass_at_k": stat(0.5, n=2)},
                                "overall": {"k": 8, "n": 8, "problems": 8, "avg_at_k": stat(0.32, 0.30, 0.34, 2),
                                            "pass_at_k": stat(0.625, n=2)}},
          "ratios": {"mean": {"time/step_s": rstat(0.52, 0.48, 0.56, 2), "flops/total": rstat(0.5, 0.5, 0.5, 2),
-                             "rollout/trained": rstat(0.2734, None, None, 1), "zero_acc/after_rescue": rstat(0.6, 0.5, 0.7, 2)},
+                             "rollout/trained": rstat(0.2734, None, None, 1), "zero_acc/after_rescue": rstat(0.6, 0.5, 0.7, 2),
+                             "waste/flops_frac": rstat(0.2, 0.15, 0.25, 2)},
                     "total": {}, "evals": {"overall": {"avg_at_k": rstat(1.0667, 1.0, 1.13, 2), "pass_at_k": rstat(1.04, n=2)}}}},
     ],
     "significance": {"overall": [
@@ -343,21 +346,22 @@ def test_stat_ratio_and_p_texts():
 
 def test_group_summary_table_strings_bold_and_csv():
     t = tables.group_summary_table(GROUPS["groups"], GROUPS["baseline"])
-    assert t.columns == ["group", "seeds", "time / step", "FLOPs / step", "trained rollouts / step", "zero-acc after rescue",
-                         "Avg@8 total", "Pass@8 total", "seed pairs"]
+    assert t.columns == ["group", "seeds", "time / step", "FLOPs / step", "wasted FLOPs", "trained rollouts / step",
+                         "zero-acc after rescue", "Avg@8 total", "Pass@8 total", "seed pairs"]
     base, aero = t.rows
     # baseline: mean ± half-CI only, no ratio, no pairs
-    assert base == ["grpo (baseline)", "3 (0, 1, 2)", "2 ± 0.1 s", "4 ± 0.1 GFLOP", "256 ± 0", "30.0% ± 2.0%",
-                    "0.300 ± 0.010", "0.600", "—"]
+    assert base == ["grpo (baseline)", "3 (0, 1, 2)", "2 ± 0.1 s", "4 ± 0.1 GFLOP", "25.0% ± 5.0%", "256 ± 0",
+                    "30.0% ± 2.0%", "0.300 ± 0.010", "0.600", "—"]
     assert aero[1] == "2 (0, 1)"
     assert aero[2] == "1.04 ± 0.06 s<br>0.52× [0.48, 0.56]"  # half-CI = (1.10 - 0.98) / 2
     assert aero[3] == "2 GFLOP<br>0.50× [0.50, 0.50]"  # one CI missing: the mean alone
-    assert aero[4] == "70 ± 6<br>0.27×" and aero[5] == "18.0% ± 2.0%<br>0.60× [0.50, 0.70]"
-    assert aero[6] == "0.320 ± 0.020<br>1.07× [1.00, 1.13]" and aero[7] == "0.625<br>1.04×"
-    assert aero[8] == "2"  # the most seed pairs behind any ratio of the row
+    assert aero[4] == "5.0% ± 1.0%<br>0.20× [0.15, 0.25]"
+    assert aero[5] == "70 ± 6<br>0.27×" and aero[6] == "18.0% ± 2.0%<br>0.60× [0.50, 0.70]"
+    assert aero[7] == "0.320 ± 0.020<br>1.07× [1.00, 1.13]" and aero[8] == "0.625<br>1.04×"
+    assert aero[9] == "2"  # the most seed pairs behind any ratio of the row
     # lower cost and zero-accuracy, higher accuracy win
-    assert t.bold == [[False, False, False, False, False, False, False, False, False],
-                      [False, False, True, True, True, True, True, True, False]]
+    assert t.bold == [[False, False, False, False, False, False, False, False, False, False],
+                      [False, False, True, True, True, True, True, True, True, False]]
     f = t.frame.set_index("label")
     assert f.loc["aero", "time / step:ratio_lo"] == pytest.approx(0.48) and f.loc["aero", "time / step:hi"] == pytest.approx(1.10)
     assert f.loc["grpo", "baseline"] and pd_isna(f.loc["grpo", "seed pairs"]) and f.loc["aero", "seeds"] == 2
@@ -532,17 +536,18 @@ def _stat(mean):
     return {"mean": mean, "lo": mean - 0.01, "hi": mean + 0.01, "n": 2}
 
 
-def _group(key, final, flops, seeds_reach):
+def _group(key, final, flops, seeds_reach, waste=0.3):
     return {"key": key, "label": key, "method": key, "run_ids": [1, 2], "seeds": [0, 1],
             "mean": {"flops/total": _stat(flops), "time/step_s": _stat(2.0), "rollout/generated": _stat(64.0),
-                     "rollout/trained": _stat(32.0), "zero_acc/after_rescue": _stat(0.25)},
+                     "rollout/trained": _stat(32.0), "zero_acc/after_rescue": _stat(0.25),
+                     "waste/flops_frac": _stat(waste)},
             "evals": {"overall": {"k": 8, "avg_at_k": _stat(final)}}, "_reach": seeds_reach}
 
 
 def test_arena_table_sorts_by_accuracy_keeps_not_reached_and_marks_the_baseline():
     seeds = lambda *fl: [{"seed": s, "reached": f is not None, "flops": f, "seconds": None if f is None else 10.0}  # noqa: E731
                          for s, f in enumerate(fl)]
-    groups = [_group("grpo", 0.40, 2e9, seeds(4e9, 6e9)), _group("speed", 0.45, 1e9, seeds(2e9, None))]
+    groups = [_group("grpo", 0.40, 2e9, seeds(4e9, 6e9)), _group("speed", 0.45, 1e9, seeds(2e9, None), waste=0.1)]
     body = {"baseline": "grpo", "alpha": 0.05, "groups": groups,
             "significance": {"overall": [{"group": "speed", "metric": "avg_at_k", "diff": 0.05, "ci": [0.01, 0.09],
                                           "p_value": 0.0123}]},
@@ -555,9 +560,24 @@ def test_arena_table_sorts_by_accuracy_keeps_not_reached_and_marks_the_baseline(
     half = t.columns.index("to 50% of the baseline's gain (per seed)")
     assert t.rows[0][half] == "s0 2 GFLOP · 10 s<br>s1 not reached"
     assert t.bold[0][2] and not t.bold[1][2] and t.bold[0][4]  # best accuracy, least FLOPs per step
+    wasted = t.columns.index("wasted FLOPs")
+    assert t.rows[0][wasted].startswith("10.0%") and t.bold[0][wasted] and not t.bold[1][wasted]
     rec = t.frame.set_index("group")
     assert rec.loc["speed", "p_value"] == 0.0123 and rec.loc["speed", "50%:seed0:flops"] == 2e9
+    assert rec.loc["speed", "waste/flops_frac"] == pytest.approx(0.1)
     assert pd.isna(rec.loc["speed", "50%:seed1:flops"])  # not reached: empty in the CSV, not dropped
     fig = charts.arena_figure(tables.arena_points(body), k=8)
     assert [t.name for t in fig.data] == ["grpo", "speed"] and fig.data[1].marker.color == charts.method_color("speed")
     assert fig.data[1].x == (1e9,) and fig.data[1].y == (0.45,) and fig.data[1].error_y.array == (pytest.approx(0.01),)
+
+
+def test_reach_cells_show_rollouts_to_target_where_the_runs_logged_them():
+    st = lambda m: {"mean": m, "lo": m * 0.9, "hi": m * 1.1, "n": 3}  # noqa: E731
+    cell = tables.reach_cell({"of": 3, "reached": 3, "flops": st(2e9), "seconds": st(10.0), "rollouts": st(2100.0),
+                              "ratio": {"rollouts": {"mean": 0.5, "lo": 0.4, "hi": 0.6, "n": 3}}}, False, True)
+    assert cell.split("<br>")[2:] == ["2.1 ± 0.21 k rollouts", "0.50× [0.40, 0.60] rollouts"]
+    older = tables.reach_cell({"of": 1, "reached": 1, "flops": st(2e9), "seconds": st(10.0), "ratio": {}}, False, True)
+    assert "rollouts" not in older  # a store from before the rollouts axis: FLOPs and seconds only
+    text = tables.seed_reach_text({"seeds": [{"seed": 0, "reached": True, "flops": 2e9, "seconds": 10.0, "rollouts": 2100},
+                                             {"seed": 1, "reached": False, "flops": None, "seconds": None, "rollouts": None}]})
+    assert text == "s0 2 GFLOP · 10 s · 2.1 k rollouts<br>s1 not reached"

@@ -12,7 +12,8 @@ method M's eval beats the baseline's final eval" is decided by noise. Instead:
 * every curve is **smoothed** by a trailing mean over ``window`` evals (fewer at the start),
   so the baseline's last smoothed point is its final and it always reaches 100%;
 * a method's **compute to reach** f is its cumulative training FLOPs and seconds (evaluation
-  excluded) at the first eval whose smoothed accuracy is >= target_f; "not reached" is a
+  excluded), and the rollouts and response tokens it generated (Pilot-Commit's "rollouts to
+  target" view), at the first eval whose smoothed accuracy is >= target_f; "not reached" is a
   result, reported as ``None`` with ``reached: False``, never dropped;
 * the **ratio at equal accuracy** is method / baseline of those costs, per seed.
 
@@ -29,7 +30,8 @@ import numpy as np
 
 FRACTIONS: tuple[float, ...] = (0.5, 0.75, 0.9, 1.0)
 WINDOW = 3
-COSTS: tuple[str, ...] = ("flops", "seconds")
+# cumulative training FLOPs, seconds, rollouts generated, response tokens generated
+COSTS: tuple[str, ...] = ("flops", "seconds", "rollouts", "tokens")
 
 
 @dataclass(frozen=True)
@@ -80,7 +82,7 @@ def reach(curves: Mapping[str, ReachCurve], baseline: str, base: float | None = 
 
     ``base`` defaults to the baseline's step-0 eval. Returns {"baseline", "base", "final", "gain", "window",
     "targets": [{"fraction", "accuracy"}], "runs": {name: [{"fraction", "accuracy", "reached",
-    "step", "flops", "seconds"}]}, "ratios": {name: [{"fraction", "flops", "seconds"}]}} where
+    "step", *COSTS}]}, "ratios": {name: [{"fraction", *COSTS}]}} where
     ratios are name / baseline (None where either did not reach or a cost is unknown). With no
     base, or a baseline that did not improve on it, "targets" is empty and "reason" says why."""
     ref = curves[baseline]
@@ -123,7 +125,7 @@ def cumulative(steps: Sequence[int], per_step: Sequence[float | None]) -> dict[i
 def reach_across_seeds(per_seed: Sequence[Mapping[str, Any]], baseline: str, alpha: float = 0.05) -> dict[str, Any]:
     """Summarise :func:`reach` results of several seeds (one per seed, same run names; the
     name ``baseline`` is the reference). Per name and fraction: how many seeds reached, and the
-    mean with a Student-t CI of step, FLOPs and seconds over the seeds that reached; per name,
+    mean with a Student-t CI of the step and each cost over the seeds that reached; per name,
     the ratio to the baseline paired by seed (geometric mean with a log-scale t interval, as
     :func:`trainer.core.stats.paired_ratios`), with the per-seed ratios (None: not reached)."""
     from trainer.core.stats import mean_ci, paired_ratios

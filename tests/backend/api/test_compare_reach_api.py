@@ -23,11 +23,13 @@ T975_1 = 12.706204736  # Student-t 0.975 quantile, 1 degree of freedom
 
 
 def _run(session, method, seed, values, flops, step_s, *, steps=60, step0=True):
-    """A run with ``steps`` steps of ``flops`` FLOPs and ``step_s`` training seconds each, and an
-    overall evaluation every 10 steps from step 0 (without step 0 when ``step0`` is False)."""
+    """A run with ``steps`` steps of ``flops`` FLOPs, ``step_s`` training seconds and 64 x
+    ``flops`` rollouts (10 tokens each) each, and an overall evaluation every 10 steps from
+    step 0 (without step 0 when ``step0`` is False)."""
     cfg = RunConfig(method=method, seed=seed, eval_every=10).model_dump(mode="json")
     rid = repo.create_run(session, cfg, queue="cpu").id
-    upsert_step_metrics(session, rid, {s: {"flops/total": flops, "time/step_s": step_s, "time/elapsed_s": step_s * s}
+    upsert_step_metrics(session, rid, {s: {"flops/total": flops, "time/step_s": step_s, "time/elapsed_s": step_s * s,
+                                           "rollout/generated": 64 * flops, "tokens/generated": 640 * flops}
                                        for s in range(1, steps + 1)})
     for i, v in enumerate(values):
         if i or step0:
@@ -60,11 +62,16 @@ def test_compare_reach_per_run_by_hand(client, runs):
     # ratio at equal accuracy: AERO's FLOPs / GRPO's at each target
     assert [t["ratio"]["flops"] for t in aero] == pytest.approx([20 / 60, 30 / 80, 40 / 100, 40 / 120])
     assert [t["ratio"]["seconds"] for t in aero] == pytest.approx([2 / 6, 3 / 8, 4 / 10, 4 / 12])
-    assert all(t["ratio"] == {"flops": 1.0, "seconds": 1.0} for t in grpo)
+    # rollouts to target (Pilot-Commit's view): cumulative rollout/generated and tokens/generated there
+    assert [t["rollouts"] for t in grpo] == [30 * 128, 40 * 128, 50 * 128, 60 * 128]
+    assert [t["tokens"] for t in aero] == [20 * 640, 30 * 640, 40 * 640, 40 * 640]
+    assert [t["ratio"]["rollouts"] for t in aero] == pytest.approx([20 / 60, 30 / 80, 40 / 100, 40 / 120])
+    assert all(t["ratio"] == {"flops": 1.0, "seconds": 1.0, "rollouts": 1.0, "tokens": 1.0} for t in grpo)
     # not reached is a result, kept with nulls
     assert [t["reached"] for t in flat] == [False] * 4
     assert flat[0] == {"fraction": 0.5, "accuracy": pytest.approx(0.4), "reached": False, "step": None, "flops": None,
-                       "seconds": None, "ratio": {"flops": None, "seconds": None}}
+                       "seconds": None, "rollouts": None, "tokens": None,
+                       "ratio": {"flops": None, "seconds": None, "rollouts": None, "tokens": None}}
     assert runs_[a]["base"] == 0.3 and runs_[a]["evals"] == 7
 
 

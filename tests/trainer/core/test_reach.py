@@ -35,7 +35,8 @@ def _curve(values, flops_per_step, every=10):
     last = steps[-1]
     flops = cumulative(range(1, last + 1), [flops_per_step] * last)
     secs = cumulative(range(1, last + 1), [flops_per_step / 10] * last)
-    return ReachCurve(steps, values, {"flops": flops, "seconds": secs})
+    rollouts = cumulative(range(1, last + 1), [64 * flops_per_step] * last)  # e.g. a method that generates less
+    return ReachCurve(steps, values, {"flops": flops, "seconds": secs, "rollouts": rollouts})
 
 
 def test_reach_ratio_at_equal_accuracy_and_not_reached_kept():
@@ -53,7 +54,11 @@ def test_reach_ratio_at_equal_accuracy_and_not_reached_kept():
     assert r["ratios"]["aero"][0]["flops"] == pytest.approx(20 / 60)
     assert r["ratios"]["aero"][3]["seconds"] == pytest.approx(4.0 / 12.0)
     assert [x["reached"] for x in r["runs"]["flat"]] == [False] * 4
-    assert r["ratios"]["flat"][0] == {"fraction": 0.5, "flops": None, "seconds": None}
+    assert r["ratios"]["flat"][0] == {"fraction": 0.5, "flops": None, "seconds": None, "rollouts": None, "tokens": None}
+    # rollouts to target (Pilot-Commit's view): the same rule on the rollouts axis; a cost a run
+    # never logged (tokens here) is unknown, not zero
+    assert r["runs"]["aero"][0]["rollouts"] == 20 * 64 and r["ratios"]["aero"][0]["rollouts"] == pytest.approx(20 / 60)
+    assert r["runs"]["aero"][0]["tokens"] is None and r["ratios"]["aero"][0]["tokens"] is None
 
 
 def test_no_gain_gives_no_targets_and_says_why():
