@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from trainer.tasks.base import Problem
-from trainer.tasks.generated import BENCHMARK_SEED, GeneratedTask
+from trainer.tasks.generated import GeneratedTask
 from trainer.tasks.generated import normalize_weights as _normalize
-from trainer.tasks.tokenizer import DEFAULT_CHARS, CharTokenizer
+from trainer.tasks.tokenizer import DEFAULT_CHARS
 
 
 @dataclass(frozen=True)
@@ -120,11 +120,6 @@ class ArithmeticTask(GeneratedTask):
     WARM_START = WARM_START_WEIGHTS
     DEFAULT_OOD = ("OOD-add4",)
     CHARS = DEFAULT_CHARS
-
-    def __init__(self, level_weights: Mapping[str, float] | None = None, benchmark_size: int = 64,
-                 benchmark_seed: int = BENCHMARK_SEED, ood_levels: tuple[str, ...] = ("OOD-add4",),
-                 holdout_size: int = 64, tokenizer: CharTokenizer | None = None, train_size: int | None = None):
-        super().__init__(level_weights, benchmark_size, benchmark_seed, ood_levels, holdout_size, tokenizer, train_size)
 
     def draw(self, level, words: list[int], index: int) -> Problem:
         return make_problem(level, draw_operands(level, words), index=index)

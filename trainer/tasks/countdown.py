@@ -29,13 +29,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Mapping
 
 import numpy as np
 
 from trainer.tasks.base import Problem
-from trainer.tasks.generated import BENCHMARK_SEED, GeneratedTask
-from trainer.tasks.tokenizer import CharTokenizer
+from trainer.tasks.generated import GeneratedTask
 
 CHARS = "0123456789+-*/()>: "
 MAX_EQUATION_CHARS = 64
@@ -241,11 +239,6 @@ class CountdownTask(GeneratedTask):
     WARM_START = WARM_START_WEIGHTS
     DEFAULT_OOD = ("OOD-C3big",)
     CHARS = CHARS
-
-    def __init__(self, level_weights: Mapping[str, float] | None = None, benchmark_size: int = 64,
-                 benchmark_seed: int = BENCHMARK_SEED, ood_levels: tuple[str, ...] = ("OOD-C3big",),
-                 holdout_size: int = 64, tokenizer: CharTokenizer | None = None, train_size: int | None = None):
-        super().__init__(level_weights, benchmark_size, benchmark_seed, ood_levels, holdout_size, tokenizer, train_size)
 
     def draw(self, level, words: list[int], index: int) -> Problem:
         return make_problem(level, words, index)
