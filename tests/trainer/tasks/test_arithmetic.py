@@ -133,7 +133,7 @@ def test_sft_examples_are_deterministic_and_weighted(task):
 
 
 def test_registry():
-    assert set(TASKS) == {"arithmetic", "math", "code", "strata"}
+    assert set(TASKS) == {"arithmetic", "countdown", "math", "code", "strata"}
     assert isinstance(make_task("arithmetic", benchmark_size=4), ArithmeticTask)
     with pytest.raises(ValueError, match="unknown task"):
         make_task("chess")
