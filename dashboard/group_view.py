@@ -14,7 +14,7 @@ from typing import Any
 
 import streamlit as st
 
-from dashboard import charts, tables, ui
+from dashboard import charts, reach_tables, tables, ui
 from dashboard.client import ApiError
 import common.metric_keys as mk
 
@@ -170,7 +170,7 @@ def baseline_name(label: str, method: str) -> str:
 
 def target_lines(reach: Mapping[str, Any], name: str) -> list[tuple[float, str]]:
     """(accuracy, label) of each target of the reach block, for the headline charts."""
-    return [(acc, f"{t['fraction']:.0%} of {name}'s gain") for t, acc in zip(reach.get("targets") or [], tables.reach_target_accuracy(reach))
+    return [(acc, f"{t['fraction']:.0%} of {name}'s gain") for t, acc in zip(reach.get("targets") or [], reach_tables.reach_target_accuracy(reach))
             if acc is not None]
 
 
@@ -179,7 +179,7 @@ def headline_section(bands: Mapping[str, list[charts.Band]], reach: Mapping[str,
     """The paper's headline, first on the Compare page: held-out Avg@k against training FLOPs
     and against training time side by side (``bands[axis]``: one per method or run), then the
     "Compute to reach <name>'s accuracy" table from the API's ``reach`` block (``entries``
-    shaped by tables.run_reach_entries / group_reach_entries)."""
+    shaped by reach_tables.run_reach_entries / group_reach_entries)."""
     kk = k or "k"
     window = (reach or {}).get("window") or 3
     st.subheader(f"Held-out Avg@{kk} against training compute")
@@ -217,7 +217,7 @@ def reach_section(reach: Mapping[str, Any] | None, entries: list[dict], name: st
                 icon=":material/flag:")
         return
     kk = k or "k"
-    table = tables.reach_table(entries, reach, name, k=k, seeds=seeds)
+    table = reach_tables.reach_table(entries, reach, name, k=k, seeds=seeds)
     widths = [1.4] + [2.2] * (len(table.columns) - 1)
     ui.plot(charts.table_figure(table.columns, table.rows, table.bold, col_widths=widths), key="reach_table")
     window = reach.get("window") or 3
@@ -244,7 +244,7 @@ def group_headline(body: Mapping[str, Any], ids: tuple[int, ...], versions: tupl
         curves = ui.compare_curves(url, token, ids, (EVAL_KEY,), axis, GRID_POINTS, versions, window)
         bands[axis] = [b for g, d in zip(curves["groups"], dashes) if (b := band_of(g, EVAL_KEY, d)) is not None]
     base = next((g for g in body["groups"] if g["key"] == body["baseline"]), body["groups"][0])
-    headline_section(bands, reach, tables.group_reach_entries(reach or {}), baseline_name(base["label"], base["method"]),
+    headline_section(bands, reach, reach_tables.group_reach_entries(reach or {}), baseline_name(base["label"], base["method"]),
                      body.get("k"), seeds=True, level=level(body.get("alpha")))
 
 
@@ -255,11 +255,11 @@ def arena_section(body: Mapping[str, Any]) -> None:
     if len(body["groups"]) < 2:
         st.caption("Choose runs of at least two methods (or configs) to rank them against the baseline.")
         return
-    table = tables.arena_table(body)
+    table = reach_tables.arena_table(body)
     widths = [1.5, 0.8, 1.1, 2.2, 1.1, 1.0, 0.9, 0.9, 0.9, 1.9, 1.9, 1.9]
     ui.plot(charts.table_figure(table.columns, table.rows, table.bold, col_widths=widths), key="arena_table")
     lv = level(body.get("alpha"))
-    if points := tables.arena_points(body):
+    if points := reach_tables.arena_points(body):
         ui.plot(charts.arena_figure(points, k=table.k, level=lv), key="arena_tradeoff")
     st.caption(f"Sorted by final Avg@{table.k or 'k'} (the last evaluation pooled over benchmarks, mean ± half the {lv}% "
                "Student-t CI across seeds). *diff vs baseline*: mean difference per problem against the baseline group "

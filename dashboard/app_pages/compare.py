@@ -9,7 +9,7 @@ counterfactual, and labelled which), zero-accuracy curves (Fig. 9) and a benchma
 
 import streamlit as st
 
-from dashboard import charts, group_view, tables, ui
+from dashboard import charts, group_view, reach_tables, tables, ui
 import common.metric_keys as mk
 
 st.title("Compare")
@@ -118,7 +118,7 @@ def headline(runs: list[dict], cmp: dict, versions: tuple) -> None:
     bands = {axis: eval_bands(runs, axis, window, versions) for axis in group_view.HEADLINE_AXES}
     base = next((r for r in runs if r["id"] == cmp["baseline"]), runs[0])
     labels, methods = {r["id"]: run_name(r) for r in runs}, {r["id"]: r["method"] for r in runs}
-    group_view.headline_section(bands, reach, tables.run_reach_entries(reach or {}, labels, methods),
+    group_view.headline_section(bands, reach, reach_tables.run_reach_entries(reach or {}, labels, methods),
                                 charts.method_label(base["method"]), eval_k(cmp), seeds=False)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from dashboard import charts, tables
+from dashboard import charts, reach_tables, tables
 from trainer.methods.spec import method_names, specs
 
 
@@ -496,7 +496,7 @@ REACH = {
 
 
 def test_reach_table_cells_not_reached_and_bold():
-    t = tables.reach_table(tables.group_reach_entries(REACH), REACH, "GRPO", k=8)
+    t = reach_tables.reach_table(reach_tables.group_reach_entries(REACH), REACH, "GRPO", k=8)
     assert t.columns == ["method", "50% of GRPO's gain<br>(Avg@8 ≥ 0.400)", "100% of GRPO's gain<br>(Avg@8 ≥ 0.500)"]
     grpo, aero, dapo = t.rows
     assert grpo == ["grpo (baseline)", "60 ± 10 GFLOP<br>6 s", "120 GFLOP<br>12 s"]  # no ratio to itself
@@ -516,9 +516,9 @@ def test_run_reach_entries_are_groups_of_one():
                                    "ratio": {"flops": 1.0, "seconds": 1.0}}]},
         {"run_id": 2, "targets": [{"fraction": 0.5, "accuracy": 0.4, "reached": False, "step": None, "flops": None,
                                    "seconds": None, "ratio": {"flops": None, "seconds": None}}]}]}
-    entries = tables.run_reach_entries(reach, {1: "#1 GRPO s0", 2: "#2 DAPO s0"}, {1: "grpo", 2: "dapo"})
+    entries = reach_tables.run_reach_entries(reach, {1: "#1 GRPO s0", 2: "#2 DAPO s0"}, {1: "grpo", 2: "dapo"})
     assert entries[0]["baseline"] and entries[1]["targets"][0]["reached"] == 0 and entries[1]["targets"][0]["of"] == 1
-    t = tables.reach_table(entries, reach, "GRPO", seeds=False)
+    t = reach_tables.reach_table(entries, reach, "GRPO", seeds=False)
     assert t.columns[1] == "50% of GRPO's gain<br>(Avg@k ≥ 0.400)"
     assert t.rows == [["#1 GRPO s0 (baseline)", "60 FLOP<br>6 s"], ["#2 DAPO s0", "not reached"]]
 
@@ -553,7 +553,7 @@ def test_arena_table_sorts_by_accuracy_keeps_not_reached_and_marks_the_baseline(
                                           "p_value": 0.0123}]},
             "reach": {"groups": [{"key": g["key"], "targets": [{"fraction": f, "seeds": g["_reach"]} for f in (0.5, 0.75, 0.9, 1.0)]}
                                  for g in groups]}}
-    t = tables.arena_table(body)
+    t = reach_tables.arena_table(body)
     assert [r[0] for r in t.rows] == ["speed", "grpo (baseline)"]  # best final Avg@8 first
     assert t.columns[2] == "final Avg@8" and t.rows[0][2] == "0.450 ± 0.010"
     assert t.rows[0][3] == "+0.050 [0.010, 0.090]<br>p=0.012" and t.rows[1][3] == "—"
@@ -566,18 +566,18 @@ def test_arena_table_sorts_by_accuracy_keeps_not_reached_and_marks_the_baseline(
     assert rec.loc["speed", "p_value"] == 0.0123 and rec.loc["speed", "50%:seed0:flops"] == 2e9
     assert rec.loc["speed", "waste/flops_frac"] == pytest.approx(0.1)
     assert pd.isna(rec.loc["speed", "50%:seed1:flops"])  # not reached: empty in the CSV, not dropped
-    fig = charts.arena_figure(tables.arena_points(body), k=8)
+    fig = charts.arena_figure(reach_tables.arena_points(body), k=8)
     assert [t.name for t in fig.data] == ["grpo", "speed"] and fig.data[1].marker.color == charts.method_color("speed")
     assert fig.data[1].x == (1e9,) and fig.data[1].y == (0.45,) and fig.data[1].error_y.array == (pytest.approx(0.01),)
 
 
 def test_reach_cells_show_rollouts_to_target_where_the_runs_logged_them():
     st = lambda m: {"mean": m, "lo": m * 0.9, "hi": m * 1.1, "n": 3}  # noqa: E731
-    cell = tables.reach_cell({"of": 3, "reached": 3, "flops": st(2e9), "seconds": st(10.0), "rollouts": st(2100.0),
+    cell = reach_tables.reach_cell({"of": 3, "reached": 3, "flops": st(2e9), "seconds": st(10.0), "rollouts": st(2100.0),
                               "ratio": {"rollouts": {"mean": 0.5, "lo": 0.4, "hi": 0.6, "n": 3}}}, False, True)
     assert cell.split("<br>")[2:] == ["2.1 ± 0.21 k rollouts", "0.50× [0.40, 0.60] rollouts"]
-    older = tables.reach_cell({"of": 1, "reached": 1, "flops": st(2e9), "seconds": st(10.0), "ratio": {}}, False, True)
+    older = reach_tables.reach_cell({"of": 1, "reached": 1, "flops": st(2e9), "seconds": st(10.0), "ratio": {}}, False, True)
     assert "rollouts" not in older  # a store from before the rollouts axis: FLOPs and seconds only
-    text = tables.seed_reach_text({"seeds": [{"seed": 0, "reached": True, "flops": 2e9, "seconds": 10.0, "rollouts": 2100},
+    text = reach_tables.seed_reach_text({"seeds": [{"seed": 0, "reached": True, "flops": 2e9, "seconds": 10.0, "rollouts": 2100},
                                              {"seed": 1, "reached": False, "flops": None, "seconds": None, "rollouts": None}]})
     assert text == "s0 2 GFLOP · 10 s · 2.1 k rollouts<br>s1 not reached"
