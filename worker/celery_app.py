@@ -12,7 +12,7 @@ hostage. With Redis an unacked message whose worker vanished is handed out again
 
 from __future__ import annotations
 
-from celery import Celery
+from celery import Celery, signals
 from kombu import Queue
 
 from backend.settings import Settings, broker_url, get_settings
@@ -84,6 +84,15 @@ def make_app(settings: Settings | None = None, ws: WorkerSettings | None = None)
         task_soft_time_limit=None,
     )
     return app
+
+
+@signals.worker_ready.connect
+def _bound_the_exit(**_) -> None:
+    """The worker's main process (never a pool process, never the API), once its pool exists:
+    the guard's exit hook must be registered after multiprocessing's (worker/exit_guard.py)."""
+    from worker import exit_guard
+
+    exit_guard.install()
 
 
 app = make_app()
