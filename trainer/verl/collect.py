@@ -123,19 +123,3 @@ def collect(cfg: RunConfig, next_batch: Callable, generate: Callable, divisor: i
                          advantages=adv.numpy(), stats=stats, cost_metrics=res.cost_metrics,
                          groups=np.concatenate(sampler.groups), rounds=np.concatenate(sampler.rounds),
                          train_rows=np.asarray(res.rows, dtype=np.int64))
-
-
-def collect_aero(cfg: RunConfig, batch, gen_batch, generate: Callable, divisor: int,
-                 rng: np.random.Generator) -> VerlCollected:
-    """AERO (trainer/methods/aero.py) on one prompt batch of P rows: exploration is one call of
-    P * n_explore rows, each rescue call the planned rounds of the active prompts."""
-    return collect(cfg, lambda: (batch, gen_batch), generate, divisor, rng)
-
-
-def collect_dapo(cfg: RunConfig, next_batch: Callable, generate: Callable, divisor: int) -> VerlCollected:
-    """DAPO dynamic sampling (trainer/methods/dapo.py): prompt batches from ``next_batch()`` until
-    P groups with non-zero accuracy variance are kept or ``dapo.max_gen_rounds`` batches were
-    generated; then train on the kept groups (possibly none: ``train`` is None, counted in
-    dapo/cap_hit) instead of raising as the recipe does. The overlong shaping is
-    in the step (trainer/methods/dapo.py), as on the embedded engine; rm_scores stay the verifier's."""
-    return collect(cfg, next_batch, generate, divisor)

@@ -12,7 +12,7 @@ import torch
 pytest.importorskip("verl")
 
 from trainer.config import parse_run_config  # noqa: E402
-from trainer.verl.collect import collect_aero, collect_dapo  # noqa: E402
+from trainer.verl.collect import collect  # noqa: E402
 from trainer.verl.rows import ADV_COLUMN, pad_for_update, real_rows, split_sizes, unpad_masked  # noqa: E402
 
 AERO = {"preset": None, "model_path": "/m", "task": "math", "train_data": "/d.jsonl", "engine": "verl",
@@ -31,7 +31,7 @@ def run_aero(vr, overrides=None, divisor=3, script=SCRIPT):
     cfg = parse_run_config({**AERO, **(overrides or {})})
     batch, gen_batch = vr.split(vr.prompt_batch(4))
     rollout = vr.ScriptedRollout(script)
-    col = collect_aero(cfg, batch, gen_batch, rollout, divisor, np.random.default_rng(0))
+    col = collect(cfg, lambda: (batch, gen_batch), rollout, divisor, np.random.default_rng(0))
     return cfg, col, rollout
 
 
@@ -125,11 +125,11 @@ def test_dapo_group_filter_keeps_varied_groups_and_stops_at_the_cap(vr):
                             "dapo": {"max_gen_rounds": 2, "overlong_buffer": 2}})
     rollout = vr.ScriptedRollout({0: [[1, 0], [1, 1]], 1: [[1, 1], [0, 1]]})
     batches = iter([vr.split(vr.prompt_batch(2)), vr.split(vr.prompt_batch(2))])
-    col = collect_dapo(cfg, lambda: next(batches), rollout, divisor=4)
+    col = collect(cfg, lambda: next(batches), rollout, divisor=4)
     assert isinstance(col.train, DataProto)
     # batch 1 keeps prompt 0 (1, 0); batch 2 keeps prompt 1 (0, 1); then P = 2 groups are kept
     assert col.train.batch["rm_scores"].sum(-1).tolist() == [1, 0, 0, 1]
     assert (col.stats["dapo/gen_rounds"], col.stats["dapo/kept_groups"], col.stats["dapo/cap_hit"]) == (2, 2, 0)
     assert len(col.generated) == 8 and col.prompts_used == 4
-    none = collect_dapo(cfg, lambda: vr.split(vr.prompt_batch(2)), vr.ScriptedRollout({}), divisor=4)
+    none = collect(cfg, lambda: vr.split(vr.prompt_batch(2)), vr.ScriptedRollout({}), divisor=4)
     assert none.train is None and none.stats["dapo/cap_hit"] == 1  # all-fail twice: train nothing, no crash
