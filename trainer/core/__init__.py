@@ -12,8 +12,8 @@ import importlib
 
 _EXPORTS: dict[str, tuple[str, ...]] = {
     "advantages": ("bayesian_advantage", "grpo_advantage", "posterior_mean"),
-    "aero": ("KINDS", "SPLITS", "Curated", "RescueState", "Stratum", "aero_advantages", "apply_round", "curate",
-             "is_correct", "negatives_to_keep", "next_round", "plan_rescue_round", "plan_rounds", "replay",
+    "aero": ("KINDS", "SPLITS", "Curated", "RescueState", "Stratum", "aero_advantages", "curate",
+             "is_correct", "negatives_to_keep", "plan_rescue_round", "plan_rounds", "replay",
              "start_rescue", "stratify", "theorem41_factor"),
     "dapo": ("nonzero_variance_mask", "overlong_penalty"),
     "losses": ("AGG_MODES", "aggregate", "clipped_surrogate", "entropy_from_logits", "kl_k3"),

@@ -202,12 +202,6 @@ def plan_rounds(
     return np.stack(plans) if plans else np.zeros((0, P), dtype=np.int64)
 
 
-def next_round(state: RescueState, *, delta_n: int, n_max: int, k_max: int, split: str = "prompt-order") -> np.ndarray:
-    """int[P] rollouts for the next sequential rescue round; all zeros when the rescue is over."""
-    plan = plan_rounds(state, 1, delta_n=delta_n, n_max=n_max, k_max=k_max, split=split)
-    return plan[0] if len(plan) else np.zeros(len(state.active), dtype=np.int64)
-
-
 def replay(state: RescueState, plan, new_rewards_per_prompt: Sequence) -> tuple[RescueState, list[np.ndarray]]:
     """Account a window of rescue rounds in generation order (speculative multi-round rescue).
 
@@ -271,11 +265,6 @@ def replay(state: RescueState, plan, new_rewards_per_prompt: Sequence) -> tuple[
         unused=state.unused + generated - n_used,
     )
     return new, used
-
-
-def apply_round(state: RescueState, counts, new_rewards_per_prompt: Sequence) -> RescueState:
-    """One sequential rescue round (the paper's loop): :func:`replay` of a one-round plan."""
-    return replay(state, np.asarray(counts, dtype=np.int64)[None, :], new_rewards_per_prompt)[0]
 
 
 # ---------------------------------------------------------------------------- curation (S1-S3)

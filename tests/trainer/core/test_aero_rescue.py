@@ -3,9 +3,7 @@ import pytest
 
 from trainer.core.aero import (
     Stratum,
-    apply_round,
     curate,
-    next_round,
     plan_rescue_round,
     plan_rounds,
     replay,
@@ -14,6 +12,16 @@ from trainer.core.aero import (
 )
 
 R, L, H = int(Stratum.RESCUE), int(Stratum.LOW), int(Stratum.HIGH)
+
+
+def next_round(state, **kw):
+    """The paper's sequential loop, one round at a time: a one-round plan (zeros when over)."""
+    plan = plan_rounds(state, 1, **kw)
+    return plan[0] if len(plan) else np.zeros(len(state.active), dtype=np.int64)
+
+
+def apply_round(state, counts, rewards):
+    return replay(state, np.asarray(counts, dtype=np.int64)[None, :], rewards)[0]
 
 
 def test_stratify_paper_defaults():
