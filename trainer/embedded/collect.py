@@ -64,8 +64,9 @@ class Collected:
     cost_metrics: CostMetrics | None = None  # the step's metrics that need its cost per trained token
 
 
-class _Sampler:
-    """Generate + score with timing and verifier-failure counts accumulated over a step."""
+class TimedScorer:
+    """One engine call + the verifier over its rollouts, with the step's generation and scoring
+    times, call count and verifier-failure counts accumulated (what EmbeddedSampler generates with)."""
 
     def __init__(self, ctx: StepContext):
         self.ctx, self.t_gen, self.t_rew, self.calls, self.scored = ctx, 0.0, 0.0, 0, 0
@@ -113,7 +114,7 @@ class EmbeddedSampler:
 
     def __init__(self, ctx: StepContext, data_pos: int):
         self.ctx, self.data_pos, self.used = ctx, data_pos, 0
-        self.timed = _Sampler(ctx)
+        self.timed = TimedScorer(ctx)
         self.state = ctx.method_state
         self.rollouts: list[Rollout] = []
         self.problems: list[Problem] = []
