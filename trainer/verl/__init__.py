@@ -13,7 +13,7 @@ does not import verl. Entry point for the worker: :func:`run_verl` (the contract
     rows        DataProto rows: generation padding to the agent-loop divisor, the update layout
     collect     one step's rollouts on DataProto (the method step, its advantages)
     metrics     accounting (generated vs trained tokens, FLOPs), verl -> platform keys, logger
-    trainer     AEROTrainer(RayPPOTrainer)
+    trainer     PlatformTrainer(RayPPOTrainer)
     runner      the Ray task runner and run_verl
 """
 

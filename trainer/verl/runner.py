@@ -5,11 +5,11 @@ logs every step to ``sink`` (``log``/``log_eval``), resumes from OUT's latest ch
 (verl's own, OUT/verl_checkpoints), polls ``should_stop`` and returns
 ``{"status": "completed" | "stopped", "last_step", "final_eval", "n_params", "data_pos"}``.
 
-    launcher (worker process)               Ray task-runner actor (AeroTaskRunner)
+    launcher (worker process)               Ray task-runner actor (PlatformTaskRunner)
     -------------------------               --------------------------------------
     data -> OUT/verl_data/*.parquet
     overrides -> hydra compose + checks
-    ray.init; runner.run.remote(config) --> build datasets, AEROTrainer, workers; fit()
+    ray.init; runner.run.remote(config) --> build datasets, PlatformTrainer, workers; fit()
     relay OUT/verl/*.jsonl -> sink   <----  PlatformLogger -> JsonlSink(OUT/verl)
     should_stop() -> touch OUT/verl/STOP -> polled after each step: checkpoint, stop
 
@@ -118,8 +118,8 @@ def build_verl_config(cfg: RunConfig, out_dir: Path, n_gpus_per_node: int | None
     return config
 
 
-class AeroTaskRunner:
-    """The Ray task runner (verl's main_ppo_v0.TaskRunner, building an AEROTrainer)."""
+class PlatformTaskRunner:
+    """The Ray task runner (verl's main_ppo_v0.TaskRunner, building an PlatformTrainer)."""
 
     def run(self, config) -> dict[str, Any]:
         from omegaconf import OmegaConf
@@ -130,7 +130,7 @@ class AeroTaskRunner:
         from verl.workers.config import HFModelConfig
 
         from trainer.verl.step_metrics import StopRequested, stop_file_flag
-        from trainer.verl.trainer import AEROTrainer
+        from trainer.verl.trainer import PlatformTrainer
 
         OmegaConf.resolve(config)
         out_dir = Path(config.aero_lab.out_dir)
@@ -144,7 +144,7 @@ class AeroTaskRunner:
         train_ds = create_rl_dataset(config.data.train_files, config.data, tokenizer, processor, is_train=True)
         val_ds = create_rl_dataset(config.data.val_files, config.data, tokenizer, processor, is_train=False)
         sink = JsonlSink(out_dir / "verl")
-        trainer = AEROTrainer(
+        trainer = PlatformTrainer(
             config=config, tokenizer=tokenizer, processor=processor, role_worker_mapping=roles.role_worker_mapping,
             resource_pool_manager=roles.init_resource_pool_mgr(config), ray_worker_group_cls=wg_cls,
             train_dataset=train_ds, val_dataset=val_ds, collate_fn=collate_fn,
@@ -240,7 +240,7 @@ def run_verl(cfg: RunConfig, out_dir: str | Path, sink: MetricSink,
         JsonlSink(out_dir / "verl").truncate_after(resumed)
         sink.truncate_after(resumed)
     relay = JsonlRelay(out_dir / "verl", sink)
-    runner = ray.remote(num_cpus=1)(AeroTaskRunner).remote()
+    runner = ray.remote(num_cpus=1)(PlatformTaskRunner).remote()
     try:
         ref = runner.run.remote(config)
         seen = 0

@@ -1,4 +1,4 @@
-"""AEROTrainer: verl's RayPPOTrainer with AERO and DAPO step collection and platform metrics.
+"""PlatformTrainer: verl's RayPPOTrainer with every registered method's step collection (AERO, DAPO and the curated peers) and platform metrics.
 
 Shaped like verl's DAPO recipe trainer (a RayPPOTrainer subclass whose ``fit`` owns the
 generation phase); one step of AERO / DAPO:
@@ -87,7 +87,7 @@ def attach_logger(logger: PlatformLogger):
         tracking.Tracking = base
 
 
-class AEROTrainer(RayPPOTrainer):
+class PlatformTrainer(RayPPOTrainer):
     """RayPPOTrainer + AERO/DAPO collection + platform metrics (module docstring).
 
     Extra keyword arguments: ``run_cfg`` (the platform RunConfig), ``sink`` (a MetricSink the

@@ -147,7 +147,7 @@ class Engines:
         self.cfg, self.task = cfg, ArithmeticTask(benchmark_size=4)
         self.ctx = StepContext(cfg=cfg, task=self.task, engine=None, sampling=SamplingParams(max_new_tokens=RESP_W),
                                gen=torch.Generator().manual_seed(0), rng=np.random.default_rng(cfg.seed))
-        self.verl_rng = np.random.default_rng(cfg.seed)  # AEROTrainer.curation_rng
+        self.verl_rng = np.random.default_rng(cfg.seed)  # PlatformTrainer.curation_rng
         self.pos = 0
 
     def step(self, s: int):
@@ -172,7 +172,7 @@ class Engines:
         return emb, ver
 
     def resume_verl_rng(self):
-        """What AEROTrainer's checkpoint round trip does to the curation RNG (aero_state.json)."""
+        """What PlatformTrainer's checkpoint round trip does to the curation RNG (aero_state.json)."""
         from trainer.embedded.checkpoint import numpy_rng_from_state, numpy_rng_state
 
         self.verl_rng = numpy_rng_from_state(json.loads(json.dumps(numpy_rng_state(self.verl_rng))))

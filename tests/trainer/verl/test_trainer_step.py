@@ -1,4 +1,4 @@
-"""AEROTrainer's driver side on CPU: one AERO step and a two-step fit through verl's own
+"""PlatformTrainer's driver side on CPU: one AERO step and a two-step fit through verl's own
 RayPPOTrainer methods (_compute_old_log_prob, compute_advantage, _load_checkpoint,
 padding conversions, Tracking). Only what needs GPUs stands in: the vLLM agent loop
 (conftest's scripted rollout), the FSDP actor worker group (returns log-probs of the right
@@ -62,12 +62,12 @@ class Replicas:
 
 def make_trainer(vr, tmp_path, **overrides):
     from trainer.verl.overrides import compose, to_overrides
-    from trainer.verl.trainer import AEROTrainer
+    from trainer.verl.trainer import PlatformTrainer
 
     cfg = parse_run_config(for_method({**CFG, **overrides}, overrides.get("method", CFG["method"])))
     config = compose(to_overrides(cfg, out_dir=tmp_path, train_file="t.parquet", val_files=[], n_gpus_per_node=2)
                      + ["trainer.save_freq=-1", "trainer.test_freq=-1", "trainer.val_before_train=false"])
-    tr = AEROTrainer.__new__(AEROTrainer)  # no workers, no dataloader: those need GPUs / data files
+    tr = PlatformTrainer.__new__(PlatformTrainer)  # no workers, no dataloader: those need GPUs / data files
     rollout = vr.ScriptedRollout(SCRIPT)
     sink = MemorySink()
     tr.config, tr.run_cfg, tr.model_shape = config, cfg, (1000, 2, 16)
