@@ -11,7 +11,7 @@ import pandas as pd
 
 import common.metric_keys as mk
 from dashboard.charts import si
-from dashboard.tables import (BenchTable, _acc_text, _best, _pct, _significance, ci_text, group_k, half_ci, p_text, ratio_text,
+from dashboard.tables import (BenchTable, acc_text, best_cells, pct_text, significance_of, ci_text, group_k, half_ci, p_text, ratio_text,
                               seeds_text, si_stat_text, stat_text)
 
 
@@ -99,7 +99,7 @@ def reach_table(entries: Sequence[Mapping[str, Any]], reach: Mapping[str, Any], 
                             for f, a in zip(fractions, accs)]
     flops = [[(t.get("flops") or {}).get("mean") if t["reached"] else None for t in e["targets"]] or [None] * len(fractions)
              for e in entries]
-    best = [_best([row[j] if j < len(row) else None for row in flops], False, lambda v: si(v, "FLOP"))
+    best = [best_cells([row[j] if j < len(row) else None for row in flops], False, lambda v: si(v, "FLOP"))
             for j in range(len(fractions))]
     rows, bold, records = [], [], []
     for i, e in enumerate(entries):
@@ -146,7 +146,7 @@ def seed_reach_text(t: Mapping[str, Any] | None) -> str:
 
 
 def _arena_test(body: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
-    return _significance(body.get("significance") or {}, mk.OVERALL, key, "avg_at_k")
+    return significance_of(body.get("significance") or {}, mk.OVERALL, key, "avg_at_k")
 
 
 def arena_table(body: Mapping[str, Any]) -> BenchTable:
@@ -169,9 +169,9 @@ def arena_table(body: Mapping[str, Any]) -> BenchTable:
     means = {c[1]: [((g.get("mean") or {}).get(c[1]) or {}).get("mean") for g in groups] for c in cols}
     zero = [((g.get("mean") or {}).get(mk.ZERO_ACC_AFTER_RESCUE) or {}).get("mean") for g in groups]
     waste = [((g.get("mean") or {}).get(mk.WASTE_FLOPS_FRAC) or {}).get("mean") for g in groups]
-    best_waste = _best(waste, False, lambda v: _pct(v))
-    best_final = _best([(f or {}).get("mean") for f in final], True, _acc_text)
-    best_cost = {c[1]: _best(means[c[1]], False, lambda v, u=c[2]: si(v, u)) for c in cols[:2]}
+    best_waste = best_cells(waste, False, lambda v: pct_text(v))
+    best_final = best_cells([(f or {}).get("mean") for f in final], True, acc_text)
+    best_cost = {c[1]: best_cells(means[c[1]], False, lambda v, u=c[2]: si(v, u)) for c in cols[:2]}
     rows, bold, records = [], [], []
     for i in order:
         g, is_base = groups[i], groups[i]["key"] == base
@@ -180,8 +180,8 @@ def arena_table(body: Mapping[str, Any]) -> BenchTable:
         targets = {round(t["fraction"], 6): t for t in (reach.get(g["key"]) or {}).get("targets") or []}
         row = [g["label"] + (" (baseline)" if is_base else ""), seeds_text(g), stat_text(final[i]), diff,
                *[si_stat_text((g.get("mean") or {}).get(c[1]), c[2]) for c in cols],
-               stat_text((g.get("mean") or {}).get(mk.ZERO_ACC_AFTER_RESCUE), _pct),
-               stat_text((g.get("mean") or {}).get(mk.WASTE_FLOPS_FRAC), _pct),
+               stat_text((g.get("mean") or {}).get(mk.ZERO_ACC_AFTER_RESCUE), pct_text),
+               stat_text((g.get("mean") or {}).get(mk.WASTE_FLOPS_FRAC), pct_text),
                *[seed_reach_text(targets.get(round(f, 6))) for f in ARENA_FRACTIONS]]
         rows.append(row)
         bold.append([False, False, best_final[i], False, *[best_cost[c[1]][i] if c[1] in best_cost else False for c in cols],

@@ -223,7 +223,7 @@ class BenchTable:
                           [[b[j] for j in keep] for b in self.bold], self.frame, self.k)
 
 
-def _best(values: Sequence[float | None], higher: bool, shown: Callable[[float], str] | None = None) -> list[bool]:
+def best_cells(values: Sequence[float | None], higher: bool, shown: Callable[[float], str] | None = None) -> list[bool]:
     """Which cells of a column are bold: every value that ties the best one (lowest cost,
     highest accuracy), one rule in every column and table. A tie is judged on the value as the
     cell shows it (``shown``, e.g. 3 decimals): two cells that both read 0.500 are both bold,
@@ -238,7 +238,7 @@ def _best(values: Sequence[float | None], higher: bool, shown: Callable[[float],
     return [v is not None and math.isclose(v, target, rel_tol=1e-9, abs_tol=1e-12) for v in values]
 
 
-def _acc_text(v: float) -> str:
+def acc_text(v: float) -> str:
     """An accuracy as the tables show it (Avg@k, Pass@k)."""
     return f"{v:.3f}"
 
@@ -273,7 +273,7 @@ def benchmark_table(entries: Sequence[Mapping[str, Any]], baseline_id: int) -> B
 
     numbers = [[value(e, m, b) for m, b, _ in num_cols] for e in entries]
     shown = {"time_s": lambda v: si(v, "s"), "flops": lambda v: si(v, "FLOP")}
-    best_cols = [_best([row[j] for row in numbers], hi, shown.get(m, _acc_text)) for j, (m, _, hi) in enumerate(num_cols)]
+    best_cols = [best_cells([row[j] for row in numbers], hi, shown.get(m, acc_text)) for j, (m, _, hi) in enumerate(num_cols)]
     rows, bold, records = [], [], []
     for i, e in enumerate(entries):
         is_base = base is not None and e["run_id"] == base["run_id"]
@@ -282,7 +282,7 @@ def benchmark_table(entries: Sequence[Mapping[str, Any]], baseline_id: int) -> B
         for j, (metric, bench, _) in enumerate(num_cols):
             v = numbers[i][j]
             r = _ratio(v, value(base, metric, bench)) if base is not None else None
-            text = "–" if v is None else shown.get(metric, _acc_text)(v)
+            text = "–" if v is None else shown.get(metric, acc_text)(v)
             ci_key = "avg_ci" if metric == "avg_at_k" else "pass_ci"
             ci = (e["evals"].get(bench) or {}).get(ci_key) if bench else None
             if v is not None and (not bench or bench == mk.OVERALL) and r is not None:
@@ -372,7 +372,7 @@ def seeds_text(group: Mapping[str, Any]) -> str:
     return f"{len(seeds)} ({', '.join(str(s) for s in seeds)})" if seeds else str(len(group.get("run_ids") or []))
 
 
-_pct = pct  # the one percentage format (charts.pct)
+pct_text = pct  # the one percentage format (charts.pct)
 
 
 # (column, section, key, higher is better, Stat -> text); section "mean" = per-step means, "evals" = overall evals
@@ -380,9 +380,9 @@ SUMMARY_COLUMNS: tuple[tuple[str, str, str, bool, Any], ...] = (
     ("time / step", "mean", mk.STEP_S, False, lambda st: si_stat_text(st, "s")),
     ("FLOPs / step", "mean", mk.FLOPS_TOTAL, False, lambda st: si_stat_text(st, "FLOP")),
     # the share of a step's FLOPs whose rows carried no advantage signal (docs/metrics.md "Wasted compute")
-    ("wasted FLOPs", "mean", mk.WASTE_FLOPS_FRAC, False, lambda st: stat_text(st, _pct)),
+    ("wasted FLOPs", "mean", mk.WASTE_FLOPS_FRAC, False, lambda st: stat_text(st, pct_text)),
     ("trained rollouts / step", "mean", mk.ROLLOUTS_TRAINED, False, si_stat_text),
-    ("zero-acc after rescue", "mean", mk.ZERO_ACC_AFTER_RESCUE, False, lambda st: stat_text(st, _pct)),
+    ("zero-acc after rescue", "mean", mk.ZERO_ACC_AFTER_RESCUE, False, lambda st: stat_text(st, pct_text)),
     ("Avg@k total", "evals", "avg_at_k", True, stat_text),
     ("Pass@k total", "evals", "pass_at_k", True, stat_text),
 )
@@ -423,7 +423,7 @@ def group_summary_table(groups: Sequence[Mapping[str, Any]], baseline_key: str) 
     columns = ["group", "seeds"] + [c[0].replace("@k", f"@{k}") if k else c[0] for c in cols] + ["seed pairs"]
     cells = [[_group_stat(g, sec, key) for _, sec, key, _, _ in cols] for g in groups]
     # ties on the mean as the cell shows it (the format of a Stat without its interval)
-    best = [_best([row[j][0].get("mean") if row[j][0] else None for row in cells], hi, lambda v, f=fmt: f({"mean": v}))
+    best = [best_cells([row[j][0].get("mean") if row[j][0] else None for row in cells], hi, lambda v, f=fmt: f({"mean": v}))
             for j, (_, _, _, hi, fmt) in enumerate(cols)]
     rows, bold, records = [], [], []
     for i, g in enumerate(groups):
@@ -447,7 +447,7 @@ def group_summary_table(groups: Sequence[Mapping[str, Any]], baseline_key: str) 
     return BenchTable(columns, rows, bold, pd.DataFrame(records), k)
 
 
-def _significance(significance: Mapping[str, Any], bench: str, group_key: str, metric: str) -> Mapping[str, Any] | None:
+def significance_of(significance: Mapping[str, Any], bench: str, group_key: str, metric: str) -> Mapping[str, Any] | None:
     """The test of ``group_key`` against the baseline on ``bench`` for ``metric``, if the API ran one."""
     return next((t for t in significance.get(bench) or [] if t.get("group") == group_key and t.get("metric") == metric), None)
 
@@ -465,7 +465,7 @@ def group_benchmark_table(groups: Sequence[Mapping[str, Any]], significance: Map
     keys = benches + ([mk.OVERALL] if has_total else [])
     columns = ["group"] + [f"{name} {b}" for b in benches] + ([f"{name} Total (P-value)"] if has_total else [])
     stats = [[((g.get("evals") or {}).get(b) or {}).get(metric) or {} for b in keys] for g in groups]
-    best = [_best([row[j].get("mean") for row in stats], True, _acc_text) for j in range(len(keys))]
+    best = [best_cells([row[j].get("mean") for row in stats], True, acc_text) for j in range(len(keys))]
     rows, bold, records = [], [], []
     for i, g in enumerate(groups):
         is_base = g["key"] == baseline_key
@@ -474,10 +474,10 @@ def group_benchmark_table(groups: Sequence[Mapping[str, Any]], significance: Map
                                "seeds": len(g.get("seeds") or g.get("run_ids") or [])}
         for b, stat in zip(keys, stats[i]):
             mean = stat.get("mean")
-            text = "–" if mean is None else _acc_text(mean)
+            text = "–" if mean is None else acc_text(mean)
             rec[f"{metric}:{b}"], rec[f"{metric}:{b}:lo"], rec[f"{metric}:{b}:hi"] = mean, stat.get("lo"), stat.get("hi")
             if b == mk.OVERALL:
-                test = None if is_base else _significance(significance, mk.OVERALL, g["key"], metric)
+                test = None if is_base else significance_of(significance, mk.OVERALL, g["key"], metric)
                 if is_base:
                     text += " (—)"
                 elif test is not None:

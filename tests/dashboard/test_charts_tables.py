@@ -207,13 +207,13 @@ def test_benchmark_table_bold_best_ratios_and_cis():
 
 
 def test_best_bolds_every_tied_best_in_every_column():
-    assert tables._best([0.5, 0.7, 0.7, None], higher=True) == [False, True, True, False]
-    assert tables._best([2.0, 1.0, 1.0], higher=False) == [False, True, True]
+    assert tables.best_cells([0.5, 0.7, 0.7, None], higher=True) == [False, True, True, False]
+    assert tables.best_cells([2.0, 1.0, 1.0], higher=False) == [False, True, True]
     # one rule: a column where every run ties is bold throughout, like a column where two of three tie
-    assert tables._best([0.0, 0.0], higher=True) == [True, True] and tables._best([0.3], higher=True) == [False]
+    assert tables.best_cells([0.0, 0.0], higher=True) == [True, True] and tables.best_cells([0.3], higher=True) == [False]
     # a tie is what the cells show: 0.5004 and 0.4996 both read 0.500
-    assert tables._best([0.5004, 0.4996, 0.3], higher=True, shown=tables._acc_text) == [True, True, False]
-    assert tables._best([0.5004, 0.4996, 0.3], higher=True) == [True, False, False]
+    assert tables.best_cells([0.5004, 0.4996, 0.3], higher=True, shown=tables.acc_text) == [True, True, False]
+    assert tables.best_cells([0.5004, 0.4996, 0.3], higher=True) == [True, False, False]
 
 
 def test_benchmark_table_bolds_ties_as_shown_in_every_column():

@@ -661,7 +661,8 @@ def test_compare_headline_and_reach_table_come_first(reach_groups, use_api):
     assert [c[-1] for c in reach["cells"][1:]] == ["not reached (2/2 seeds)"] * 4  # DAPO never learns
     ratio = 5 * AERO_FLOPS / (15 * GRPO_FLOPS)  # AERO reaches 50% at step 5, GRPO at step 15, the same in both seeds
     aero = half[1].split("<br>")
-    assert aero[0].endswith(" GFLOP") and aero[1].endswith(" s") and aero[2] == f"{ratio:.2f}× [{ratio:.2f}, {ratio:.2f}] FLOPs"
+    assert aero[0].endswith(" GFLOP") and aero[1].endswith(" s") and aero[2].endswith(" k rollouts")  # rollouts to reach
+    assert aero[3] == f"{ratio:.2f}× [{ratio:.2f}, {ratio:.2f}] FLOPs"
     assert "×" not in half[0]  # the baseline has no ratio to itself
     captions = texts(at.caption)
     for words in ("held-out **Avg@8**", "fixed problems", "eval_temperature", "paired draws", "trailing mean over 3 evaluations",
@@ -720,8 +721,8 @@ def test_compare_arena_leaderboard_ranks_groups_against_the_baseline(reach_group
     half = col["to 50% of the baseline's gain (per seed)"]
     assert board["cells"][half][dapo] == "s0 not reached<br>s1 not reached"  # 'not reached' kept per seed
     reach = next(g for g in api["reach"]["groups"] if g["label"] == "aero")["targets"][0]["seeds"]
-    assert board["cells"][half][aero] == "<br>".join(f"s{s['seed']} {si(s['flops'], 'FLOP')} · {si(s['seconds'], 's')}"
-                                                     for s in reach)
+    assert board["cells"][half][aero] == "<br>".join(
+        f"s{s['seed']} {si(s['flops'], 'FLOP')} · {si(s['seconds'], 's')} · {si(s['rollouts'], '')} rollouts" for s in reach)
     assert board["cells"][col["rollouts gen / step"]][grpo] != "–"
     assert "Download leaderboard (CSV)" in [b.label for b in at.get("download_button")]
     assert "not reached* stays in the table" in texts(at.caption)

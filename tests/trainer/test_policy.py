@@ -118,13 +118,13 @@ def test_from_env(monkeypatch, tmp_path):
 
 
 def test_the_sandbox_takes_isolation_interpreter_and_uid_from_the_policy(monkeypatch, tmp_path):
-    import trainer.tasks as tasks
+    import trainer.tasks.code as code
     import trainer.tasks.sandbox as sandbox
     from trainer.embedded import presets
 
     monkeypatch.setattr(sandbox, "isolation", lambda limits: (None, True))
     monkeypatch.setattr(sandbox, "sandbox_python", lambda python, prefix, drop: python)
-    monkeypatch.setitem(tasks.TASKS, "code", lambda train_path, limits, **kw: limits)
+    monkeypatch.setattr(code, "CodeTask", lambda train_path, limits, **kw: limits)  # make_task loads it by name
     cfg = parse_run_config({**CODE, "model_path": "/m", "train_data": str(tmp_path / "t.jsonl"),
                             "code": {"memory_mb": 512, "audit_hook": "fallback"}})
     pol = RunPolicy(sandbox_isolation="namespace", sandbox_python="/opt/py/bin/python3", sandbox_uid=4242,
