@@ -30,19 +30,14 @@ import threading
 import time
 from pathlib import Path
 
+from common.env import env_seconds
+
 GRACE_ENV = "AERO_WORKER_EXIT_GRACE_S"
 EXIT_CODE = 1
 
 
 def grace_s() -> float:
-    raw = os.environ.get(GRACE_ENV, "10")
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise ValueError(f"{GRACE_ENV}={raw!r}: expected a number of seconds > 0")
-    return value
+    return env_seconds(GRACE_ENV, 10)
 
 
 def child_pids(pid: int | None = None) -> list[int]:

@@ -20,12 +20,13 @@ from functools import lru_cache
 from pathlib import Path
 
 import json
-import os
 
 import orjson
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
+
+from common.env import env_seconds
 
 
 def _sqlite_pragmas(dbapi_conn, _record) -> None:
@@ -45,14 +46,7 @@ IDLE_TX_TIMEOUT_ENV = "AERO_DB_IDLE_TX_TIMEOUT_S"
 
 def idle_tx_timeout_s() -> float:
     """``AERO_DB_IDLE_TX_TIMEOUT_S`` (seconds, >= 0; 0 = PostgreSQL's default, never)."""
-    raw = os.environ.get(IDLE_TX_TIMEOUT_ENV, "30")
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not value >= 0:
-        raise ValueError(f"{IDLE_TX_TIMEOUT_ENV}={raw!r}: expected a number of seconds >= 0 (0 = never)")
-    return value
+    return env_seconds(IDLE_TX_TIMEOUT_ENV, 30, zero_means="never")
 
 
 def _pg_session_timeouts(ms: int):

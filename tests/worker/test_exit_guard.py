@@ -55,6 +55,13 @@ def test_grace_setting_and_children(monkeypatch):
     monkeypatch.setenv("AERO_WORKER_EXIT_GRACE_S", "soon")
     with pytest.raises(ValueError, match="AERO_WORKER_EXIT_GRACE_S"):
         grace_s()
+    from backend.db.session import idle_tx_timeout_s  # the same parser, with 0 allowed there
+
+    monkeypatch.setenv("AERO_DB_IDLE_TX_TIMEOUT_S", "0")
+    assert idle_tx_timeout_s() == 0.0
+    monkeypatch.setenv("AERO_DB_IDLE_TX_TIMEOUT_S", "-1")
+    with pytest.raises(ValueError, match=r"AERO_DB_IDLE_TX_TIMEOUT_S='-1'.*>= 0 \(0 = never\)"):
+        idle_tx_timeout_s()
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         assert child.pid in child_pids()
