@@ -26,7 +26,7 @@ AERO_QUOTA_RUNNING_RUNS per user: runs running at once (0 = no limit)   ``0``
 AERO_QUOTA_RUN_WORK     per run: steps x batch_prompts x n_total        ``0`` (no limit)
 =====================  ===============================================  =======================
 
-The run policy (``AERO_SANDBOX_*``, ``AERO_MAX_*``, ``AERO_DATA_ROOTS``; trainer/policy.py) is
+The run policy (``AERO_SANDBOX_*``, ``AERO_MAX_*``, ``AERO_DATA_ROOTS``; trainer/operator_policy.py) is
 the operator's: the API applies it to every submitted config and each worker re-checks it,
 from its own environment, before any compute.
 
@@ -46,7 +46,7 @@ from pathlib import Path
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from trainer.policy import RunPolicy, platform_denied
+from trainer.operator_policy import RunPolicy, platform_denied
 
 
 class Settings(BaseSettings):
@@ -76,7 +76,7 @@ class Settings(BaseSettings):
     quota_running_runs: int = Field(0, ge=0, validation_alias=AliasChoices("AERO_QUOTA_RUNNING_RUNS", "quota_running_runs"))
     quota_run_work: int = Field(0, ge=0, validation_alias=AliasChoices("AERO_QUOTA_RUN_WORK", "quota_run_work"))
     # The operator's run policy, from the AERO_SANDBOX_* / AERO_MAX_* / AERO_DATA_ROOTS variables
-    # (trainer.policy.ENV); tests pass ``policy=RunPolicy(...)``. Use ``run_policy``.
+    # (trainer.operator_policy.ENV); tests pass ``policy=RunPolicy(...)``. Use ``run_policy``.
     policy: RunPolicy = Field(default_factory=RunPolicy.from_env, validation_alias=AliasChoices("policy"))
 
     @property

@@ -72,7 +72,7 @@ def synthetic_metrics(step: int, rng: random.Random) -> dict[str, float]:
 def measure_step_time(steps: int) -> tuple[float | None, dict[str, float] | None, str]:
     """Mean time/step_s of a real tiny-preset AERO run (its first step excluded), and one step's metrics."""
     try:
-        from trainer.embedded.loop import run_training
+        from trainer.engines import run_training
         from trainer.sinks import MetricSink
     except Exception as e:  # noqa: BLE001
         return None, None, f"trainer.embedded.loop unavailable: {e}"

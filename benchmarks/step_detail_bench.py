@@ -12,8 +12,8 @@ import time
 
 import trainer.embedded.collect as col
 from trainer.config import parse_run_config
-from trainer.embedded.loop import run_training
-from trainer.policy import RunPolicy
+from trainer.engines import run_training
+from trainer.operator_policy import RunPolicy
 from trainer.sinks import MemorySink
 
 TIMES: list[float] = []

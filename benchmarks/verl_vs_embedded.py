@@ -41,7 +41,7 @@ def mean_ci(xs: list[float]) -> tuple[float, float, float]:
 
 def one_run(engine: str, method: str, args, out: Path) -> dict:
     from trainer.config import parse_run_config
-    from trainer.embedded.loop import run_training
+    from trainer.engines import run_training
     from trainer.sinks import MemorySink
 
     cfg = {"method": method, "engine": engine, "device": "cpu", "steps": args.steps, "seed": args.seed}

@@ -74,9 +74,9 @@ def train(
     sets: SetOpt = None,
 ):
     """Train one run (resumes from OUT/checkpoints if present) with a live progress bar."""
-    from trainer.embedded.loop import run_training
+    from trainer.engines import get_engine, run_training
     from trainer.sinks import JsonlSink, MultiSink
-    from trainer.policy import RunPolicy
+    from trainer.operator_policy import RunPolicy
     from trainer.trackers import make_trackers
 
     data = json.loads(config.read_text()) if config else {}
@@ -91,7 +91,7 @@ def train(
         with _progress() as bar:
             task = bar.add_task(cfg.method, total=cfg.steps, info="")
             # the run's trackers (verl runs them as its own loggers); alerts act on the platform only
-            trackers = [] if cfg.engine == "verl" else make_trackers(cfg.trackers, out, cfg.name or cfg.method,
+            trackers = [] if get_engine(cfg.engine).own_trackers else make_trackers(cfg.trackers, out, cfg.name or cfg.method,
                                                                       cfg.model_dump(mode="json"))
             summary = run_training(cfg, out, MultiSink(JsonlSink(out), *trackers), policy=policy,
                                    progress=lambda s, n, m: bar.update(task, completed=s, info=_step_info(m)))
@@ -118,7 +118,7 @@ def eval_cmd(
     from trainer.rollout.base import SamplingParams
 
     data = json.loads((run_dir / "config.json").read_text()) if run_dir else {"preset": preset}
-    from trainer.policy import RunPolicy
+    from trainer.operator_policy import RunPolicy
 
     policy = RunPolicy.from_env()
     try:

@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("cli", "trainer", "backend", "worker", "common", "dashboard")
 
-# The trainer.config <-> trainer.methods.spec / trainer.policy circle is being removed by a
+# The trainer.config <-> trainer.methods.spec / trainer.operator_policy circle is being removed by a
 # separate change and may still show until it lands, but only through ``if TYPE_CHECKING:``
 # imports (RunConfig / RunPolicy type hints): the script prints it, the test does not count it.
 

@@ -118,7 +118,7 @@ def host_allowed(url: str, allowed: tuple[str, ...]) -> bool:
 
 
 def webhook_policy_issues(alerts: AlertsConfig, allowed: tuple[str, ...]) -> Issues:
-    """The operator's allowlist applied to the run's webhook (trainer/policy.py)."""
+    """The operator's allowlist applied to the run's webhook (trainer/operator_policy.py)."""
     url = alerts.webhook_url
     if url is None or url_problem(url):
         return []

@@ -29,7 +29,7 @@ import common.metric_keys as mk
 from common.dotted import merge
 from trainer.bench_device import MethodMemory, device_name, peak_flops
 from trainer.config import ConfigError, RunConfig, for_method, parse_run_config, unread_sections
-from trainer.policy import RunPolicy
+from trainer.operator_policy import RunPolicy
 from trainer.core.reach import COSTS, ReachCurve, cumulative, final_accuracy, reach
 from trainer.embedded.loop import iter_training
 from trainer.methods.spec import baseline_method, method_names

@@ -19,13 +19,14 @@ from pydantic import (AfterValidator, Field, ValidationError, ValidationInfo, cr
 from pydantic.json_schema import SkipJsonSchema
 
 from trainer.alerts import AlertsConfig, rule_issues
+from trainer.engines import ENGINE_NAMES, engine_issues
 from trainer.methods.section import Strict
 from trainer.methods.spec import all_sections, get_method, method_names, section_readers, specs
 from trainer.safetext import no_control_chars  # noqa: F401  (also backend.schemas's, via this module)
 from trainer.tasks.registry import PRESET_NAMES, PRESET_TASK, TASK_NAMES, TASK_SPECS, get_task_spec
 
 if TYPE_CHECKING:
-    from trainer.policy import RunPolicy
+    from trainer.operator_policy import RunPolicy
 
 # The registered methods (trainer/methods/): the schema's enum and pydantic's literal_error
 # message name exactly these.
@@ -38,6 +39,7 @@ LossAgg = Literal["seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm"
 ModelShape = Literal["qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-7b", "tiny-151k"]
 # The registered tasks and the shipped presets (trainer/tasks/registry.py).
 TaskName = Literal[TASK_NAMES]  # type: ignore[valid-type]
+EngineName = Literal[ENGINE_NAMES]  # type: ignore[valid-type]
 Preset = Literal[PRESET_NAMES]  # type: ignore[valid-type]
 
 
@@ -67,7 +69,7 @@ class CodeConfig(Strict):
         "always", description="Install the audit hook (blocks sockets, subprocesses, ctypes, writes outside the "
         "sandbox directory) always, or only when namespaces are unavailable ('fallback' needs the operator's "
         "AERO_SANDBOX_AUDIT_HOOK=fallback).")
-    # Operator settings (trainer/policy.py), no longer run-config fields: a stored config from
+    # Operator settings (trainer/operator_policy.py), no longer run-config fields: a stored config from
     # before may still carry the old defaults, which are accepted and ignored; anything else is
     # refused. Hidden from the schema and never stored.
     network: SkipJsonSchema[Any] = Field(None, exclude=True, description="Operator setting AERO_SANDBOX_ISOLATION.")
@@ -109,7 +111,7 @@ class _RunFields(Strict):
 
     name: Annotated[str, AfterValidator(no_control_chars)] | None = Field(None, max_length=200)
     method: Method = Field("aero", description=" | ".join(f"{s.name} ({s.display.description})" for s in specs()) + ".")
-    engine: Literal["embedded", "verl"] = "embedded"
+    engine: EngineName = "embedded"
     preset: Preset | None = Field("tiny", description="A shipped policy trained on a generated task: " + "; ".join(
         f"{s.preset}: {s.preset_description}" for s in TASK_SPECS.values() if s.preset) + ". Defaults to the chosen "
         "task's preset (task=countdown alone runs tiny-countdown).")
@@ -315,8 +317,7 @@ def cross_field_issues(cfg: RunConfig) -> list[tuple[str, str]]:
     for name, path in cfg.benchmarks.items():
         if not name.strip() or not str(path).strip():
             issues.append(("benchmarks", f"each benchmark needs a name and a local file path; got {name!r}: {path!r}"))
-    if cfg.engine == "verl":
-        issues += verl_issues(cfg)
+    issues += engine_issues(cfg)
     issues += method_issues(cfg)
     if cfg.train_size is not None and task.source != "generated":
         issues.append(("train_size", f"a finite training set is an option of the generated tasks; the {cfg.task} "
@@ -368,34 +369,6 @@ def method_issues(cfg: RunConfig) -> list[tuple[str, str]]:
     return issues
 
 
-def verl_issues(cfg: RunConfig) -> list[tuple[str, str]]:
-    """The verl engine's own rules, checked here so the API refuses them at submit instead of
-    the worker failing later. Whether ``model_path`` holds a model is the worker's check
-    (trainer/verl/runner.py): the API never says whether a path exists."""
-    issues, task = [], get_task_spec(cfg.task)
-    if "verl" not in task.engines:
-        on_verl = [n for n, s in TASK_SPECS.items() if "verl" in s.engines]
-        issues.append(("task", f"the verl engine trains the {', '.join(on_verl)} tasks; {cfg.task} runs on the "
-                       "embedded engine"))
-    if cfg.model_path is not None and task.source == "generated":
-        issues.append(("task", f"a model_path run on verl trains a file task (the {cfg.task} task's char tokenizer "
-                       f"ships with the {task.preset} preset)"))
-    if cfg.mini_batches > 1 and cfg.shuffle_mini_batches:
-        issues.append(("shuffle_mini_batches", "the verl engine lays mini-batches out in generation order (the "
-                       "embedded engine reshuffles them each epoch): set shuffle_mini_batches=false with "
-                       f"mini_batches={cfg.mini_batches} on verl"))
-    if cfg.mini_batches <= cfg.batch_prompts and cfg.batch_prompts % cfg.mini_batches:
-        issues.append(("mini_batches", f"batch_prompts ({cfg.batch_prompts}) must be a multiple of mini_batches "
-                       f"on verl; got {cfg.mini_batches}"))
-    if not cfg.std_unbiased and get_method(cfg.method).verl.stock_fit and get_method(cfg.method).divides_by_std(cfg):
-        issues.append(("std_unbiased", f"method {cfg.method} runs verl's own GRPO estimator on verl, which divides by "
-                       "the Bessel-corrected group std; keep std_unbiased=true (or train it on the embedded engine)"))
-    if cfg.device == "cpu" and cfg.rollout_engine == "vllm":
-        issues.append(("rollout_engine", "vLLM needs CUDA; on the CPU the verl engine rolls out with 'embedded' "
-                       "(docs/engines.md)"))
-    return issues
-
-
 def for_method(data: Mapping[str, Any], method: str) -> dict[str, Any]:
     """``data``, a config shared by several methods (a sweep's base and overrides, a bench's
     ``--set``s), for ``method``: the sections it does not read are dropped. An unknown method is
@@ -418,7 +391,7 @@ def unread_sections(data: Mapping[str, Any], methods: Sequence[str]) -> list[tup
 
 def parse_run_config(data: dict[str, Any] | RunConfig, policy: RunPolicy | None = None) -> RunConfig:
     """Validate untrusted input into a RunConfig, or raise ConfigError naming every bad field.
-    With the operator's ``policy`` (trainer/policy.py), also its caps and data roots."""
+    With the operator's ``policy`` (trainer/operator_policy.py), also its caps and data roots."""
     if isinstance(data, RunConfig):
         data = data.model_dump()
     try:
@@ -427,7 +400,7 @@ def parse_run_config(data: dict[str, Any] | RunConfig, policy: RunPolicy | None 
         raise ConfigError([(".".join(str(p) for p in err["loc"]) or "config", err["msg"]) for err in e.errors()]) from None
     issues = cross_field_issues(cfg)
     if policy is not None:
-        from trainer.policy import policy_issues
+        from trainer.operator_policy import policy_issues
 
         issues += policy_issues(cfg, policy)
     if issues:

@@ -4,7 +4,7 @@ histograms of per-prompt pass rate and response length. Engine-independent: both
 as a :class:`StepRows` and call :func:`step_detail`; the sinks store the result apart from the
 numeric metrics (``MetricSink.log_detail``). docs/metrics.md "Rollouts and histograms".
 
-The sample rule (operator settings, trainer/policy.py; never the submitter's):
+The sample rule (operator settings, trainer/operator_policy.py; never the submitter's):
 
 - every *rescued* group (AERO: a prompt that explored with c <= S and whose rescue rounds
   found a correct rollout): what the rescue rounds found;
@@ -51,7 +51,7 @@ class SampleRules:
     @classmethod
     def from_env(cls) -> SampleRules:
         """The operator's settings from the environment (a verl trainer process gets no policy object)."""
-        from trainer.policy import RunPolicy
+        from trainer.operator_policy import RunPolicy
 
         return cls.from_policy(RunPolicy.from_env(os.environ))
 

@@ -352,7 +352,7 @@ def execute_run(run_id: int, settings: Settings | None = None, ws: WorkerSetting
 
 
 def _train(settings: Settings, ws: WorkerSettings, run: Run, why: str, me: str) -> str:
-    from trainer.embedded.loop import run_training  # heavy (torch): import in the worker process only
+    from trainer.engines import run_training  # the engine (torch, verl) loads on first use
 
     url, run_id = settings.database_url, run.id
     log.info("run %s: %s (attempt %d) as %s", run_id, why, run.attempts, me)

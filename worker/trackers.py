@@ -1,5 +1,6 @@
 """The trackers a run logs to from the worker (trainer/trackers.py). On the embedded engine the
-worker attaches the tracker sinks beside the store's; on verl the run's trackers are verl's own
+worker attaches the tracker sinks beside the store's; an engine with its own trackers
+(``EngineSpec.own_trackers``, trainer/engines.py) gets none: on verl the run's trackers are verl's own
 loggers (``trainer.logger``, trainer/verl/overrides.py), which log verl's native metric names and
 its validation generations, so the worker attaches none (one set of files per run)."""
 
@@ -8,12 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from trainer.config import RunConfig
+from trainer.engines import get_engine
 from trainer.sinks import MetricSink
 from trainer.trackers import TrackerSettings, make_trackers
 
 
 def tracker_sinks(cfg: RunConfig, out_dir: str | Path, run_name: str,
                   settings: TrackerSettings | None = None) -> list[MetricSink]:
-    if cfg.engine == "verl":
+    if get_engine(cfg.engine).own_trackers:
         return []
     return make_trackers(cfg.trackers, out_dir, run_name, cfg.model_dump(mode="json"), settings)

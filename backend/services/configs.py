@@ -8,7 +8,8 @@ import math
 from typing import Any
 
 from trainer.config import ConfigError, RunConfig, parse_run_config
-from trainer.policy import RunPolicy
+from trainer.engines import get_engine
+from trainer.operator_policy import RunPolicy
 
 
 MAX_JSON_DEPTH = 8  # nesting levels of a sweep override (RunConfig itself is 2 deep)
@@ -81,10 +82,11 @@ def validate_config(data: dict[str, Any] | RunConfig, policy: RunPolicy | None =
 
 
 def queue_for(cfg: RunConfig, cpu_queue: str = "cpu", gpu_queue: str = "gpu") -> str:
-    """GPU queue for ``device="cuda"``, and for the verl engine unless ``device="cpu"`` (verl on
-    the CPU, docs/engines.md: a CPU worker with the verl extra runs it); CPU queue otherwise.
+    """GPU queue for ``device="cuda"``, and for an engine made for clusters (``gpu_by_default``,
+    trainer/engines.py: verl) unless ``device="cpu"`` (verl on the CPU, docs/engines.md: a CPU
+    worker with the verl extra runs it); CPU queue otherwise.
     ``device="auto"`` on the embedded engine (vLLM rollouts included, which fall back to the
     embedded engine without CUDA) goes to the CPU queue, so the embedded single-worker setup,
     which consumes only that queue, runs it; set ``device="cuda"`` to route a run to GPU workers."""
-    gpu = cfg.device == "cuda" or (cfg.engine == "verl" and cfg.device != "cpu")
+    gpu = cfg.device == "cuda" or (get_engine(cfg.engine).gpu_by_default and cfg.device != "cpu")
     return gpu_queue if gpu else cpu_queue

@@ -15,7 +15,7 @@ from backend.services.configs import queue_for, validate_config
 from backend.services.sweeps import MAX_RUNS_PER_SWEEP, expand_grid, run_name
 from common.dotted import flatten, nest
 from trainer.config import ConfigError, RunConfig, SharedConfig, for_method, unread_sections
-from trainer.policy import RunPolicy
+from trainer.operator_policy import RunPolicy
 
 
 class SweepConfigError(Exception):

@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 BACKEND = Path(__file__).resolve().parents[2] / "backend"
-ALLOWED_TRAINER = ("trainer.config", "trainer.policy", "trainer.methods.spec", "trainer.tasks.registry",
+ALLOWED_TRAINER = ("trainer.config", "trainer.operator_policy", "trainer.methods.spec", "trainer.tasks.registry",
+                   "trainer.engines",
                    "trainer.core.passk", "trainer.core.reach", "trainer.core.stats")
 FORBIDDEN = ("worker", "dashboard", "torch", "transformers", "streamlit", "cli")
 

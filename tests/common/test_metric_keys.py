@@ -36,7 +36,7 @@ def test_key_builders():
 def test_the_trainer_logs_the_shared_keys(tmp_path):
     """One tiny AERO step through the real loop logs every shared per-step key (KL only with kl_coef > 0)."""
     from trainer.config import parse_run_config
-    from trainer.embedded.loop import run_training
+    from trainer.engines import run_training
     from trainer.sinks import MemorySink
 
     cfg = parse_run_config({"method": "aero", "steps": 1, "batch_prompts": 4, "n_total": 4,

@@ -7,7 +7,7 @@ import pytest
 
 from trainer.alerts import AlertsConfig, AlertWatcher, host_allowed, rule_issues, url_problem
 from trainer.config import ConfigError, parse_run_config
-from trainer.policy import RunPolicy
+from trainer.operator_policy import RunPolicy
 
 
 def watcher(*rules, fired=None):

@@ -8,7 +8,7 @@ import pytest
 
 from trainer.config import parse_run_config
 from trainer.embedded.checkpoint import load_latest_checkpoint
-from trainer.embedded.loop import run_training
+from trainer.engines import run_training
 from trainer.sinks import JsonlSink
 
 # 8 problems, 4 per step: an epoch every 2 steps, so the history is used from step 3 on.

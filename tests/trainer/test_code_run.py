@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from trainer.config import for_method, parse_run_config
-from trainer.embedded.loop import run_training
+from trainer.engines import run_training
 from trainer.sinks import MemorySink
 from trainer.tasks.code import PAPER_CODE_SYSTEM_PROMPT, CodeTask
 

@@ -37,7 +37,7 @@ BAD = [
     ({"code": {"network": "none"}}, "code.network"),
     ({"code": {"test_timeout_s": 0}}, "code.test_timeout_s"),
     ({"code": {"bogus": 1}}, "code.bogus"),
-    # the verl engine's rules (trainer.config.verl_issues)
+    # the verl engine's rules (trainer.verl.rules.verl_issues)
     ({"engine": "verl", "method": "aero-mem", "train_size": 64}, "engine"),  # an embedded-only method
     ({**VERL, "task": "code"}, "task"),
     ({**VERL, "batch_prompts": 10, "mini_batches": 3}, "mini_batches"),
@@ -82,7 +82,7 @@ def test_code_task_config():
     assert list(cfg.benchmarks) == ["APPS", "TACO"]  # benchmark files are allowed for code as for math
     c = cfg.code
     assert (c.test_timeout_s, c.timeout_s, c.memory_mb, c.audit_hook) == (4.0, 30.0, 1024, "always")
-    # isolation, interpreter and uid are the operator's (trainer/policy.py): never stored with a run
+    # isolation, interpreter and uid are the operator's (trainer/operator_policy.py): never stored with a run
     assert not {"network", "python", "run_as_uid"} & set(cfg.model_dump()["code"])
     assert RunConfig.model_validate_json(cfg.model_dump_json()) == cfg
     assert all(f.description for f in type(c).model_fields.values())  # every limit has help text

@@ -7,7 +7,7 @@ import json
 from trainer.embedded.checkpoint import load_latest_checkpoint
 from trainer.config import parse_run_config
 from trainer.core.memory import from_dict
-from trainer.embedded.loop import run_training
+from trainer.engines import run_training
 from trainer.sinks import JsonlSink
 
 # 8 problems, 4 per step: an epoch every 2 steps. Loose thresholds so (a), (b), (c), (d) all fire.

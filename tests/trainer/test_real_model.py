@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from trainer.config import ConfigError, for_method, parse_run_config
-from trainer.embedded.loop import run_training
+from trainer.engines import run_training
 from trainer.sinks import MemorySink
 from trainer.embedded.model import is_gradient_checkpointing
 from trainer.embedded.presets import load_setup, weight_dtype

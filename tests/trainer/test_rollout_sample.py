@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from trainer.config import parse_run_config
-from trainer.embedded.loop import run_training
-from trainer.policy import RunPolicy
+from trainer.engines import run_training
+from trainer.operator_policy import RunPolicy
 from trainer.rollout_sample import (LENGTH_BINS, PASS_BINS, SampleRules, StepRows, clip_text, fixed_histogram,
                                     group_strata, pick_groups, stage_of, step_detail, step_histograms)
 from trainer.sinks import JsonlSink, MemorySink, MultiSink

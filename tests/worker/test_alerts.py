@@ -16,7 +16,7 @@ from backend.db.models import Checkpoint, Run, StepMetric
 from backend.db.session import session_scope
 from backend.settings import Settings
 from trainer.alerts import AlertsConfig
-from trainer.policy import RunPolicy
+from trainer.operator_policy import RunPolicy
 from worker.alerts import AlertSink, post_webhook
 from worker.runner import execute_run
 from worker.settings import WorkerSettings

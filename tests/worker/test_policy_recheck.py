@@ -11,7 +11,7 @@ from backend.db.runs import create_run
 from backend.db.session import session_scope
 from backend.settings import Settings
 from trainer.config import RunConfig
-from trainer.policy import RunPolicy
+from trainer.operator_policy import RunPolicy
 from worker.runner import execute_run, run_dir
 from worker.settings import WorkerSettings
 

@@ -30,7 +30,7 @@ from trainer.embedded.memory_plan import plan_memory
 from trainer.embedded.presets import Setup, load_setup
 from trainer.embedded.update import Updater
 from trainer.evaluate import eval_sampling, eval_seed, evaluate
-from trainer.policy import RunPolicy
+from trainer.operator_policy import RunPolicy
 from trainer.rollout.base import SamplingParams
 from trainer.rollout_sample import SampleRules
 from trainer.sinks import MetricSink
@@ -45,20 +45,14 @@ def validate_lengths(cfg: RunConfig, model: torch.nn.Module) -> None:
                             f"{cfg.max_prompt_tokens + cfg.max_new_tokens} exceeds the model's context ({ctx})")])
 
 
-def run_training(cfg: RunConfig, out_dir: str | Path, sink: MetricSink,
+def run_embedded(cfg: RunConfig, out_dir: str | Path, sink: MetricSink,
                  should_stop: Callable[[], bool] | None = None,
                  progress: Callable[[int, int, dict], None] | None = None,
                  policy: RunPolicy | None = None) -> dict[str, Any]:
-    """Train (or resume) one run to the end; ``progress(step, steps, metrics)`` after each step.
-    Returns {"status": "completed" | "stopped", "last_step", "final_eval", ...}.
-    Runs with engine "verl" go to the verl backend (same contract; extra ``verl``).
-    ``cfg`` was parsed once, at the boundary (``parse_run_config(data, policy)``: the API, the
-    worker, the CLI); ``policy`` is the operator's (trainer/policy.py): the code sandbox takes its
-    isolation, interpreter and uid from it."""
-    if cfg.engine == "verl":
-        from trainer.verl import run_verl
-
-        return run_verl(cfg, out_dir, sink, should_stop=should_stop, progress=progress)
+    """The embedded engine's run (the contract in trainer/engines.py, whose ``run_training``
+    calls it): train (or resume) one run to the end; ``progress(step, steps, metrics)`` after
+    each step. ``policy`` is the operator's (trainer/operator_policy.py): the code sandbox takes
+    its isolation, interpreter and uid from it."""
     steps = iter_training(cfg, out_dir, sink, should_stop, policy)
     while True:
         try:

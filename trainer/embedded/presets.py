@@ -12,7 +12,7 @@ import torch
 
 from trainer.config import ConfigError, RunConfig
 from trainer.embedded.model import count_parameters, load_policy
-from trainer.policy import RunPolicy
+from trainer.operator_policy import RunPolicy
 from trainer.rollout.attention import use_packed_gqa
 from trainer.tasks.registry import PRESET_NAMES, get_task_spec
 

@@ -3,7 +3,7 @@ and on a laptop CPU (trainer/verl/plugins).
 
 Optional extra ``aero-lab[verl]`` (pinned verl==0.9.1), imported lazily: importing this package
 does not import verl. Entry point for the worker: :func:`run_verl` (the contract of
-``trainer.embedded.loop.run_training``). Modules:
+``trainer.engines.run_training``), registered in trainer/engines.py. Modules:
 
     overrides   RunConfig -> verl hydra overrides (reward.* keys; legacy keys refused); compose
     data        the run's math files -> verl parquet (paper system prompt, benchmark names)
@@ -15,6 +15,7 @@ does not import verl. Entry point for the worker: :func:`run_verl` (the contract
     metrics     accounting (generated vs trained tokens, FLOPs), verl -> platform keys, logger
     trainer     PlatformTrainer(RayPPOTrainer)
     runner      the Ray task runner and run_verl
+    rules       the engine's submit-time rules (light: the config checks them)
 """
 
 from __future__ import annotations
@@ -24,8 +25,10 @@ from typing import Any
 VERL_VERSION = "0.9.1"
 
 
-def run_verl(cfg, out_dir, sink, should_stop=None, progress=None) -> dict[str, Any]:
-    """See :func:`trainer.verl.runner.run_verl` (imported lazily)."""
+def run_verl(cfg, out_dir, sink, should_stop=None, progress=None, policy=None) -> dict[str, Any]:
+    """The verl engine's run (the contract in trainer/engines.py): see
+    :func:`trainer.verl.runner.run_verl` (imported lazily). ``policy`` is accepted for the
+    contract; verl trains no task that runs the code sandbox (trainer/verl/rules.py)."""
     from trainer.verl.runner import run_verl as _run
 
     return _run(cfg, out_dir, sink, should_stop=should_stop, progress=progress)

@@ -100,7 +100,7 @@ def to_overrides(cfg: RunConfig, *, out_dir: str | Path, train_file: str | Path,
     max(4 x (prompt + response), 8192)).
     """
     P, spec = cfg.batch_prompts, get_method(cfg.method)
-    # rules of the config (trainer.config.verl_issues), refused at submit
+    # rules of the config (trainer.verl.rules.verl_issues), refused at submit
     assert (model_dir or cfg.model_path) is not None and P % cfg.mini_batches == 0, \
         "parse_run_config admits no such verl config"
     model_dir = Path(model_dir or cfg.model_path).expanduser()

@@ -1,6 +1,6 @@
 """Launch a platform run on verl (Ray): ``run_verl(cfg, out_dir, sink, should_stop)``.
 
-Same contract as ``trainer.embedded.loop.run_training``: validates the config, writes OUT/config.json,
+Same contract as ``trainer.engines.run_training``: validates the config, writes OUT/config.json,
 logs every step to ``sink`` (``log``/``log_eval``), resumes from OUT's latest checkpoint
 (verl's own, OUT/verl_checkpoints), polls ``should_stop`` and returns
 ``{"status": "completed" | "stopped", "last_step", "final_eval", "n_params", "data_pos"}``.
@@ -74,9 +74,9 @@ def gpus_per_node(device: str) -> int:
 
 
 def sample_rule_env() -> dict[str, str]:
-    """The operator's rollout-sample settings (AERO_ROLLOUT_*, trainer/policy.py) as set here, for
+    """The operator's rollout-sample settings (AERO_ROLLOUT_*, trainer/operator_policy.py) as set here, for
     the trainer actor, which reads them with ``SampleRules.from_env``."""
-    from trainer.policy import ENV
+    from trainer.operator_policy import ENV
 
     names = [var for field, var in ENV.items() if field.startswith("rollout_")]
     return {v: os.environ[v] for v in names if os.environ.get(v, "").strip()}
@@ -213,7 +213,7 @@ def run_verl(cfg: RunConfig, out_dir: str | Path, sink: MetricSink,
              should_stop: Callable[[], bool] | None = None,
              progress: Callable[[int, int, dict], None] | None = None) -> dict[str, Any]:
     """Train ``cfg`` (engine 'verl', parsed by the caller) on a Ray cluster; the contract of
-    trainer.embedded.loop.run_training."""
+    trainer.engines.run_training."""
     check_verl_config(cfg)
     try:
         import ray

@@ -8,7 +8,7 @@ import torch
 
 from trainer.embedded.collect import StepContext, collect
 from trainer.config import ConfigError, parse_run_config
-from trainer.embedded.loop import run_training
+from trainer.engines import run_training
 from trainer.sinks import JsonlSink, MemorySink, MultiSink
 from trainer.embedded.presets import load_setup
 from trainer.rollout.base import SamplingParams

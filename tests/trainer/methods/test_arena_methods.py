@@ -148,7 +148,7 @@ def test_sections_belong_to_their_method():
 
 @pytest.mark.parametrize("method", ["knapsack", "speed", "greso"])
 def test_two_real_steps_on_the_embedded_engine(method, tmp_path):
-    from trainer.embedded.loop import run_training
+    from trainer.engines import run_training
     from trainer.sinks import MemorySink
 
     cfg = parse_run_config({"method": method, "steps": 3, "batch_prompts": 8, "n_total": 8, "eval_every": 0,

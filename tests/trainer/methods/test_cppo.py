@@ -60,7 +60,7 @@ def test_the_section_belongs_to_cppo_and_its_rule_names_the_field():
 
 
 def test_two_real_steps_on_the_embedded_engine(tmp_path):
-    from trainer.embedded.loop import run_training
+    from trainer.engines import run_training
     from trainer.sinks import MemorySink
 
     cfg = parse_run_config({"method": "cppo", "steps": 2, "batch_prompts": 8, "n_total": 8, "eval_every": 0,

@@ -9,7 +9,7 @@ import torch
 
 from trainer.embedded.collect import StepContext, collect
 from trainer.config import parse_run_config
-from trainer.embedded.loop import run_training
+from trainer.engines import run_training
 from trainer.methods.spec import get_method
 from trainer.sinks import MemorySink
 from trainer.embedded.presets import load_setup

@@ -75,7 +75,7 @@ def test_weight_sync_reaches_the_engine(engine):
 
 def test_a_run_trains_with_vllm_rollouts_on_the_cpu(tmp_path):
     from trainer.config import parse_run_config
-    from trainer.embedded.loop import run_training
+    from trainer.engines import run_training
     from trainer.sinks import MemorySink
 
     cfg = parse_run_config({"method": "aero", "rollout_engine": "vllm", "device": "cpu", "steps": 2, "batch_prompts": 8,

@@ -96,7 +96,7 @@ def test_reward_goes_through_the_reward_keys_only():
 
 
 def test_batch_must_split_into_mini_batches():
-    """A rule of the config (trainer.config.verl_issues): refused at parse, before any override."""
+    """A rule of the config (trainer.verl.rules.verl_issues): refused at parse, before any override."""
     with pytest.raises(ConfigError, match="mini_batches"):
         parse_run_config({**BASE, "batch_prompts": 6, "mini_batches": 4, "shuffle_mini_batches": False})
     with pytest.raises(ConfigError, match="shuffle_mini_batches"):  # the embedded reshuffle has no verl twin

@@ -1,4 +1,4 @@
-"""trainer/policy.py: the operator's policy applied to run configs, and the sandbox taking its
+"""trainer/operator_policy.py: the operator's policy applied to run configs, and the sandbox taking its
 isolation mode, interpreter and uid from the policy only."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import os
 import pytest
 
 from trainer.config import ConfigError, parse_run_config
-from trainer.policy import OUTSIDE_ROOTS, RunPolicy, platform_denied, policy_issues
+from trainer.operator_policy import OUTSIDE_ROOTS, RunPolicy, platform_denied, policy_issues
 
 CODE = {"task": "code", "preset": None}
 
@@ -59,9 +59,9 @@ def _int_fields(model, prefix=""):
 
 def test_every_integer_field_is_bounded_by_the_schema_or_an_operator_cap():
     """Walks the run-config schema: an integer field with neither an upper bound of its own nor
-    an operator cap (trainer.policy.CAPS) lets a token holder ask for unbounded work."""
+    an operator cap (trainer.operator_policy.CAPS) lets a token holder ask for unbounded work."""
     from trainer.config import RunConfig
-    from trainer.policy import CAPS
+    from trainer.operator_policy import CAPS
 
     capped = {field for field, _ in CAPS}
     unbounded = [path for path, f in _int_fields(RunConfig)

@@ -1,0 +1,41 @@
+"""The verl engine's own submit-time rules (registered in trainer/engines.py), checked with
+the config so the API refuses them at submit instead of the worker failing later. Light: no
+verl import."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from trainer.methods.spec import get_method
+from trainer.tasks.registry import TASK_SPECS, get_task_spec
+
+if TYPE_CHECKING:
+    from trainer.config import RunConfig
+
+
+def verl_issues(cfg: RunConfig) -> list[tuple[str, str]]:
+    """The verl engine's own rules, checked here so the API refuses them at submit instead of
+    the worker failing later. Whether ``model_path`` holds a model is the worker's check
+    (trainer/verl/runner.py): the API never says whether a path exists."""
+    issues, task = [], get_task_spec(cfg.task)
+    if "verl" not in task.engines:
+        on_verl = [n for n, s in TASK_SPECS.items() if "verl" in s.engines]
+        issues.append(("task", f"the verl engine trains the {', '.join(on_verl)} tasks; {cfg.task} runs on the "
+                       "embedded engine"))
+    if cfg.model_path is not None and task.source == "generated":
+        issues.append(("task", f"a model_path run on verl trains a file task (the {cfg.task} task's char tokenizer "
+                       f"ships with the {task.preset} preset)"))
+    if cfg.mini_batches > 1 and cfg.shuffle_mini_batches:
+        issues.append(("shuffle_mini_batches", "the verl engine lays mini-batches out in generation order (the "
+                       "embedded engine reshuffles them each epoch): set shuffle_mini_batches=false with "
+                       f"mini_batches={cfg.mini_batches} on verl"))
+    if cfg.mini_batches <= cfg.batch_prompts and cfg.batch_prompts % cfg.mini_batches:
+        issues.append(("mini_batches", f"batch_prompts ({cfg.batch_prompts}) must be a multiple of mini_batches "
+                       f"on verl; got {cfg.mini_batches}"))
+    if not cfg.std_unbiased and get_method(cfg.method).verl.stock_fit and get_method(cfg.method).divides_by_std(cfg):
+        issues.append(("std_unbiased", f"method {cfg.method} runs verl's own GRPO estimator on verl, which divides by "
+                       "the Bessel-corrected group std; keep std_unbiased=true (or train it on the embedded engine)"))
+    if cfg.device == "cpu" and cfg.rollout_engine == "vllm":
+        issues.append(("rollout_engine", "vLLM needs CUDA; on the CPU the verl engine rolls out with 'embedded' "
+                       "(docs/engines.md)"))
+    return issues
