@@ -1,0 +1,53 @@
+"""What the request and response bodies share: the field types (labels, tags, notes, user names, roles, run
+statuses, UTC datetimes, sweep overrides) and InputModel, the base of every request body."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, StringConstraints
+
+from trainer.config import no_control_chars  # trainer.safetext's, re-exported
+from backend.services.configs import json_safety_issues, json_shape_issue, string_issue
+
+
+def _storable(value: str) -> str:
+    """Pydantic AfterValidator: no lone surrogates (JSON "\\ud800"), which no store can encode."""
+    why = string_issue(value)
+    if why:
+        raise ValueError(why)
+    return value
+
+
+def _override(value: dict[str, Any]) -> dict[str, Any]:
+    """A sweep override the store can keep: at most MAX_JSON_DEPTH levels and MAX_JSON_ITEMS
+    entries, no NUL / lone surrogates / non-finite numbers / integers beyond 64 bits."""
+    why = json_shape_issue(value)
+    if why:
+        raise ValueError(why)
+    issues = json_safety_issues(value)
+    if issues:
+        raise ValueError("; ".join(f"{path}: {msg}" for path, msg in issues[:5]))
+    return value
+
+
+Override = Annotated[dict[str, Any], AfterValidator(_override)]
+
+RunStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+# No control characters (C0, DEL, C1) nor bidi overrides in short labels (trainer.safetext);
+# no NUL anywhere (PostgreSQL rejects it in text).
+Tag = Annotated[str, StringConstraints(min_length=1, max_length=64), AfterValidator(no_control_chars), AfterValidator(_storable)]
+Label = Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(no_control_chars), AfterValidator(_storable)]
+Notes = Annotated[str, StringConstraints(max_length=10_000, pattern=r"^[^\x00]*$"), AfterValidator(_storable)]
+UserName = Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(no_control_chars), AfterValidator(_storable)]
+Role = Literal["admin", "member", "viewer"]
+
+
+# The store keeps naive UTC; the API says so explicitly ("...Z").
+UtcDatetime = Annotated[datetime, AfterValidator(lambda d: d if d.tzinfo else d.replace(tzinfo=UTC))]
+
+
+# Request bodies: an unknown field is an error (422), not silently dropped.
+class InputModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")

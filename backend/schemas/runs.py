@@ -1,0 +1,62 @@
+"""Runs: the POST / PATCH bodies and the run as the API shows it (one, or a page of them)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from trainer.config import RunConfig
+from backend.schemas.base import InputModel, Label, Notes, RunStatus, Tag, UtcDatetime
+
+
+class RunCreate(InputModel):
+    """POST /api/runs. ``config`` omitted = all defaults (AERO on the tiny preset)."""
+
+    config: RunConfig = Field(default_factory=RunConfig)
+    name: Label | None = Field(None, description="Display name; default: config.name, else '<method>-seed<seed>'.")
+    tags: list[Tag] = Field(default_factory=list, max_length=32)
+    notes: Notes = ""
+
+
+class RunUpdate(InputModel):
+    """PATCH /api/runs/{id}: replace tags and/or notes."""
+
+    tags: list[Tag] | None = Field(None, max_length=32)
+    notes: Notes | None = None
+
+
+class RunPublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    name: str
+    method: str
+    engine: str
+    status: RunStatus
+    queue: str
+    progress: float = Field(description="current_step / total_steps, 0..1.")
+    current_step: int
+    total_steps: int
+    error: str | None
+    created_at: UtcDatetime
+    started_at: UtcDatetime | None
+    finished_at: UtcDatetime | None
+    worker: str | None
+    heartbeat_at: UtcDatetime | None
+    tags: list[str]
+    notes: str
+    sweep_id: int | None
+    cancel_requested: bool
+    attempts: int
+    owner: str | None = Field(None, description="The submitting user; null for runs stored before users existed.")
+    config: dict[str, Any]
+    stop_reason: str | None = Field(None, description="The alert rule that stopped the run early (trainer/alerts.py), "
+                                    "if one did.")
+
+
+class RunsPublic(BaseModel):
+    data: list[RunPublic]
+    count: int = Field(description="Runs matching the filters, before limit/offset.")
+    limit: int
+    offset: int
