@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (AfterValidator, Field, ValidationError, ValidationInfo, create_model, field_validator,
                       model_serializer, model_validator)
-from pydantic.json_schema import SkipJsonSchema
 
 from trainer.alerts import AlertsConfig, rule_issues
 from trainer.engines import ENGINE_NAMES, engine_issues
@@ -43,8 +42,10 @@ EngineName = Literal[ENGINE_NAMES]  # type: ignore[valid-type]
 Preset = Literal[PRESET_NAMES]  # type: ignore[valid-type]
 
 
-_OPERATOR_FIELDS = {"network": ("AERO_SANDBOX_ISOLATION", "auto"), "run_as_uid": ("AERO_SANDBOX_UID", 65534),
-                    "python": ("AERO_SANDBOX_PYTHON", None)}
+# the code section's former fields, the operator's settings now (refused with a message saying
+# so, parse_run_config; stored configs lost them in Alembic 0009)
+_OPERATOR_FIELDS = {"network": "AERO_SANDBOX_ISOLATION", "run_as_uid": "AERO_SANDBOX_UID",
+                    "python": "AERO_SANDBOX_PYTHON"}
 
 
 class CodeConfig(Strict):
@@ -69,21 +70,6 @@ class CodeConfig(Strict):
         "always", description="Install the audit hook (blocks sockets, subprocesses, ctypes, writes outside the "
         "sandbox directory) always, or only when namespaces are unavailable ('fallback' needs the operator's "
         "AERO_SANDBOX_AUDIT_HOOK=fallback).")
-    # Operator settings (trainer/operator_policy.py), no longer run-config fields: a stored config from
-    # before may still carry the old defaults, which are accepted and ignored; anything else is
-    # refused. Hidden from the schema and never stored.
-    network: SkipJsonSchema[Any] = Field(None, exclude=True, description="Operator setting AERO_SANDBOX_ISOLATION.")
-    run_as_uid: SkipJsonSchema[Any] = Field(None, exclude=True, description="Operator setting AERO_SANDBOX_UID.")
-    python: SkipJsonSchema[Any] = Field(None, exclude=True, description="Operator setting AERO_SANDBOX_PYTHON.")
-
-    @field_validator("network", "run_as_uid", "python", mode="before")
-    @classmethod
-    def _operator_only(cls, v: Any, info: ValidationInfo) -> None:
-        env, legacy = _OPERATOR_FIELDS[info.field_name]
-        if v is not None and not (type(v) is type(legacy) and v == legacy):
-            raise ValueError(f"an operator setting ({env}), not a run-config field; remove it")
-        return None
-
     workers: int = Field(0, ge=0, le=1024, description="Sandboxes run at once when scoring a batch (0 = min(8, CPUs)).")
     max_tests: int = Field(0, ge=0, le=1_000_000, description="Keep the first N tests of each problem (0 = all).")
 
@@ -389,6 +375,19 @@ def unread_sections(data: Mapping[str, Any], methods: Sequence[str]) -> list[tup
             and not set(known) & set(section_readers(name))]
 
 
+def operator_field_message(loc: Sequence[Any]) -> str | None:
+    """For an unknown field at ``loc`` that is an operator setting: what to do; else None."""
+    if len(loc) == 2 and loc[0] == "code" and loc[1] in _OPERATOR_FIELDS:
+        return f"an operator setting ({_OPERATOR_FIELDS[str(loc[1])]}), not a run-config field; remove it"
+    return None
+
+
+def _message(err: Mapping[str, Any]) -> str:
+    """A validation error's message; an unknown field that is an operator setting says which."""
+    hint = operator_field_message(tuple(err["loc"])) if err["type"] == "extra_forbidden" else None
+    return hint or str(err["msg"])
+
+
 def parse_run_config(data: dict[str, Any] | RunConfig, policy: RunPolicy | None = None) -> RunConfig:
     """Validate untrusted input into a RunConfig, or raise ConfigError naming every bad field.
     With the operator's ``policy`` (trainer/operator_policy.py), also its caps and data roots."""
@@ -397,7 +396,7 @@ def parse_run_config(data: dict[str, Any] | RunConfig, policy: RunPolicy | None 
     try:
         cfg = RunConfig.model_validate(data)
     except ValidationError as e:
-        raise ConfigError([(".".join(str(p) for p in err["loc"]) or "config", err["msg"]) for err in e.errors()]) from None
+        raise ConfigError([(".".join(str(p) for p in err["loc"]) or "config", _message(err)) for err in e.errors()]) from None
     issues = cross_field_issues(cfg)
     if policy is not None:
         from trainer.operator_policy import policy_issues

@@ -35,7 +35,7 @@ from backend.db.sweeps import SweepConflict, SweepNotFound
 from backend.services.quotas import QuotaExceeded
 from backend.services.submit import EnqueueError
 from backend.services.sweep_submit import SweepEnqueueError
-from trainer.config import ConfigError, RunConfig
+from trainer.config import ConfigError, RunConfig, operator_field_message
 
 NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "Unknown id."}}
 FORBIDDEN: dict[int | str, dict[str, Any]] = {403: {"description": "The token's role may not do this (a viewer "
@@ -80,6 +80,8 @@ def field_hint(path: Sequence[str | int], error_type: str = "") -> str | None:
     field the valid names. None when the path is not a RunConfig field."""
     model, info = _field(path)
     name = ".".join(map(str, path))
+    if error_type == "extra_forbidden" and (operator := operator_field_message(path)):
+        return f"{name}: {operator}"
     if error_type == "extra_forbidden" and model is not None:
         return f"unknown field {name!r}: remove it or fix its spelling (valid here: {', '.join(model.model_fields)})"
     if info is None or not info.description:

@@ -1,6 +1,7 @@
 """Alembic: upgrade head on an empty database creates exactly the models' schema (an
 autogenerate comparison finds nothing), and downgrade removes it, on SQLite and PostgreSQL."""
 
+import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
@@ -125,3 +126,34 @@ def test_migration_0006_makes_existing_tokens_admin_tokens_of_their_own_users(em
         assert "role" not in {c["name"] for c in inspect(conn).get_columns("api_tokens")}
     migrate(empty_db_url)
     assert _diff(empty_db_url) == []
+
+
+def test_migration_0009_drops_the_code_sections_operator_fields_from_stored_configs(empty_db_url):
+    """Configs stored before the operator's policy carry the sandbox's network, uid and
+    interpreter in ``code``; RunConfig refuses those now, so 0009 drops them (runs and sweeps)."""
+    from sqlalchemy import insert, select
+
+    from backend.db.models import Run, Sweep
+    from trainer.config import ConfigError, parse_run_config
+
+    migrate(empty_db_url, "0008")
+    old_code = {"network": "auto", "run_as_uid": 65534, "python": None, "workers": 2}
+    stored = {1: {"method": "grpo", "code": dict(old_code)}, 2: {"method": "aero", "seed": 4}}
+    spec = {"base": {"code": dict(old_code)}, "methods": ["grpo"], "seeds": [0],
+            "overrides": [{"code.network": "auto", "lr": 1e-5}, {"code": {"python": None}}], "tags": []}
+    with pytest.raises(ConfigError, match="code.network: an operator setting"):
+        parse_run_config(stored[1])
+    with get_engine(empty_db_url).begin() as conn:
+        for run_id, config in stored.items():
+            conn.execute(insert(Run.__table__).values(
+                id=run_id, name=f"r{run_id}", method=config["method"], engine="embedded", config=config, status="queued",
+                queue="cpu", progress=0.0, current_step=0, total_steps=0, tags=[], notes="", cancel_requested=False,
+                attempts=0))
+        conn.execute(insert(Sweep.__table__).values(id=1, name="s", spec=spec))
+    migrate(empty_db_url)
+    with get_engine(empty_db_url).connect() as conn:
+        got = dict(conn.execute(select(Run.__table__.c.id, Run.__table__.c.config)).all())
+        got_spec = conn.execute(select(Sweep.__table__.c.spec)).scalar_one()
+    assert got[1] == {"method": "grpo", "code": {"workers": 2}} and got[2] == stored[2]
+    assert parse_run_config(got[1]).code.workers == 2
+    assert got_spec == {**spec, "base": {"code": {"workers": 2}}, "overrides": [{"lr": 1e-5}, {"code": {}}]}
