@@ -1,0 +1,138 @@
+"""Same-seed metrics of every registered method on each engine, to show a refactor changed
+nothing (or exactly which keys it changed).
+
+    python scripts/metrics_fingerprint.py run --out before.json            # on one revision
+    python scripts/metrics_fingerprint.py run --out after.json             # on the other
+    python scripts/metrics_fingerprint.py compare before.json after.json   # keys that differ, per run
+
+To fingerprint an older revision, run this file with that revision's tree first on the path:
+``git worktree add /tmp/base REV && cd /tmp/base && PYTHONPATH=/tmp/base python
+/path/to/scripts/metrics_fingerprint.py run --out before.json`` (the script imports only names that have been stable: parse_run_config,
+for_method, MemorySink, the method registry, and the run entry point wherever it lives).
+
+Each run: the tiny preset, 4 steps, seed 0, evals at steps 0, 2 and 4. Wall-clock keys
+(``time/*``, ``system/*``) differ run to run and are left out; everything else (tokens, FLOPs,
+rewards, advantages, losses, Avg@k) must match to the last bit on the same machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # after PYTHONPATH: a base revision comes first
+
+WALL_CLOCK = ("time/", "system/")
+BASE = {"preset": "tiny", "steps": 4, "seed": 0, "batch_prompts": 8, "n_total": 8, "eval_every": 2,
+        "eval_problems": 16, "eval_n": 4, "checkpoint_every": 0, "device": "cpu", "aero": {"n_explore": 4}}
+ENGINE_SETTINGS = {"embedded": {}, "verl": {"engine": "verl", "shuffle_mini_batches": False}}
+
+
+def _run_training():
+    import trainer.embedded.loop as loop
+
+    if hasattr(loop, "run_training"):  # revisions before the engine registry (trainer/engines.py)
+        return loop.run_training
+    from trainer.engines import run_training
+
+    return run_training
+
+
+def _engines_of(spec) -> tuple[str, ...]:
+    return tuple(spec.needs.engines)
+
+
+def fingerprint_one(method: str, engine: str) -> dict[str, Any]:
+    from trainer.config import for_method, parse_run_config
+    from trainer.methods.spec import get_method
+    from trainer.sinks import MemorySink
+
+    data = {**BASE, **ENGINE_SETTINGS[engine], "method": method}
+    if get_method(method).needs.prompt_ids:
+        data["train_size"] = 64
+    cfg = parse_run_config(for_method(data, method))
+    sink = MemorySink()
+    with tempfile.TemporaryDirectory() as out:
+        summary = _run_training()(cfg, out, sink)
+    steps = {str(s): {k: v for k, v in sorted(m.items()) if not k.startswith(WALL_CLOCK)}
+             for s, m in sorted(sink.steps.items())}
+    evals = {str(s): {b: {k: r[k] for k in ("k", "avg_at_k", "pass_at_k") if k in r} for b, r in sorted(res.items())}
+             for s, res in sorted(sink.evals.items())}
+    return {"status": summary["status"], "last_step": summary["last_step"], "steps": steps, "evals": evals}
+
+
+def run(args) -> None:
+    from trainer.methods.spec import specs
+
+    engines = args.engines.split(",")
+    methods = args.methods.split(",") if args.methods else [s.name for s in specs()]
+    result: dict[str, Any] = {}
+    if Path(args.out).exists():
+        result = json.loads(Path(args.out).read_text())  # resume: keep what an earlier call recorded
+    for method in methods:
+        from trainer.methods.spec import get_method
+
+        for engine in engines:
+            key = f"{method}@{engine}"
+            if key in result or engine not in _engines_of(get_method(method)):
+                continue
+            print(f"[fingerprint] {key}", file=sys.stderr, flush=True)
+            result[key] = fingerprint_one(method, engine)
+            Path(args.out).write_text(json.dumps(result, indent=1, sort_keys=True))
+    print(f"{len(result)} runs in {args.out}")
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return a == b
+
+
+def compare(args) -> int:
+    before, after = (json.loads(Path(p).read_text()) for p in (args.before, args.after))
+    changed: dict[str, dict[str, tuple[Any, Any]]] = {}
+    for key in sorted(set(before) | set(after)):
+        if key not in before or key not in after:
+            print(f"{key}: only in {'after' if key in after else 'before'}")
+            continue
+        a, b = before[key], after[key]
+        for section in ("steps", "evals"):
+            for step in sorted(set(a[section]) | set(b[section]), key=int):
+                ma, mb = a[section].get(step, {}), b[section].get(step, {})
+                for k in sorted(set(ma) | set(mb)):
+                    if not _same(ma.get(k, "absent"), mb.get(k, "absent")):
+                        changed.setdefault(key, {})[f"{section}[{step}] {k}"] = (ma.get(k, "absent"), mb.get(k, "absent"))
+    same = sorted(set(before) & set(after) - set(changed))
+    print(f"identical: {len(same)} runs ({', '.join(same)})")
+    for key, diffs in changed.items():
+        print(f"{key}: {len(diffs)} values differ")
+        for where, (x, y) in list(diffs.items())[: args.show]:
+            print(f"  {where}: {x} -> {y}")
+    return 1 if changed else 0
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="fingerprint the registered methods on the given engines")
+    r.add_argument("--out", required=True)
+    r.add_argument("--engines", default="embedded", help="comma-separated: embedded,verl (verl needs its venv)")
+    r.add_argument("--methods", default="", help="comma-separated; default every registered method")
+    c = sub.add_parser("compare", help="which keys differ between two fingerprints")
+    c.add_argument("before")
+    c.add_argument("after")
+    c.add_argument("--show", type=int, default=12, help="differing values shown per run")
+    args = p.parse_args()
+    if args.cmd == "run":
+        run(args)
+        return 0
+    return compare(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
