@@ -15,8 +15,8 @@ see the same machine state. The split per step:
 
 * ours: ``generation`` = ``engine.generate``; ``scoring`` = decode + ``score_batch`` + advantages
   (+ AERO's stratify / plan / curate); ``forward`` = ``policy_logprobs`` inside
-  ``policy_update`` (timed by wrapping ``trainer.embedded.update.policy_logprobs``);
-  ``backward_opt`` = the rest of ``policy_update`` (collate, loss, backward, clip, AdamW).
+  ``Updater.step`` (timed by wrapping ``trainer.embedded.update.policy_logprobs``);
+  ``backward_opt`` = the rest of ``Updater.step`` (collate, loss, backward, clip, AdamW).
 * TRL: timers wrapped around the trainer instance's methods: ``generation`` = ``_generate``
   (tokenise, ``model.generate``, decode); ``scoring`` = ``_calculate_rewards`` plus the rest of
   ``_generate_and_score_completions`` (padding, advantages, logging); ``forward`` =
@@ -54,6 +54,7 @@ from trainer.core.aero import (  # noqa: E402
 )
 from trainer.core.stats import mean_ci, paired_ratios  # noqa: E402
 from trainer.flops import rollout_flops, train_flops  # noqa: E402
+from trainer.methods.spec import get_method  # noqa: E402
 from trainer.embedded.presets import PRESETS, load_setup  # noqa: E402
 from trainer.rollout.base import SamplingParams  # noqa: E402
 from trainer.tasks.verify import score_batch  # noqa: E402
@@ -110,13 +111,19 @@ def tiny_config(args, method: str = "grpo") -> RunConfig:
 
 class OursStep:
     """One training step of our embedded engine, built from the stable parts the loop uses
-    (engine.generate, score_batch, the advantage functions, policy_update)."""
+    (engine.generate, score_batch, the advantage functions, the embedded update's Updater)."""
 
     def __init__(self, cfg: RunConfig):
         self.cfg, self.setup = cfg, load_setup(cfg)
-        self.opt = torch.optim.AdamW(self.setup.model.parameters(), lr=cfg.optim.lr, betas=(cfg.optim.beta1, cfg.optim.beta2),
-                                     weight_decay=cfg.optim.weight_decay)
-        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: 1.0)
+        opt = torch.optim.AdamW(self.setup.model.parameters(), lr=cfg.optim.lr, betas=(cfg.optim.beta1, cfg.optim.beta2),
+                                weight_decay=cfg.optim.weight_decay)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)  # constant lr, no warmup
+        settings = update_mod.UpdateSettings(
+            pad_id=self.setup.task.tokenizer.pad_id, temperature=cfg.temperature, eps_low=cfg.clip_eps,
+            eps_high=cfg.clip_eps, agg=Aggregation(cfg.effective_loss_agg, max_len=cfg.max_new_tokens),
+            entropy_coef=cfg.entropy_coef, kl_coef=0.0, grad_clip=cfg.optim.grad_clip)
+        # one epoch, one mini-batch, no reference model, mini-batches in order (no shuffle RNG)
+        self.updater = update_mod.Updater(self.setup.model, opt, sched, settings)
         self.gen = torch.Generator().manual_seed(cfg.seed)
         self.rng = np.random.default_rng(cfg.seed)
         self.sampling = SamplingParams(cfg.temperature, cfg.top_p, cfg.max_new_tokens)
@@ -139,11 +146,7 @@ class OursStep:
     def update(self, train, adv) -> None:
         t0 = time.perf_counter()
         with patched(update_mod, "policy_logprobs", self.clock, "forward"):
-            update_mod.policy_update(self.setup.model, self.opt, self.sched, train, adv, pad_id=self.setup.task.tokenizer.pad_id,
-                                     temperature=self.cfg.temperature, eps_low=self.cfg.clip_eps, eps_high=self.cfg.clip_eps,
-                                     agg=Aggregation(self.cfg.effective_loss_agg, max_len=self.cfg.max_new_tokens),
-                                     entropy_coef=self.cfg.entropy_coef, kl_coef=0.0,
-                                     grad_clip=self.cfg.optim.grad_clip)
+            self.updater.step(train, adv)
         self.clock.add("update", time.perf_counter() - t0)
 
     def step(self) -> dict:
@@ -180,7 +183,9 @@ class OursAERO(OursStep):
 
     def collect(self, prompts, problems):
         cfg, a, P = self.cfg, self.cfg.aero, self.cfg.batch_prompts
-        s1, s2, s3 = cfg.strategies
+        strategies = get_method(cfg.method).aero
+        assert strategies is not None, f"{cfg.method} is not an AERO-family method"
+        s1 = strategies.s1
         explore = self.sample(prompts, problems, a.n_explore)
         t0 = time.perf_counter()
         groups = by_prompt(explore, P)
@@ -203,7 +208,7 @@ class OursAERO(OursStep):
             self.clock.add("scoring", time.perf_counter() - t0)
         t0 = time.perf_counter()
         cur = curate([np.array([r.reward for r in g]) for g in groups], strata, state.rescued_at,
-                     CurationRules.from_config(a, cfg.strategies),
+                     CurationRules.from_config(a, strategies),
                      lengths_by_prompt=[np.array([r.length for r in g]) for g in groups], rng=self.rng)
         prompt_idx, roll_idx, gid = cur.flat()
         train = [groups[p][i] for p, i in zip(prompt_idx.tolist(), roll_idx.tolist())]

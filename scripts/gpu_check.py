@@ -53,7 +53,7 @@ from trainer.rollout.base import SamplingParams  # noqa: E402
 from trainer.rollout.embedded import EmbeddedEngine  # noqa: E402
 from trainer.tasks.arithmetic import WARM_START_WEIGHTS, ArithmeticTask  # noqa: E402
 from trainer.core.losses import Aggregation  # noqa: E402
-from trainer.embedded.update import policy_update, warmup_constant_lr  # noqa: E402
+from trainer.embedded.update import Updater, UpdateSettings, warmup_constant_lr  # noqa: E402
 
 SHAPES = {
     "default": dict(hidden_size=512, num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=8,
@@ -79,9 +79,8 @@ def run_config(method: str, *, batch_prompts: int, n_total: int, n_explore: int,
                                      alpha0=1.0, beta0=1.0, zero_variance_keep=4, negative_selection="random",
                                      rescue_negative="first", zero_variance_selection="first",
                                      budget_split="prompt-order", rounds_per_call=rounds_per_call)
-        strategies = {"aero": (True, True, True)}.get(method, (False, False, False))
         return types.SimpleNamespace(method=method, batch_prompts=batch_prompts, n_total=n_total, seed=seed,
-                                     max_new_tokens=12, aero=aero, strategies=strategies, std_unbiased=True,
+                                     max_new_tokens=12, aero=aero, std_unbiased=True,
                                      adv_estimator="grpo", verifier_timeout_s=5.0)
 
 
@@ -116,6 +115,11 @@ def run_method(name: str, cfg, base_model, task, device, steps: int, autocast, l
                             dtype=torch.bfloat16 if device.type == "cuda" else None)
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_constant_lr(s, 0))
+    # one epoch, one mini-batch, no reference model (kl_coef 0), mini-batches in order (no shuffle RNG)
+    updater = Updater(model, opt, sched, UpdateSettings(
+        pad_id=task.tokenizer.pad_id, temperature=1.0, eps_low=0.2, eps_high=0.2,
+        agg=Aggregation("seq-mean-token-mean", max_len=12), entropy_coef=1e-3, kl_coef=0.0, grad_clip=1.0,
+        device=device))
     ctx = StepContext(cfg=cfg, task=task, engine=engine, sampling=SamplingParams(1.0, 1.0, 12),
                       gen=torch.Generator(device=device).manual_seed(cfg.seed), rng=np.random.default_rng(cfg.seed))
     rows, data_pos = [], 0
@@ -129,9 +133,7 @@ def run_method(name: str, cfg, base_model, task, device, steps: int, autocast, l
         stats = {}
         if c.train:
             with autocast():
-                stats = policy_update(model, opt, sched, c.train, c.advantages, pad_id=task.tokenizer.pad_id,
-                                      temperature=1.0, eps_low=0.2, eps_high=0.2, agg=Aggregation("seq-mean-token-mean", max_len=12),
-                                      entropy_coef=1e-3, kl_coef=0.0, grad_clip=1.0, device=device)
+                stats = updater.step(c.train, c.advantages)
         engine.sync_weights(model)
         sync(device)
         t2 = time.perf_counter()

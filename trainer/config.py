@@ -246,11 +246,6 @@ class _MethodSections(_RunFields):
             return self.loss_agg
         return get_method(self.method).loss_agg
 
-    @property
-    def strategies(self) -> tuple[bool, bool, bool]:
-        """Which AERO strategies (S1 rescue, S2 Bayesian, S3 rejection sampling) are on (the method's spec)."""
-        return get_method(self.method).strategies
-
 
 # One training run, stored with the run as JSON (``model_dump(mode='json')``): the common fields
 # plus one optional block per method section, present exactly when the chosen method reads it.

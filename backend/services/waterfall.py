@@ -38,14 +38,16 @@ UNITS: dict[str, tuple[str, str]] = {  # unit -> (actual metric key, savings key
     "seconds": (mk.TRAIN_S, "s"),
 }
 MEASURED_EXTRA_UNITS: dict[str, str] = {"step_seconds": mk.STEP_S, "total_flops": mk.FLOPS_TOTAL}
-# Which of S1/S2/S3 each AERO-family method uses, from the method specs (trainer/methods/).
-STRATEGIES_OF: dict[str, tuple[bool, bool, bool]] = {s.name: s.strategies for s in specs() if any(s.strategies)}
+# Which of S1/S2/S3 each AERO-family method uses: its spec's ``aero`` (None for other methods).
+STRATEGIES_OF: dict[str, tuple[bool, bool, bool]] = {s.name: s.aero.flags for s in specs()
+                                                     if s.aero is not None and any(s.aero.flags)}
 # The measured ladder: GRPO, then the AERO-family methods that add S1, S2 and S3 in turn
 # (variants of another family, such as aero-mem, use all three but are not rungs of it).
-_S1_ONLY = [s for s in specs() if s.strategies == (True, False, False)]  # the ladder's first rung and its family
+_S1_ONLY = [s for s in specs() if s.aero is not None and s.aero.flags == (True, False, False)]  # the first rung
 LADDER: tuple[str, ...] = (baseline_method(),) + tuple(
     s.name for k in (1, 2, 3) for s in specs()
-    if _S1_ONLY and s.family == _S1_ONLY[0].family and s.strategies == (True,) * k + (False,) * (3 - k))
+    if _S1_ONLY and s.family == _S1_ONLY[0].family and s.aero is not None
+    and s.aero.flags == (True,) * k + (False,) * (3 - k))
 
 
 def counterfactual_waterfall(mean: Mapping[str, float | None], method: str) -> dict[str, dict[str, float | None]] | None:

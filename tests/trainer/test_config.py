@@ -3,6 +3,8 @@
 import pytest
 
 from trainer.config import ConfigError, RunConfig, parse_run_config
+from trainer.methods.aero_strategies import AeroStrategies
+from trainer.methods.spec import get_method
 
 VERL = {"engine": "verl", "preset": None, "model_path": "/m", "task": "math", "train_data": "/d.jsonl"}
 
@@ -64,10 +66,9 @@ def test_defaults_follow_the_paper():
 def test_method_defaults_and_strategies():
     assert parse_run_config({"method": "dapo"}).effective_loss_agg == "token-mean"
     assert parse_run_config({"method": "grpo"}).effective_loss_agg == "seq-mean-token-mean"
-    assert parse_run_config({"method": "aero"}).strategies == (True, True, True)
-    assert parse_run_config({"method": "aero-s1s2"}).strategies == (True, True, False)
-    assert parse_run_config({"method": "aero-s1"}).strategies == (True, False, False)
-    assert parse_run_config({"method": "grpo"}).strategies == (False, False, False)
+    strategies = {m: get_method(m).aero for m in ("aero", "aero-s1s2", "aero-s1", "grpo")}
+    assert strategies == {"aero": AeroStrategies(True, True, True), "aero-s1s2": AeroStrategies(True, True, False),
+                          "aero-s1": AeroStrategies(True, False, False), "grpo": None}
 
 
 def test_config_round_trips_through_json():

@@ -351,6 +351,19 @@ class CurationSection(Protocol):
     def zero_variance_selection(self) -> str: ...
 
 
+class StrategySwitches(Protocol):
+    """What :meth:`CurationRules.from_config` reads of a method's S1/S2/S3 switches
+    (``MethodSpec.aero``, trainer.methods.aero_strategies.AeroStrategies); a protocol, so the
+    core imports no method module. Read-only, so the frozen dataclass fits."""
+
+    @property
+    def s1(self) -> bool: ...
+    @property
+    def s2(self) -> bool: ...
+    @property
+    def s3(self) -> bool: ...
+
+
 @dataclass(frozen=True)
 class CurationRules:
     """How :func:`curate` chooses the training groups: the strategy switches and AERO's curation
@@ -391,13 +404,12 @@ class CurationRules:
     zero_variance_selection: str = "first"
 
     @classmethod
-    def from_config(cls, aero: CurationSection, strategies: tuple[bool, bool, bool],
+    def from_config(cls, aero: CurationSection, strategies: StrategySwitches,
                     n_explore: int | None = None) -> CurationRules:
-        """The rules of a run: its ``aero`` config section and its method's (s1, s2, s3)
-        strategies (MethodSpec.strategies). ``n_explore`` overrides ``aero.n_explore`` (aero-mem
-        explores some prompts with fewer rollouts)."""
-        s1, s2, s3 = strategies
-        return cls(s1=bool(s1), s2=bool(s2), s3=bool(s3),
+        """The rules of a run: its ``aero`` config section and its method's S1/S2/S3 switches
+        (``MethodSpec.aero``, trainer/methods/aero_strategies.py). ``n_explore`` overrides
+        ``aero.n_explore`` (aero-mem explores some prompts with fewer rollouts)."""
+        return cls(s1=strategies.s1, s2=strategies.s2, s3=strategies.s3,
                    n_explore=aero.n_explore if n_explore is None else int(n_explore),
                    alpha0=aero.alpha0, beta0=aero.beta0, k=aero.k, zero_variance_keep=aero.zero_variance_keep,
                    negative_selection=aero.negative_selection, rescue_negative=aero.rescue_negative,

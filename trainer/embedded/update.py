@@ -352,13 +352,3 @@ class Updater:
             kl = agg(kl_k3(logp, ref_logp), mb.response_mask)
             loss = loss + s.kl_coef * kl
         return [pg_loss, loss, ent, kl, pg_stats["clip_frac"], pg_stats["approx_kl"]]
-
-
-def policy_update(model, optimizer, scheduler, rollouts: list[Rollout], advantages: torch.Tensor, *,
-                  ref_model=None, shuffle: np.random.Generator | None = None, **settings) -> dict[str, float]:
-    """One update with the settings as keywords (:class:`UpdateSettings`' fields: pad_id,
-    temperature, eps_low, eps_high, agg, entropy_coef, kl_coef, grad_clip, epochs, mini_batches,
-    device), for callers that hold no :class:`Updater` (scripts/gpu_check.py,
-    benchmarks/trl_compare.py). Without ``shuffle`` the mini-batches stay in order."""
-    return Updater(model, optimizer, scheduler, UpdateSettings(**settings), ref_model, shuffle).step(rollouts,
-                                                                                                      advantages)

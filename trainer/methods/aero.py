@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 import common.metric_keys as mk
+from trainer.methods.aero_strategies import ALL, NONE, AeroStrategies
 from trainer.methods.section import Field, Issues, Section, Strict
 from trainer.methods.spec import BOTH_ENGINES, Display, MethodSpec, Needs, VerlMapping, register
 from trainer.methods.step import StepResult, strata_stats
@@ -102,7 +103,7 @@ AERO_SECTION = Section(
 
 def aero_step(cfg: RunConfig, sampler: Sampler, rng: np.random.Generator) -> StepResult:
     """One AERO step (module docstring) on one batch of P prompts; ``rng`` draws S3's random
-    negatives. The ablations switch S2/S3 off through their spec's strategies."""
+    negatives. The ablations switch S2/S3 off through their spec's ``aero`` strategies."""
     return aero_step_with_ledger(cfg, sampler, rng)[0]
 
 
@@ -127,7 +128,8 @@ def aero_step_with_ledger(cfg: RunConfig, sampler: Sampler, rng: np.random.Gener
 
     a = cfg.aero
     spec = get_method(cfg.method)
-    s1, s2, s3 = spec.strategies
+    strategies = spec.aero if spec.aero is not None else NONE
+    s1 = strategies.s1
     P = sampler.next_prompts()
     log = RowLog()
     n_first = np.full(P, a.n_explore, dtype=np.int64) if first is None else np.asarray(first, dtype=np.int64)
@@ -153,7 +155,7 @@ def aero_step_with_ledger(cfg: RunConfig, sampler: Sampler, rng: np.random.Gener
         state, used = replay(state, plan, [new.correct[r - new.first_row].astype(np.float64) for r in new_rows])
         rows_of = [np.concatenate([rows_of[p], new_rows[p][used[p]]]) for p in range(P)]
     ok, length, tokens, reward = log.column("correct"), log.column("length"), log.column("tokens"), log.column("reward")
-    rules = CurationRules.from_config(a, spec.strategies, n_explore=int(n_first.min(initial=a.n_explore)))
+    rules = CurationRules.from_config(a, strategies, n_explore=int(n_first.min(initial=a.n_explore)))
     cur = curate([ok[r].astype(np.float64) for r in rows_of], strata, state.rescued_at, rules,
                  lengths_by_prompt=[length[r] for r in rows_of], rng=rng)
     prompt_idx, pos, gid = cur.flat()
@@ -198,13 +200,16 @@ def _n_explore(cfg: RunConfig) -> int:
 AERO_VERL = VerlMapping(rollout_n="n_explore", first_call_n=_n_explore)
 
 
-def _aero(name: str, label: str, colour: str, order: int, dash: int, strategies, description: str) -> MethodSpec:
-    return register(MethodSpec(name=name, family="aero", sections=(AERO_SECTION,), strategies=strategies,
+def _aero(name: str, label: str, colour: str, order: int, dash: int, strategies: AeroStrategies,
+          description: str) -> MethodSpec:
+    return register(MethodSpec(name=name, family="aero", sections=(AERO_SECTION,), aero=strategies,
                                needs=Needs(engines=BOTH_ENGINES), verl=AERO_VERL,
                                display=Display(label, colour, description, order, dash)), aero_step)
 
 
-AERO = _aero("aero", "AERO", "#E45756", 20, 4, (True, True, True),
+AERO = _aero("aero", "AERO", "#E45756", 20, 4, ALL,
              "AERO (S1 rescue + S2 Bayesian + S3 rejection sampling)")
-AERO_S1 = _aero("aero-s1", "AERO S1 only", "#72B7B2", 21, 3, (True, False, False), "AERO ablation: S1 rescue only")
-AERO_S1S2 = _aero("aero-s1s2", "AERO S1+S2", "#B279A2", 22, 5, (True, True, False), "AERO ablation: S1 + S2")
+AERO_S1 = _aero("aero-s1", "AERO S1 only", "#72B7B2", 21, 3, AeroStrategies(True, False, False),
+               "AERO ablation: S1 rescue only")
+AERO_S1S2 = _aero("aero-s1s2", "AERO S1+S2", "#B279A2", 22, 5, AeroStrategies(True, True, False),
+                  "AERO ablation: S1 + S2")

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from trainer.methods.aero import AERO_SECTION, AERO_VERL
+from trainer.methods.aero_strategies import ALL
 from trainer.methods.section import Field, Section, Strict
 from trainer.methods.spec import Display, MethodSpec, Needs, register
 from trainer.methods.step import StepResult
@@ -179,7 +180,7 @@ _NEEDS = Needs(engines=("embedded",), prompt_ids=True)
 
 def _mem(name: str, label: str, colour: str, order: int, dash: int, description: str) -> MethodSpec:
     return register(MethodSpec(name=name, family="aero-mem", sections=(AERO_SECTION, AERO_MEM_SECTION),
-                               strategies=(True, True, True), verl=AERO_VERL, needs=_NEEDS,
+                               aero=ALL, verl=AERO_VERL, needs=_NEEDS,
                                display=Display(label, colour, description, order, dash)), aero_mem_step)
 
 

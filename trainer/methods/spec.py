@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
+from trainer.methods.aero_strategies import AeroStrategies, strategies_json
 from trainer.methods.section import Section
 
 if TYPE_CHECKING:
@@ -101,14 +102,16 @@ class MethodSpec:
     clip: "symmetric" uses (clip_eps, clip_eps); "clip-higher" takes the range from
     ``clip_of(cfg)`` (DAPO: its section's eps_low, eps_high). normalize_std: None follows the
     config's ``adv_estimator`` ("grpo" divides by the group std, "drgrpo" does not); False never
-    divides (Dr.GRPO as a method). strategies: which AERO strategies (S1, S2, S3) it switches on,
-    read by its step and by the savings waterfall."""
+    divides (Dr.GRPO as a method). aero: which of AERO's strategies (S1, S2, S3) an AERO-family
+    method switches on (trainer/methods/aero_strategies.py), read by its step and by the savings
+    waterfall; None for every other method. The JSON keeps the key ``strategies`` for every
+    method (all false when ``aero`` is None)."""
 
     name: str
     family: str
     display: Display
     sections: tuple[Section, ...] = ()
-    strategies: tuple[bool, bool, bool] = (False, False, False)
+    aero: AeroStrategies | None = None
     loss_agg: str = "seq-mean-token-mean"
     clip: Literal["symmetric", "clip-higher"] = "symmetric"
     clip_of: Callable[[RunConfig], tuple[float, float]] | None = None
@@ -134,7 +137,7 @@ class MethodSpec:
         return {"name": self.name, "label": d.label, "colour": d.colour, "description": d.description,
                 "family": self.family, "order": d.order, "dash": d.dash, "baseline": self.baseline,
                 "sections": [s.to_json() for s in self.sections],
-                "strategies": dict(zip(("s1", "s2", "s3"), self.strategies)), "loss_agg": self.loss_agg,
+                "strategies": strategies_json(self.aero), "loss_agg": self.loss_agg,
                 "clip": self.clip, "normalize_std": self.normalize_std,
                 "verl": {"rollout_n": v.rollout_n, "adv_estimator": v.adv_estimator, "stock_fit": v.stock_fit},
                 "engines": list(self.needs.engines), "needs_prompt_ids": self.needs.prompt_ids}

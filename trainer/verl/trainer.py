@@ -25,8 +25,9 @@ across ranks (``trainer.balance_batch``) is not applied to the curated batches (
 is the embedded update's mini-batches, trainer/verl/rows.py); the seq-mean loss normaliser
 (``global_batch_size``) is real rows / mini-batches, the embedded update's ``n_seqs``, not the
 padded count. The curation RNG (S3's random draws) is seeded like the embedded engine's and
-saved with verl's checkpoints (``aero_state.json``), so a resumed run draws what an
-uninterrupted one would.
+saved with verl's checkpoints (``curation_state.json``; a checkpoint written before the
+rename has ``aero_state.json``, read when the new file is absent), so a resumed run draws what
+an uninterrupted one would.
 """
 
 from __future__ import annotations
@@ -62,7 +63,16 @@ from trainer.verl.rows import ADV_COLUMN, pad_for_update, real_rows, row_correct
 from trainer.verl.step_detail import best_effort, curated_detail, stock_detail
 from trainer.verl.step_metrics import CHECKPOINTS_FILE, PlatformLogger, eval_results, step_accounting
 
-STATE_FILE = "aero_state.json"  # the curation RNG, beside each verl checkpoint
+STATE_FILE = "curation_state.json"  # the curation RNG, beside each verl checkpoint
+LEGACY_STATE_FILE = "aero_state.json"  # its name in checkpoints written before; still read on resume
+
+
+def state_file(folder: Path) -> Path:
+    """The curation-state file of the checkpoint in ``folder``: :data:`STATE_FILE`, or
+    :data:`LEGACY_STATE_FILE` when only that one is there (an older checkpoint)."""
+    state = folder / STATE_FILE
+    legacy = folder / LEGACY_STATE_FILE
+    return legacy if not state.is_file() and legacy.is_file() else state
 
 
 @contextlib.contextmanager
@@ -144,7 +154,7 @@ class PlatformTrainer(RayPPOTrainer):
         return Path(self.config.trainer.default_local_dir) / f"global_step_{self.global_steps}"
 
     def _save_checkpoint(self):
-        """verl's checkpoint, plus the curation RNG (``aero_state.json`` beside it) and a line in
+        """verl's checkpoint, plus the curation RNG (:data:`STATE_FILE` beside it) and a line in
         OUT/verl/checkpoints.jsonl that the launcher relays to the platform's sink."""
         out = super()._save_checkpoint()
         self._saved_step = self.global_steps
@@ -155,8 +165,9 @@ class PlatformTrainer(RayPPOTrainer):
         return out
 
     def _load_checkpoint(self):
+        """verl's resume, plus the curation RNG saved beside the checkpoint (:func:`state_file`)."""
         out = super()._load_checkpoint()
-        state = self._step_folder() / STATE_FILE
+        state = state_file(self._step_folder())
         if self.global_steps > 0 and state.is_file():
             self.curation_rng = numpy_rng_from_state(json.loads(state.read_text())["curation_rng"])
         return out

@@ -165,15 +165,16 @@ def test_theorem41_factor_maximised_at_m_equals_c():
 
 def test_curation_rules_from_config_section():
     from trainer.methods.aero import AEROConfig
+    from trainer.methods.aero_strategies import ALL, AeroStrategies
 
     sec = AEROConfig(n_explore=6, k=2.0, alpha0=0.5, beta0=2.0, zero_variance_keep=3, negative_selection="longest",
                      rescue_negative="random", zero_variance_selection="random")
-    rules = CurationRules.from_config(sec, (True, True, False))
+    rules = CurationRules.from_config(sec, AeroStrategies(True, True, False))
     assert rules == CurationRules(s1=True, s2=True, s3=False, n_explore=6, alpha0=0.5, beta0=2.0, k=2.0,
                                   zero_variance_keep=3, negative_selection="longest", rescue_negative="random",
                                   zero_variance_selection="random")
-    assert CurationRules.from_config(sec, (True, True, True), n_explore=4).n_explore == 4  # aero-mem's smaller first call
-    assert CurationRules.from_config(AEROConfig(), (True, True, True)) == CurationRules()  # defaults: the paper's
+    assert CurationRules.from_config(sec, ALL, n_explore=4).n_explore == 4  # aero-mem's smaller first call
+    assert CurationRules.from_config(AEROConfig(), ALL) == CurationRules()  # defaults: the paper's
     rewards, strata, rescued_at = _batch()
     with pytest.raises(TypeError):
         curate(rewards, strata, rescued_at, k=2)  # settings travel in CurationRules only

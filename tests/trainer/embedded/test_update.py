@@ -17,7 +17,7 @@ import trainer.core.losses as losses
 from trainer.config import parse_run_config
 from trainer.core.losses import Aggregation
 from trainer.embedded.update import (UpdateSettings, Updater, length_buckets, mini_batch_indices, policy_logprobs,
-                                     policy_update, shared_prompt_logprobs, shares_prompts, shuffle_rng)
+                                     shared_prompt_logprobs, shares_prompts, shuffle_rng)
 
 V, BOS, EOS, PAD = 20, 1, 2, 0
 SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2, intermediate_size=64)
@@ -124,13 +124,14 @@ def test_the_shared_pass_is_used_only_where_it_saves_work():
 
 
 def test_policy_update_is_the_same_update_either_way():
-    """Two copies of one model, one updated with the shared pass and one forced onto the
-    padded pass, end with the same weights and stats (float rounding aside)."""
+    """Two copies of one model, one updated (``Updater.step``) with the shared pass and one
+    forced onto the padded pass, end with the same weights and stats (float rounding aside)."""
     base = small_model()
     rollouts = ragged_rollouts(base)
     adv = torch.randn(len(rollouts), generator=torch.Generator().manual_seed(2))
-    kw = dict(pad_id=PAD, temperature=1.0, eps_low=0.2, eps_high=0.2, agg=Aggregation("seq-mean-token-mean"),
-              entropy_coef=1e-3, kl_coef=0.1, grad_clip=1.0, epochs=2, mini_batches=2)
+    settings = UpdateSettings(pad_id=PAD, temperature=1.0, eps_low=0.2, eps_high=0.2,
+                              agg=Aggregation("seq-mean-token-mean"), entropy_coef=1e-3, kl_coef=0.1, grad_clip=1.0,
+                              epochs=2, mini_batches=2)
     results = []
     for force_padded in (False, True):
         model = copy.deepcopy(base)
@@ -140,7 +141,7 @@ def test_policy_update_is_the_same_update_either_way():
         with pytest.MonkeyPatch.context() as mp:
             if force_padded:
                 mp.setattr("trainer.embedded.update.shares_prompts", lambda *a: False)
-            stats = policy_update(model, opt, sched, rollouts, adv, ref_model=ref, **kw)
+            stats = Updater(model, opt, sched, settings, ref_model=ref).step(rollouts, adv)
         results.append((stats, [p.detach().clone() for p in model.parameters()]))
     (s1, p1), (s2, p2) = results
     assert s1.keys() == s2.keys() and all(abs(s1[k] - s2[k]) < 1e-4 for k in s1)

@@ -19,7 +19,7 @@ from trainer.core.aero import (
 )
 from trainer.core.dapo import nonzero_variance_mask, overlong_penalty
 from trainer.methods.aero import aero_step_with_ledger
-from trainer.methods.spec import get_step
+from trainer.methods.spec import get_method, get_step
 from trainer.methods.step import strata_stats
 
 
@@ -43,7 +43,7 @@ def _correct(groups):
 def reference_aero(cfg, fake, rng):
     """The previous embedded ``collect_aero``, over the fake engine's rows."""
     a, P = cfg.aero, cfg.batch_prompts
-    s1, s2, s3 = cfg.strategies
+    s1, s2, s3 = get_method(cfg.method).aero.flags
 
     def sample(counts, round_):
         first = len(fake.rows)

@@ -172,7 +172,7 @@ class Engines:
         return emb, ver
 
     def resume_verl_rng(self):
-        """What PlatformTrainer's checkpoint round trip does to the curation RNG (aero_state.json)."""
+        """What PlatformTrainer's checkpoint round trip does to the curation RNG (curation_state.json)."""
         from trainer.embedded.checkpoint import numpy_rng_from_state, numpy_rng_state
 
         self.verl_rng = numpy_rng_from_state(json.loads(json.dumps(numpy_rng_state(self.verl_rng))))

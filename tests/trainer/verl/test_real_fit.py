@@ -109,7 +109,7 @@ def test_aero_stops_with_a_checkpoint_and_resumes(tmp_path):
     stopped_at = summary["last_step"]
     assert stopped_at in (1, 2, 3) and sorted(first.steps) == list(range(1, stopped_at + 1))
     ckpt = out / "verl_checkpoints" / f"global_step_{stopped_at}"
-    assert (ckpt / "aero_state.json").is_file() and "curation_rng" in json.loads((ckpt / "aero_state.json").read_text())
+    assert "curation_rng" in json.loads((ckpt / "curation_state.json").read_text())
     m = first.steps[1]
     assert m["rollout/generated"] <= cfg.batch_prompts * cfg.n_total  # the shared budget
     assert m["rollout/trained"] < m["rollout/generated"] and m["rollout/gen_calls"] == 1 + m["rescue/calls"]

@@ -169,7 +169,7 @@ def test_grpo_accounting_and_per_benchmark_eval(vr, tmp_path):
 
 
 def test_checkpoint_saves_and_restores_the_curation_rng(vr, tmp_path, monkeypatch):
-    """The curation RNG (S3's random draws) goes into aero_state.json beside verl's checkpoint and
+    """The curation RNG (S3's random draws) goes into curation_state.json beside verl's checkpoint and
     comes back on load, so a resumed run draws what an uninterrupted one would; each save is
     listed for the launcher's relay. verl's own save/load (which need the workers) stand aside."""
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
@@ -184,6 +184,8 @@ def test_checkpoint_saves_and_restores_the_curation_rng(vr, tmp_path, monkeypatc
     (tmp_path / "verl_checkpoints" / "global_step_3").mkdir(parents=True)
     tr.curation_rng.random(5)
     tr._save_checkpoint()
+    folder = tmp_path / "verl_checkpoints" / "global_step_3"
+    assert sorted(p.name for p in folder.iterdir()) == ["curation_state.json"]
     expected = tr.curation_rng.random(4)
     tr.curation_rng = np.random.default_rng(123)  # a fresh process
     tr._load_checkpoint()
@@ -192,3 +194,27 @@ def test_checkpoint_saves_and_restores_the_curation_rng(vr, tmp_path, monkeypatc
     assert [json.loads(line)["step"] for line in lines] == [3]
     tr._checkpoint_on_stop(3)  # a stop right after the step's own checkpoint saves nothing more
     assert len((tmp_path / "verl" / CHECKPOINTS_FILE).read_text().splitlines()) == 1 and tr.stopped
+
+
+def test_a_checkpoint_with_the_old_state_file_name_still_resumes(vr, tmp_path, monkeypatch):
+    """Checkpoints written before the rename hold the curation RNG in aero_state.json: a resume
+    reads it when curation_state.json is absent, and the new name wins when both are there."""
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+    from trainer.embedded.checkpoint import numpy_rng_state
+
+    tr, _, _ = make_trainer(vr, tmp_path)
+    monkeypatch.setattr(RayPPOTrainer, "_load_checkpoint", lambda self: None)
+    tr.global_steps = 2
+    folder = tmp_path / "verl_checkpoints" / "global_step_2"
+    folder.mkdir(parents=True)
+    old = np.random.default_rng(7)
+    old.random(3)
+    (folder / "aero_state.json").write_text(json.dumps({"curation_rng": numpy_rng_state(old)}))
+    expected = old.random(4)
+    tr._load_checkpoint()
+    assert np.array_equal(tr.curation_rng.random(4), expected)
+    new = np.random.default_rng(8)
+    (folder / "curation_state.json").write_text(json.dumps({"curation_rng": numpy_rng_state(new)}))
+    tr._load_checkpoint()
+    assert np.array_equal(tr.curation_rng.random(4), new.random(4))

@@ -12,8 +12,9 @@ point in pyproject.toml does the same for an installed aero-lab. Importing it re
     rollout "aero_hf"  hf_rollout.HFReplica (the Ray server actor) + hf_rollout.HFServerAdapter
                        (the hybrid worker's side: weight sync), chosen with rollout.name=aero_hf
 
-Nothing of verl's installed files is edited; the one place that touches private verl names
-is verl_private.py, which names the verl version it was written against.
+Nothing of verl's installed files is edited; every private verl name the engine depends on
+is listed in verl_private.py (which names the verl version it was written against) and pinned
+by tests/trainer/verl/test_verl_private.py.
 """
 
 from __future__ import annotations
