@@ -9,7 +9,8 @@ import typer
 from rich.table import Table
 
 from cli.common import safe
-from cli.platform_cmds import ApiOpt, TokenOpt, call, client, out
+from cli.consoles import out
+from cli.rest_client import ApiOpt, TokenOpt, call, client
 
 commands = typer.Typer()
 

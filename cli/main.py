@@ -1,18 +1,20 @@
-"""The `aero` command line. Trainer commands live in cli/train_cmds.py, platform commands in
-cli/platform_cmds.py, `aero compare` in cli/compare_cmds.py; each module collects its commands
-on a Typer of its own and this module, the only one that imports them all, merges them into
-the one app. They never import this module back, so importing one for its helpers (as the
-tests do) needs no particular import order."""
+"""The `aero` command line. Trainer commands live in cli/train_cmds.py, `aero submit` / `runs` in
+cli/submit_cmds.py, the platform's processes (`aero up`, `worker`, `reaper`) in
+cli/platform_cmds.py, `aero token` in cli/token_cmds.py, `aero compare` in cli/compare_cmds.py;
+each module collects its commands on a Typer of its own and this module, the only one that
+imports them all, merges them into the one app. They never import this module back, so
+importing one for its helpers (as the tests do) needs no particular import order."""
 
 import typer
 
-from cli import access_cmds, compare_cmds, platform_cmds, rollout_cmds, run_cmds, store_cmds, train_cmds
+from cli import access_cmds, compare_cmds, platform_cmds, rollout_cmds, run_cmds, store_cmds, submit_cmds, token_cmds, train_cmds
 
 app = typer.Typer(help="AERO Lab: GRPO, DAPO and AERO post-training runs, on a laptop or a cluster.",
                   no_args_is_help=True, pretty_exceptions_show_locals=False)
 
 # Added without a name, a Typer's commands join the top level. The order here is the order of
 # `aero --help`; `aero token` comes last, where Typer lists a group after the plain commands.
+app.add_typer(submit_cmds.commands)
 app.add_typer(platform_cmds.commands)
 app.add_typer(access_cmds.commands)
 app.add_typer(run_cmds.commands)
@@ -20,7 +22,7 @@ app.add_typer(compare_cmds.commands)
 app.add_typer(rollout_cmds.commands)
 app.add_typer(train_cmds.commands)
 app.add_typer(store_cmds.commands)
-app.add_typer(platform_cmds.token_app, name="token")
+app.add_typer(token_cmds.token_app, name="token")
 
 if __name__ == "__main__":
     app()

@@ -13,7 +13,8 @@ from rich.panel import Panel
 from rich.table import Table
 
 from cli.common import safe
-from cli.platform_cmds import ApiOpt, TokenOpt, call, client, out
+from cli.consoles import out
+from cli.rest_client import ApiOpt, TokenOpt, call, client
 
 commands = typer.Typer()
 

@@ -12,7 +12,8 @@ import typer
 from rich.table import Table
 
 from cli.common import parse_sets, safe
-from cli.platform_cmds import ApiOpt, TokenOpt, call, client, err, out, runs_table
+from cli.consoles import err, out
+from cli.rest_client import ApiOpt, TokenOpt, call, client, runs_table
 from common.dotted import flatten, set_path
 
 commands = typer.Typer()

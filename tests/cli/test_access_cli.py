@@ -102,7 +102,7 @@ def test_aero_audit_reads_the_log_with_an_admin_token(data_env, monkeypatch):
 
 
 def test_aero_runs_mine_lists_only_the_tokens_users_runs(data_env, monkeypatch):
-    from cli import platform_cmds
+    from cli import submit_cmds
 
     tokens = {name: runner.invoke(app, ["token", "create", name, "--role", "member"]).stdout.strip().splitlines()[-1]
               for name in ("alice", "bob")}
@@ -111,10 +111,10 @@ def test_aero_runs_mine_lists_only_the_tokens_users_runs(data_env, monkeypatch):
     def client(_api, token, timeout=30.0):
         return TestClient(api, base_url="http://testserver/api", headers={"Authorization": f"Bearer {token}"})
 
-    monkeypatch.setattr(platform_cmds, "client", client)
+    monkeypatch.setattr(submit_cmds, "client", client)
     # the module's consoles were made at import, under whatever terminal that was: pin a width
     # wide enough for the run names (as tests/cli/test_cli_escaping.py does)
-    monkeypatch.setattr(platform_cmds, "out", Console(color_system=None, width=250))
+    monkeypatch.setattr(submit_cmds, "out", Console(color_system=None, width=250))
     for name in ("alice", "bob"):
         with client(None, tokens[name]) as c:
             assert c.post("/runs", json={"config": {"method": "grpo", "steps": 2}, "name": f"{name}-run"}).status_code == 201

@@ -12,7 +12,8 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from cli.main import app  # first: cli.main registers the command modules
-import cli.platform_cmds as pc  # noqa: I001
+import cli.rest_client as rest  # noqa: I001
+import cli.submit_cmds as sc
 from cli.common import safe
 
 NAMES = ["[/oops]", "[bold]x", "\x1b[31mred", "x\\", "[link=http://evil]y[/link]", "a\u202eb", "c\x9bd"]
@@ -31,7 +32,7 @@ def _render(renderable) -> str:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_runs_table_prints_names_literally(name):
-    text = _render(pc.runs_table([_run(name)], title=f"sweep 1 ({safe(name)})"))
+    text = _render(rest.runs_table([_run(name)], title=f"sweep 1 ({safe(name)})"))
     assert "\x1b" not in text and "\x9b" not in text and "\u202e" not in text
     if name.isprintable():
         assert name in text  # markup shows as typed
@@ -58,11 +59,11 @@ class _Api:
 def fake_api(monkeypatch):
     def client(api, token, timeout=30.0):
         return httpx.Client(base_url="http://api/api", transport=httpx.MockTransport(_Api()))
-    monkeypatch.setattr(pc, "client", client)
+    monkeypatch.setattr(sc, "client", client)
     # consoles of a fixed width and no colour, whatever terminal the module was imported under (a
     # pytest-xdist worker has none: 80 columns cut the names): any ESC then came from a run's name
-    monkeypatch.setattr(pc, "out", Console(color_system=None, width=250))
-    monkeypatch.setattr(pc, "err", Console(stderr=True, color_system=None, width=250))
+    monkeypatch.setattr(sc, "out", Console(color_system=None, width=250))
+    monkeypatch.setattr(rest, "err", Console(stderr=True, color_system=None, width=250))  # call()'s API errors
 
 
 def test_aero_runs_survives_markup_and_escapes_in_names(fake_api):

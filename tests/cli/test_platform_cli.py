@@ -23,7 +23,9 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from cli.main import app
-from cli.platform_cmds import Child, Supervisor, demo_sweep, print_banner, shutdown, submission, worker_argv
+from cli.platform_cmds import demo_sweep, print_banner, worker_argv
+from cli.submit_cmds import submission
+from cli.supervisor import Child, Supervisor, shutdown
 
 ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()

@@ -12,7 +12,8 @@ import time
 import pytest
 
 from cli.main import app  # noqa: F401  (registers the command modules first)
-from cli.platform_cmds import Child, Supervisor, dashboard_env, is_loopback
+from cli.platform_cmds import dashboard_env, is_loopback
+from cli.supervisor import Child, Supervisor
 from dashboard.client import token_from_env
 
 pytestmark = pytest.mark.timing  # wall-clock budgets: `make test` runs these one at a time
