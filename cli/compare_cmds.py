@@ -1,11 +1,11 @@
 """``aero compare``: seed groups side by side in the terminal (a thin client of
 GET /api/compare/groups; docs/comparisons.md explains how to read it), ending with the
-"Compute to reach GRPO's accuracy" table."""
+"Compute to reach GRPO's accuracy" table. Every number reads as on the dashboard (common/fmt.py),
+with how many seeds (or seed pairs) it stands on."""
 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from typing import Annotated, Any, Optional
 
@@ -13,42 +13,22 @@ import typer
 from rich.table import Table
 
 from cli.common import safe
-from cli.platform_cmds import ApiOpt, TokenOpt, csv_items, call, client, out
+from cli.consoles import out
+from cli.rest_client import ApiOpt, TokenOpt, csv_items, call, client
 import common.metric_keys as mk
+from common.fmt import MISSING, interval_text, metric_stat_text, number, p_text, ratio_text, reach_cell, stat_text
 
 # cli/main.py merges this into the `aero` app; this module never imports it.
 commands = typer.Typer()
 
-# (metric part, key, column title, format)
+# (metric part, key, column title); each per-step mean in its unit (common.fmt.metric_stat_text)
 COST_COLUMNS = (
-    ("mean", mk.STEP_S, "s / step", "{:.3g}"),
-    ("mean", mk.FLOPS_TOTAL, "FLOPs / step", "{:.3g}"),
-    ("mean", mk.ROLLOUTS_TRAINED, "trained rollouts / step", "{:.4g}"),
-    ("mean", mk.ZERO_ACC_AFTER_RESCUE, "zero-acc after rescue", "{:.3f}"),
-    ("mean", mk.WASTE_FLOPS_FRAC, "wasted FLOPs", "{:.3f}"),
+    ("mean", mk.STEP_S, "s / step"),
+    ("mean", mk.FLOPS_TOTAL, "FLOPs / step"),
+    ("mean", mk.ROLLOUTS_TRAINED, "trained rollouts / step"),
+    ("mean", mk.ZERO_ACC_AFTER_RESCUE, "zero-acc after rescue"),
+    ("mean", mk.WASTE_FLOPS_FRAC, "wasted FLOPs"),
 )
-
-
-def stat_text(s: Mapping[str, Any] | None, fmt: str = "{:.3f}") -> str:
-    """"0.480 ± 0.021 (n=3)": mean ± half the CI width; without a CI just the mean."""
-    if not s or s.get("mean") is None:
-        return "—"
-    text = fmt.format(s["mean"])
-    if s.get("lo") is not None and s.get("hi") is not None:
-        text += " ± " + fmt.format((s["hi"] - s["lo"]) / 2)
-    return text + f" (n={s['n']})"
-
-
-def ratio_text(r: Mapping[str, Any] | None) -> str:
-    """"0.52× [0.48, 0.56]": mean per-seed-pair ratio and its CI."""
-    if not r or r.get("mean") is None:
-        return "—"
-    ci = f" [{r['lo']:.2f}, {r['hi']:.2f}]" if r.get("lo") is not None else ""
-    return f"{r['mean']:.2f}×{ci} ({r['n']} pair{'s' if r['n'] != 1 else ''})"
-
-
-def p_text(p: float) -> str:
-    return "p<0.001" if p < 0.001 else f"p={p:.3f}"
 
 
 def runs_text(run_ids: list[int], seeds: list[Any]) -> str:
@@ -61,14 +41,14 @@ def cost_table(cmp: Mapping[str, Any]) -> Table:
     t = Table(title=f"Cost per seed group (mean ± {100 * (1 - cmp['alpha']):.0f}% CI across seeds; ratio vs baseline: geometric mean over seed pairs)")
     t.add_column("group")
     t.add_column("runs")
-    for _, _, title, _ in COST_COLUMNS:
+    for _, _, title in COST_COLUMNS:
         t.add_column(title, justify="right")
     for g in cmp["groups"]:
         base = " [bold](baseline)[/]" if g["key"] == cmp["baseline"] else ""
         t.add_row(safe(g["label"]) + base, runs_text(g["run_ids"], g["seeds"]),
-                  *[stat_text(g[part].get(key), fmt) for part, key, _, fmt in COST_COLUMNS])
+                  *[metric_stat_text(key, g[part].get(key), with_n=True) for part, key, _ in COST_COLUMNS])
         if g["key"] != cmp["baseline"]:
-            t.add_row("  ratio", "", *[ratio_text(g["ratios"][part].get(key)) for part, key, _, _ in COST_COLUMNS])
+            t.add_row("  ratio", "", *[ratio_text(g["ratios"][part].get(key), with_n=True) for part, key, _ in COST_COLUMNS])
     return t
 
 
@@ -84,7 +64,7 @@ def bench_table(cmp: Mapping[str, Any], metric: str) -> Table:
     for g in cmp["groups"]:
         cells = []
         for b in benches:
-            text = stat_text(g["evals"].get(b, {}).get(metric))
+            text = stat_text(g["evals"].get(b, {}).get(metric), with_n=True)
             row = sig.get((g["key"], b))
             if row is not None and b == mk.OVERALL:
                 text += f" ({p_text(row['p_value'])})"
@@ -100,8 +80,9 @@ def sig_table(cmp: Mapping[str, Any]) -> Table:
         t.add_column(col, justify="left" if col in ("benchmark", "group", "metric") else "right")
     for bench, rows in sorted(cmp["significance"].items(), key=lambda kv: (kv[0] == mk.OVERALL, kv[0])):
         for r in rows:
-            t.add_row(safe(bench), labels[r["group"]], f"{r['metric']}@{r['k']}", f"{r['diff']:+.4f}",
-                      f"[{r['ci'][0]:+.4f}, {r['ci'][1]:+.4f}]", p_text(r["p_value"]), str(r["problems"]), "/".join(map(str, r["seeds"])))
+            t.add_row(safe(bench), labels[r["group"]], f"{r['metric']}@{r['k']}", number(r["diff"], "+.4f"),
+                      interval_text(r.get("ci"), "+.4f") or MISSING, p_text(r["p_value"]), str(r["problems"]),
+                      "/".join(map(str, r["seeds"])))
     return t
 
 
@@ -114,45 +95,11 @@ def group_name(label: str, method: str) -> str:
     return get_method(method).display.label if method in method_names() else method
 
 
-SI_PREFIXES = {0: "", 3: "k", 6: "M", 9: "G", 12: "T", 15: "P", 18: "E"}
-
-
-def si_text(s: Mapping[str, Any] | None, unit: str) -> str:
-    """"1.23 ± 0.05 TFLOP": mean ± half the CI, both in the mean's SI prefix."""
-    if not s or s.get("mean") is None:
-        return "—"
-    m = s["mean"]
-    exp = 0 if not m else max(0, min(18, int(math.floor(math.log10(abs(m)) / 3) * 3)))
-    text = f"{m / 10 ** exp:.3g}"
-    if s.get("lo") is not None and s.get("hi") is not None:
-        text += f" ± {(s['hi'] - s['lo']) / 2 / 10 ** exp:.2g}"
-    return f"{text} {SI_PREFIXES[exp]}{unit}"
-
-
-def reach_cell(t: Mapping[str, Any], is_base: bool) -> str:
-    """One group at one target: FLOPs, training seconds and rollouts generated to first reach it
-    (mean ± CI over the seeds that did; rollouts where the runs logged them), each with the
-    ratio to the baseline at equal accuracy; 'not reached (k/n seeds)' for the seeds that never did."""
-    missing = t["of"] - t["reached"]
-    if not t["reached"]:
-        return f"not reached ({missing}/{t['of']} seeds)"
-    lines = []
-    for cost, unit in (("flops", "FLOP"), ("seconds", "s"), ("rollouts", " rollouts")):
-        if cost == "rollouts" and (t.get(cost) or {}).get("mean") is None:
-            continue
-        line = si_text(t[cost], unit)
-        if not is_base:
-            line += f"  {ratio_text(t['ratio'][cost])}"
-        lines.append(line)
-    if missing:
-        lines.append(f"not reached ({missing}/{t['of']} seeds)")
-    return "\n".join(lines)
-
-
 def reach_table(cmp: Mapping[str, Any]) -> Table | str:
     """"Compute to reach <baseline>'s accuracy" (the ``reach`` block of /compare/groups): rows =
-    groups, one column per target fraction of the baseline's gain; or a sentence saying why
-    there are no targets."""
+    groups, one column per target fraction of the baseline's gain, each cell common.fmt's
+    ``reach_cell`` (costs, ratios with their seed pairs, seeds that did not reach it); or a
+    sentence saying why there are no targets."""
     reach = cmp.get("reach") or {}
     base = next((g for g in cmp["groups"] if g["key"] == cmp["baseline"]), cmp["groups"][0])
     name = safe(group_name(base["label"], base["method"]))
@@ -169,9 +116,9 @@ def reach_table(cmp: Mapping[str, Any]) -> Table | str:
         is_base = g["key"] == reach["baseline"]
         label = safe(g["label"]) + (" [bold](baseline)[/]" if is_base else "")
         if not g["targets"]:
-            t.add_row(label, safe(g.get("reason") or "—"), *["—"] * (len(reach["targets"]) - 1))
+            t.add_row(label, safe(g.get("reason") or MISSING), *[MISSING] * (len(reach["targets"]) - 1))
             continue
-        t.add_row(label, *[reach_cell(tg, is_base) for tg in g["targets"]])
+        t.add_row(label, *[reach_cell(tg, is_base, with_n=True, sep="\n") for tg in g["targets"]])
     return t
 
 

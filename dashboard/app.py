@@ -19,7 +19,7 @@ except ModuleNotFoundError:  # run from a checkout that was not pip-installed
     from dashboard import ui
 
 st.set_page_config(page_title="AERO Lab", page_icon=":material/rocket_launch:", layout="wide")
-ui.load_methods()  # method labels, colours and menus from the API, before any page draws
+ui.load_methods()  # the Launch menu's methods from the API, before any page draws
 
 
 def _home() -> None:
@@ -58,7 +58,7 @@ def sidebar() -> None:
         except ui.ApiError:
             st.caption(f":red[●] API not reachable at {ui.api_url()}")
         st.caption("Method colours (the same on every chart)")
-        ui.method_legend()
+        ui.method_legend(ui.method_style())
         ask = ui.asks_for_token() and not ui.api_token()
         with st.expander("Settings", icon=":material/settings:", expanded=ask):
             if ask:

@@ -1,6 +1,6 @@
 """Figure builders for Run detail's step detail: any logged key as a curve, the system metrics,
 and the per-step histograms as heatmaps. Pure functions over the API's plain data (no
-Streamlit, no HTTP), like dashboard/charts.py."""
+Streamlit, no HTTP), like dashboard/run_charts.py."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
 
-from dashboard.charts import Curve, integer_steps, lines_figure
+from dashboard.method_style import DASHES, MethodStyle
+from dashboard.plotting import Curve, integer_steps, lines_figure
 
 SYSTEM_KEYS = {  # key -> (panel title, y axis)
     "system/cpu_percent": ("CPU, training process", "% of one core"),
@@ -20,24 +21,25 @@ HISTOGRAM_TITLES = {"pass_rate": ("Per-prompt pass rate", "pass rate (correct / 
                     "length": ("Response length", "response tokens")}
 
 
-def key_figure(steps: Sequence[int], series: Mapping[str, Sequence[float | None]], keys: Sequence[str], method: str,
-               title: str = "Chosen metrics") -> go.Figure:
-    """Each chosen key as its own curve over steps (one axis; the legend names the key)."""
-    dashes = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
-    curves = [Curve(k, method, list(steps), list(series.get(k) or [None] * len(steps)), dash=dashes[i % len(dashes)])
+def key_figure(steps: Sequence[int], series: Mapping[str, Sequence[float | None]], keys: Sequence[str], method: str, *,
+               style: MethodStyle, title: str = "Chosen metrics") -> go.Figure:
+    """Each chosen key as its own curve over steps, in the run's method colour (one axis; the
+    legend names the key, each key its own dash)."""
+    curves = [Curve(k, method, list(steps), list(series.get(k) or [None] * len(steps)), dash=DASHES[i % len(DASHES)])
               for i, k in enumerate(keys)]
-    fig = lines_figure(curves, title=title, x_title="step", y_title="value")
+    fig = lines_figure(curves, style=style, title=title, x_title="step", y_title="value")
     fig.update_layout(showlegend=True)  # the legend names the key, even for one curve
     return fig
 
 
-def system_figures(steps: Sequence[int], series: Mapping[str, Sequence[float | None]], method: str) -> list[go.Figure]:
+def system_figures(steps: Sequence[int], series: Mapping[str, Sequence[float | None]], method: str, *,
+                   style: MethodStyle) -> list[go.Figure]:
     """One small figure per system/* key the run logged (a run without a GPU has no GPU panels)."""
     out = []
     for key, (title, unit) in SYSTEM_KEYS.items():
         ys = series.get(key)
         if ys and any(v is not None for v in ys):
-            out.append(lines_figure([Curve(key, method, list(steps), list(ys))], title=title, x_title="step",
+            out.append(lines_figure([Curve(key, method, list(steps), list(ys))], style=style, title=title, x_title="step",
                                     y_title=unit, height=260))
     return out
 

@@ -3,7 +3,8 @@ seed form a group (the API decides, GET /compare/groups); curves become a mean l
 Student-t band across seeds, Fig. 9 the same, and the tables give mean ± half-CI, paired
 ratios to a baseline group and a significance test per benchmark.
 
-Streamlit sections only; the figures and tables are built by charts.py and tables.py.
+Streamlit sections only; the figures are built by compare_charts.py and arena_chart.py, the
+tables by tables.py and reach_tables.py.
 """
 
 from __future__ import annotations
@@ -14,9 +15,14 @@ from typing import Any
 
 import streamlit as st
 
-from dashboard import charts, reach_tables, tables, ui
-from dashboard.client import ApiError
 import common.metric_keys as mk
+from dashboard import compare_charts, reach_tables, tables, ui
+from dashboard.arena_chart import arena_figure
+from dashboard.client import ApiError
+from dashboard.compare_charts import Band
+from dashboard.method_style import MethodStyle
+from dashboard.plotting import subtitled, table_figure
+from dashboard.run_charts import REWARD_NOTES
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "comparisons.md"
 GRID_POINTS = 200  # per group curve, on the API's common grid
@@ -69,12 +75,12 @@ def choose_baseline(body: dict, url: str, token: str | None, ids: tuple[int, ...
     return ui.compare_groups(url, token, ids, by_key[chosen]["run_ids"][0], versions) or body
 
 
-def band_of(g: Mapping[str, Any], key: str, dash: str = "solid") -> charts.Band | None:
+def band_of(g: Mapping[str, Any], key: str, dash: str = "solid") -> Band | None:
     """A group's curve for ``key`` as a Band, or None when the API returned none."""
     c = (g.get("curves") or {}).get(key)
     if not c or not c.get("x"):
         return None
-    return charts.Band(g["label"], g["method"], c["x"], c["mean"], c["lo"], c["hi"], c["n"], dash)
+    return Band(g["label"], g["method"], c["x"], c["mean"], c["lo"], c["hi"], c["n"], dash)
 
 
 def metric_label(key: str) -> str:
@@ -87,10 +93,11 @@ def curve_title(key: str) -> str:
     reward/mean is over rescue-tilted generated rollouts and must not read as accuracy)."""
     if key == EVAL_KEY:
         return "held-out Avg@k (overall) at each evaluation"
-    return charts.subtitled(f"{key} per step", charts.REWARD_NOTES.get(key, ""))
+    return subtitled(f"{key} per step", REWARD_NOTES.get(key, ""))
 
 
-def curves_section(ids: tuple[int, ...], versions: tuple, curves: Mapping[str, tuple[str, str | None]]) -> tuple[str, dict]:
+def curves_section(ids: tuple[int, ...], versions: tuple, curves: Mapping[str, tuple[str, str | None]],
+                   style: MethodStyle) -> tuple[str, dict]:
     """Mean ± band per group for the chosen metric and x axis; returns (axis, the curves body)."""
     url, token = ui.api_url(), ui.api_token()
     st.subheader("Training curves")
@@ -99,12 +106,12 @@ def curves_section(ids: tuple[int, ...], versions: tuple, curves: Mapping[str, t
     key = c2.selectbox("Metric", list(curves), key="cmp_metric", format_func=metric_label, help="Keys as in docs/metrics.md.")
     body = ui.compare_curves(url, token, ids, tuple(dict.fromkeys((key, *ZERO_KEYS))), axis, GRID_POINTS, versions)
     lv = level(body.get("alpha"))
-    dashes = charts.dash_by_method([g["method"] for g in body["groups"]])
+    dashes = style.dash_by_method([g["method"] for g in body["groups"]])
     bands = [b for g, d in zip(body["groups"], dashes) if (b := band_of(g, key, d)) is not None]
     y_title, fmt = curves[key]
-    ui.plot(charts.band_figure(bands, title=curve_title(key), x_title=tables.X_AXES[axis], y_title=y_title,
-                               y_tickformat=fmt, level=lv, clip=(0.0, 1.0) if key in FRACTIONS else (0.0, float("inf")),
-                               counts=key in COUNTS))
+    ui.plot(compare_charts.band_figure(bands, style=style, title=curve_title(key), x_title=tables.X_AXES[axis], y_title=y_title,
+                                       y_tickformat=fmt, level=lv, clip=(0.0, 1.0) if key in FRACTIONS else (0.0, float("inf")),
+                                       counts=key in COUNTS))
     st.caption(f"Line: the mean over a group's seeds, each run interpolated linearly onto a common grid. Band: {lv}% "
                "Student-t confidence interval across seeds at each point (no band where fewer than 2 seeds reach it). "
                "Hover for the mean, the interval and how many seeds; the shading stops at what the metric can reach "
@@ -114,16 +121,16 @@ def curves_section(ids: tuple[int, ...], versions: tuple, curves: Mapping[str, t
     return axis, body
 
 
-def zero_acc_section(body: Mapping[str, Any], axis: str) -> None:
+def zero_acc_section(body: Mapping[str, Any], axis: str, style: MethodStyle) -> None:
     """Paper Fig. 9 per group: after-rescue mean and band, after-explore mean dotted."""
     st.subheader("Prompts with no correct answer (paper Fig. 9)")
-    dashes = charts.dash_by_method([g["method"] for g in body["groups"]])
+    dashes = style.dash_by_method([g["method"] for g in body["groups"]])
     rows = [(b, band_of(g, mk.ZERO_ACC_AFTER_EXPLORE)) for g, d in zip(body["groups"], dashes)
             if (b := band_of(g, mk.ZERO_ACC_AFTER_RESCUE, d)) is not None and any(v is not None for v in b.mean)]
     if not rows:
         st.caption("No zero-accuracy ratios logged yet.")
         return
-    ui.plot(charts.zero_acc_band_figure(rows, x_title=tables.X_AXES[axis], level=level(body.get("alpha"))))
+    ui.plot(compare_charts.zero_acc_band_figure(rows, style=style, x_title=tables.X_AXES[axis], level=level(body.get("alpha"))))
 
 
 def tables_section(body: Mapping[str, Any]) -> None:
@@ -132,7 +139,7 @@ def tables_section(body: Mapping[str, Any]) -> None:
     st.subheader("Cost and accuracy per group")
     summary = tables.group_summary_table(groups, base)
     widths = [1.6, 0.9] + [1.7 if c.startswith("FLOPs") else 1.4 for c in summary.columns[2:-1]] + [0.7]
-    ui.plot(charts.table_figure(summary.columns, summary.rows, summary.bold, col_widths=widths), key="group_summary")
+    ui.plot(table_figure(summary.columns, summary.rows, summary.bold, col_widths=widths), key="group_summary")
     st.caption(f"Per-step means (time, FLOPs rollout + train, trained rollouts, zero-accuracy after rescue) and the last "
                f"evaluation pooled over benchmarks, each as **mean ± half the {lv}% Student-t CI across seeds**. Second line: "
                "the ratio to the baseline group **per seed pair** (seed s against the baseline's seed s), summarised as a geometric mean with its "
@@ -148,7 +155,7 @@ def tables_section(body: Mapping[str, Any]) -> None:
     parts = [tables.group_benchmark_table(groups, body.get("significance") or {}, base, m) for m in mk.EVAL_METRICS]
     for i, part in enumerate(parts):
         widths = [2.0] + [1.0] * (len(part.columns) - 2) + [1.6]
-        ui.plot(charts.table_figure(part.columns, part.rows, part.bold, col_widths=widths), key=f"group_bench_{i}")
+        ui.plot(table_figure(part.columns, part.rows, part.bold, col_widths=widths), key=f"group_bench_{i}")
     test = next((t.get("test") for ts in (body.get("significance") or {}).values() for t in ts if t.get("test")),
                 "paired sign-flip permutation over problems")
     st.caption(f"Per benchmark: the metric of each run's last evaluation, **averaged over the group's seeds**. "
@@ -163,9 +170,9 @@ def tables_section(body: Mapping[str, Any]) -> None:
 # ---------------------------------------------------------------- the headline: accuracy vs compute, compute to reach
 
 
-def baseline_name(label: str, method: str) -> str:
+def baseline_name(label: str, method: str, style: MethodStyle) -> str:
     """'GRPO' for a plain GRPO group or run, else its label (what 'Compute to reach X's accuracy' names)."""
-    return charts.method_label(method) if label in (method, charts.method_label(method)) else label
+    return style.label(method) if label in (method, style.label(method)) else label
 
 
 def target_lines(reach: Mapping[str, Any], name: str) -> list[tuple[float, str]]:
@@ -174,8 +181,8 @@ def target_lines(reach: Mapping[str, Any], name: str) -> list[tuple[float, str]]
             if acc is not None]
 
 
-def headline_section(bands: Mapping[str, list[charts.Band]], reach: Mapping[str, Any] | None, entries: list[dict],
-                     name: str, k: int | None, *, seeds: bool, level: int = 95) -> None:
+def headline_section(bands: Mapping[str, list[Band]], reach: Mapping[str, Any] | None, entries: list[dict],
+                     name: str, k: int | None, *, style: MethodStyle, seeds: bool, level: int = 95) -> None:
     """The paper's headline, first on the Compare page: held-out Avg@k against training FLOPs
     and against training time side by side (``bands[axis]``: one per method or run), then the
     "Compute to reach <name>'s accuracy" table from the API's ``reach`` block (``entries``
@@ -190,9 +197,9 @@ def headline_section(bands: Mapping[str, list[charts.Band]], reach: Mapping[str,
             if not any(v is not None for b in bands.get(axis) or [] for v in b.mean):
                 st.caption(f"No held-out evaluation with a {what} value yet: runs evaluate at step 0 and every `eval_every` steps.")
                 continue
-            ui.plot(charts.headline_figure(bands[axis], title=f"Held-out Avg@{kk} vs {what}", x_title=x_title,
-                                           y_title=f"held-out Avg@{kk} (0–1)", level=level, targets=lines,
-                                           x_tickformat=ticks, seeds=seeds), key=f"headline_{axis}")
+            ui.plot(compare_charts.headline_figure(bands[axis], style=style, title=f"Held-out Avg@{kk} vs {what}", x_title=x_title,
+                                                   y_title=f"held-out Avg@{kk} (0–1)", level=level, targets=lines,
+                                                   x_tickformat=ticks, seeds=seeds), key=f"headline_{axis}")
     st.caption(f"Each curve is held-out **Avg@{kk}** pooled over every benchmark's fixed problems (`overall`), measured at "
                "the run's evaluation temperature (`eval_temperature`, independent of training), with sampling draws seeded by "
                "the evaluation step so every method is scored on the same, paired draws. Each run's curve is smoothed by a "
@@ -219,7 +226,7 @@ def reach_section(reach: Mapping[str, Any] | None, entries: list[dict], name: st
     kk = k or "k"
     table = reach_tables.reach_table(entries, reach, name, k=k, seeds=seeds)
     widths = [1.4] + [2.2] * (len(table.columns) - 1)
-    ui.plot(charts.table_figure(table.columns, table.rows, table.bold, col_widths=widths), key="reach_table")
+    ui.plot(table_figure(table.columns, table.rows, table.bold, col_widths=widths), key="reach_table")
     window = reach.get("window") or 3
     spread = (f"mean ± half the {level}% Student-t CI over the seeds that reached it; then the ratio to {ui.md(name)} at "
               "equal accuracy, per seed pair, as a geometric mean [CI]. *not reached (k/n seeds)*: k of the n seed pairs "
@@ -233,22 +240,22 @@ def reach_section(reach: Mapping[str, Any] | None, entries: list[dict], name: st
                        mime="text/csv", icon=":material/download:", key="cmp_reach_csv")
 
 
-def group_headline(body: Mapping[str, Any], ids: tuple[int, ...], versions: tuple) -> None:
+def group_headline(body: Mapping[str, Any], ids: tuple[int, ...], versions: tuple, style: MethodStyle) -> None:
     """The headline for seed groups: mean Avg@k per group with bands, and the paired reach table."""
     url, token = ui.api_url(), ui.api_token()
     reach = body.get("reach")
     window = (reach or {}).get("window") or 3
-    dashes = charts.dash_by_method([g["method"] for g in body["groups"]])
+    dashes = style.dash_by_method([g["method"] for g in body["groups"]])
     bands = {}
     for axis in HEADLINE_AXES:
         curves = ui.compare_curves(url, token, ids, (EVAL_KEY,), axis, GRID_POINTS, versions, window)
         bands[axis] = [b for g, d in zip(curves["groups"], dashes) if (b := band_of(g, EVAL_KEY, d)) is not None]
     base = next((g for g in body["groups"] if g["key"] == body["baseline"]), body["groups"][0])
-    headline_section(bands, reach, reach_tables.group_reach_entries(reach or {}), baseline_name(base["label"], base["method"]),
-                     body.get("k"), seeds=True, level=level(body.get("alpha")))
+    headline_section(bands, reach, reach_tables.group_reach_entries(reach or {}), baseline_name(base["label"], base["method"], style),
+                     body.get("k"), style=style, seeds=True, level=level(body.get("alpha")))
 
 
-def arena_section(body: Mapping[str, Any]) -> None:
+def arena_section(body: Mapping[str, Any], style: MethodStyle) -> None:
     """The rollout-allocation arena's leaderboard (docs/comparisons.md "The rollout-allocation
     arena"): every seed group against the baseline group, from the same GET /compare/groups answer."""
     st.subheader("Leaderboard (rollout-allocation arena)")
@@ -257,10 +264,10 @@ def arena_section(body: Mapping[str, Any]) -> None:
         return
     table = reach_tables.arena_table(body)
     widths = [1.5, 0.8, 1.1, 2.2, 1.1, 1.0, 0.9, 0.9, 0.9, 1.9, 1.9, 1.9]
-    ui.plot(charts.table_figure(table.columns, table.rows, table.bold, col_widths=widths), key="arena_table")
+    ui.plot(table_figure(table.columns, table.rows, table.bold, col_widths=widths), key="arena_table")
     lv = level(body.get("alpha"))
     if points := reach_tables.arena_points(body):
-        ui.plot(charts.arena_figure(points, k=table.k, level=lv), key="arena_tradeoff")
+        ui.plot(arena_figure(points, style=style, k=table.k, level=lv), key="arena_tradeoff")
     st.caption(f"Sorted by final Avg@{table.k or 'k'} (the last evaluation pooled over benchmarks, mean ± half the {lv}% "
                "Student-t CI across seeds). *diff vs baseline*: mean difference per problem against the baseline group "
                "with its CI and the p-value of the paired sign-flip permutation test over problems (seeds averaged). "
@@ -286,16 +293,16 @@ def doc_link() -> None:
 
 
 def group_page(body: dict, ids: tuple[int, ...], versions: tuple, curves: Mapping[str, tuple[str, str | None]],
-               waterfall: Any) -> None:
+               waterfall: Any, style: MethodStyle) -> None:
     """The whole group view: baseline group, the headline (accuracy vs compute, compute to reach),
     the arena's leaderboard, curves, waterfall (``waterfall()`` draws it), Fig. 9, tables."""
     url, token = ui.api_url(), ui.api_token()
     body = choose_baseline(body, url, token, ids, versions)
-    group_headline(body, ids, versions)
-    arena_section(body)
+    group_headline(body, ids, versions, style)
+    arena_section(body, style)
     st.caption(" · ".join(ui.md(group_name(g)) + (" (baseline)" if g["key"] == body["baseline"] else "") for g in body["groups"]))
     doc_link()
-    axis, curve_body = curves_section(ids, versions, curves)
+    axis, curve_body = curves_section(ids, versions, curves, style)
     waterfall()
-    zero_acc_section(curve_body, axis)
+    zero_acc_section(curve_body, axis, style)
     tables_section(body)

@@ -10,9 +10,10 @@ from typing import Any
 import pandas as pd
 
 import common.metric_keys as mk
-from dashboard.charts import si
-from dashboard.tables import (BenchTable, acc_text, best_cells, pct_text, significance_of, ci_text, group_k, half_ci, p_text, ratio_text,
-                              seeds_text, si_stat_text, stat_text)
+from common.fmt import (MISSING, NOT_APPLICABLE, acc_text, half_ci, interval_text, metric_stat_text, number, p_text, pct,
+                        per_seed_text, reach_cell, si, stat_text)
+from dashboard.arena_chart import ArenaPoint
+from dashboard.tables import BenchTable, best_cells, group_k, seeds_text, significance_of
 
 
 # ---------------------------------------------------------------- compute to reach the same accuracy (the "reach" blocks)
@@ -59,37 +60,12 @@ def reach_target_accuracy(reach: Mapping[str, Any]) -> list[float | None]:
     return out
 
 
-def not_reached_text(missing: int, of: int, seeds: bool) -> str:
-    """'not reached (2/3 seeds)': 2 of the 3 paired seeds never reached the target."""
-    return f"not reached ({missing}/{of} seed{'s' if of != 1 else ''})" if seeds else "not reached"
-
-
-def reach_cell(t: Mapping[str, Any], is_base: bool, seeds: bool) -> str:
-    """One target of one method, one short line each (a Plotly table does not wrap lines that
-    are already broken): training FLOPs, seconds and the rollouts generated to first reach it
-    (mean ± half-CI over the seeds that did; rollouts where the runs logged them), the ratios to
-    the baseline at equal accuracy, then how many seeds did not reach it; 'not reached (n/n
-    seeds)' alone when none did."""
-    missing = t["of"] - t["reached"]
-    if not t["reached"]:
-        return not_reached_text(missing, t["of"], seeds)
-    lines = [si_stat_text(t.get("flops"), "FLOP"), si_stat_text(t.get("seconds"), "s")]
-    if (t.get("rollouts") or {}).get("mean") is not None:
-        lines.append(f"{si_stat_text(t['rollouts'])} rollouts")
-    for cost, name in (("flops", "FLOPs"), ("seconds", "time"), ("rollouts", "rollouts")):
-        ratio = (t.get("ratio") or {}).get(cost)
-        if not is_base and ratio and ratio.get("mean") is not None:
-            lines.append(f"{ratio_text(ratio)} {name}")
-    if missing:
-        lines.append(not_reached_text(missing, t["of"], seeds))
-    return "<br>".join(lines)
-
-
 def reach_table(entries: Sequence[Mapping[str, Any]], reach: Mapping[str, Any], baseline_name: str, *,
                 k: int | None = None, seeds: bool = True) -> BenchTable:
     """"Compute to reach <baseline>'s accuracy": rows = methods (groups or runs), one column per
     target (50/75/90/100% of the baseline's gain, with the target Avg@k), each cell from
-    :func:`reach_cell`. The least FLOPs to reach a target is bold. The frame has every number:
+    common.fmt's ``reach_cell`` (one short line each: a Plotly table does not wrap lines that are
+    already broken). The least FLOPs to reach a target is bold. The frame has every number:
     reached / of, step, FLOPs, seconds, rollouts and tokens (mean, CI) and their ratios (mean,
     CI) per target."""
     fractions = [t["fraction"] for t in reach.get("targets") or []]
@@ -106,9 +82,9 @@ def reach_table(entries: Sequence[Mapping[str, Any]], reach: Mapping[str, Any], 
         is_base = bool(e.get("baseline"))
         row = [e["label"] + (" (baseline)" if is_base else "")]
         if not e.get("targets"):
-            row += [e.get("reason") or "–"] + ["–"] * (len(fractions) - 1)
+            row += [e.get("reason") or MISSING] + [MISSING] * (len(fractions) - 1)
         else:
-            row += [reach_cell(t, is_base, seeds) for t in e["targets"]]
+            row += [reach_cell(t, is_base, seeds=seeds) for t in e["targets"]]
         rec: dict[str, Any] = {"key": e["key"], "label": e["label"], "method": e.get("method"), "baseline": is_base,
                                "reason": e.get("reason")}
         for t in e.get("targets") or []:
@@ -134,15 +110,14 @@ def seed_reach_text(t: Mapping[str, Any] | None) -> str:
     """One target of one group, per seed: 's0 1.2 GFLOP · 3.4 s · 2.1 k rollouts; s1 not reached'
     (every seed kept; rollouts where the run logged them)."""
     if not t or not t.get("seeds"):
-        return "–"
-    parts = []
+        return MISSING
+    parts: list[tuple[Any, str | None]] = []
     for s in t["seeds"]:
-        cost = f"{si(s['flops'], 'FLOP')} · {si(s['seconds'], 's')}" if s.get("reached") and s.get("flops") is not None \
-            else "not reached"
-        if s.get("reached") and s.get("rollouts") is not None:
+        cost = f"{si(s['flops'], 'FLOP')} · {si(s['seconds'], 's')}" if s.get("reached") and s.get("flops") is not None else None
+        if cost is not None and s.get("rollouts") is not None:
             cost += f" · {si(s['rollouts'], '')} rollouts"
-        parts.append(f"s{s.get('seed')} {cost}")
-    return "<br>".join(parts)
+        parts.append((s.get("seed"), cost))
+    return per_seed_text(parts, "<br>")
 
 
 def _arena_test(body: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
@@ -169,19 +144,20 @@ def arena_table(body: Mapping[str, Any]) -> BenchTable:
     means = {c[1]: [((g.get("mean") or {}).get(c[1]) or {}).get("mean") for g in groups] for c in cols}
     zero = [((g.get("mean") or {}).get(mk.ZERO_ACC_AFTER_RESCUE) or {}).get("mean") for g in groups]
     waste = [((g.get("mean") or {}).get(mk.WASTE_FLOPS_FRAC) or {}).get("mean") for g in groups]
-    best_waste = best_cells(waste, False, lambda v: pct_text(v))
+    best_waste = best_cells(waste, False, pct)
     best_final = best_cells([(f or {}).get("mean") for f in final], True, acc_text)
     best_cost = {c[1]: best_cells(means[c[1]], False, lambda v, u=c[2]: si(v, u)) for c in cols[:2]}
     rows, bold, records = [], [], []
     for i in order:
         g, is_base = groups[i], groups[i]["key"] == base
         test = None if is_base else _arena_test(body, g["key"])
-        diff = "—" if is_base else ("–" if not test else f"{test['diff']:+.3f} {ci_text(test.get('ci'))}<br>{p_text(test.get('p_value'))}")
+        diff = NOT_APPLICABLE if is_base else (
+            MISSING if not test else f"{number(test.get('diff'), '+.3f')} {interval_text(test.get('ci'))}<br>{p_text(test.get('p_value'))}")
         targets = {round(t["fraction"], 6): t for t in (reach.get(g["key"]) or {}).get("targets") or []}
         row = [g["label"] + (" (baseline)" if is_base else ""), seeds_text(g), stat_text(final[i]), diff,
-               *[si_stat_text((g.get("mean") or {}).get(c[1]), c[2]) for c in cols],
-               stat_text((g.get("mean") or {}).get(mk.ZERO_ACC_AFTER_RESCUE), pct_text),
-               stat_text((g.get("mean") or {}).get(mk.WASTE_FLOPS_FRAC), pct_text),
+               *[metric_stat_text(c[1], (g.get("mean") or {}).get(c[1])) for c in cols],
+               metric_stat_text(mk.ZERO_ACC_AFTER_RESCUE, (g.get("mean") or {}).get(mk.ZERO_ACC_AFTER_RESCUE)),
+               metric_stat_text(mk.WASTE_FLOPS_FRAC, (g.get("mean") or {}).get(mk.WASTE_FLOPS_FRAC)),
                *[seed_reach_text(targets.get(round(f, 6))) for f in ARENA_FRACTIONS]]
         rows.append(row)
         bold.append([False, False, best_final[i], False, *[best_cost[c[1]][i] if c[1] in best_cost else False for c in cols],
@@ -200,10 +176,9 @@ def arena_table(body: Mapping[str, Any]) -> BenchTable:
     return BenchTable(columns, rows, bold, pd.DataFrame(records), k)
 
 
-def arena_points(body: Mapping[str, Any]) -> list[Any]:
-    """charts.ArenaPoint per seed group with both a final Avg@k and a FLOPs-per-step mean."""
-    from dashboard.charts import ArenaPoint
-
+def arena_points(body: Mapping[str, Any]) -> list[ArenaPoint]:
+    """An ArenaPoint (dashboard/arena_chart.py) per seed group with both a final Avg@k and a
+    FLOPs-per-step mean."""
     out = []
     for g in body["groups"]:
         acc = (g.get("evals") or {}).get(mk.OVERALL, {}).get("avg_at_k") or {}

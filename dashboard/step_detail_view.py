@@ -7,12 +7,13 @@ from __future__ import annotations
 import streamlit as st
 
 from dashboard import detail_charts, ui
+from dashboard.method_style import MethodStyle
 
 MAX_POINTS = 600
 MAX_PICKED = 8
 
 
-def key_picker(run: dict) -> None:
+def key_picker(run: dict, style: MethodStyle) -> None:
     st.subheader("Any metric")
     url, token, version = ui.api_url(), ui.api_token(), ui.version(run)
     keys = ui.metric_keys(url, token, run["id"], version)
@@ -25,10 +26,10 @@ def key_picker(run: dict) -> None:
     system = tuple(k for k in detail_charts.SYSTEM_KEYS if k in keys)
     m = ui.metrics(url, token, run["id"], tuple(dict.fromkeys((*picked, *system))), MAX_POINTS, version) if picked or system else None
     if picked and m is not None:
-        ui.plot(detail_charts.key_figure(m["steps"], m["series"], picked, run["method"]))
+        ui.plot(detail_charts.key_figure(m["steps"], m["series"], picked, run["method"], style=style))
     if system and m is not None:
         st.subheader("System")
-        figs = detail_charts.system_figures(m["steps"], m["series"], run["method"])
+        figs = detail_charts.system_figures(m["steps"], m["series"], run["method"], style=style)
         for i in range(0, len(figs), 2):
             for col, fig in zip(st.columns(2), figs[i:i + 2]):
                 with col:

@@ -11,8 +11,9 @@ from typing import Any
 
 import pandas as pd
 
-from dashboard.charts import method_color, method_label, pct, si, si_exponent
 import common.metric_keys as mk
+from common.fmt import MISSING, NOT_APPLICABLE, acc_text, interval_text, metric_stat_text, p_text, pct, ratio_text, si, stat_text
+from dashboard.method_style import MethodStyle
 
 LATEST_KEYS: tuple[str, ...] = (mk.STEP_S, mk.REWARD_MEAN, mk.ZERO_ACC_AFTER_RESCUE)
 
@@ -20,9 +21,9 @@ LATEST_KEYS: tuple[str, ...] = (mk.STEP_S, mk.REWARD_MEAN, mk.ZERO_ACC_AFTER_RES
 # ---------------------------------------------------------------- runs
 
 
-def run_label(run: Mapping[str, Any]) -> str:
+def run_label(run: Mapping[str, Any], style: MethodStyle) -> str:
     """'#3 aero-seed0 (AERO, running)'."""
-    return f"#{run['id']} {run['name']} ({method_label(run['method'])}, {run['status']})"
+    return f"#{run['id']} {run['name']} ({style.label(run['method'])}, {run['status']})"
 
 
 STEP_TIME_MEAN = "time/step_s:mean"  # run_summary's key for the mean step time
@@ -41,7 +42,8 @@ def progress_svg(fraction: float, color: str) -> str:
     return "data:image/svg+xml;base64," + base64.b64encode(svg.encode()).decode()
 
 
-def runs_frame(runs: Sequence[Mapping[str, Any]], latest: Mapping[int, Mapping[str, float | None]]) -> pd.DataFrame:
+def runs_frame(runs: Sequence[Mapping[str, Any]], latest: Mapping[int, Mapping[str, float | None]],
+               style: MethodStyle) -> pd.DataFrame:
     """One row per run for the Runs page. ``latest[run_id]`` is the run's :func:`run_summary`
     (missing = nothing logged yet): the mean step time over its steps, and the last reward and
     zero-accuracy ratio. The progress is a bar in the method's colour (:func:`progress_svg`);
@@ -52,7 +54,7 @@ def runs_frame(runs: Sequence[Mapping[str, Any]], latest: Mapping[int, Mapping[s
         zero = last.get(mk.ZERO_ACC_AFTER_RESCUE)
         rows.append({
             "id": r["id"], "name": r["name"], "status": r["status"] + (" (cancelling)" if r.get("cancel_requested") and r["status"] == "running" else ""),
-            "method": method_label(r["method"]), "progress": progress_svg(r.get("progress") or 0.0, method_color(r["method"])),
+            "method": style.label(r["method"]), "progress": progress_svg(r.get("progress") or 0.0, style.color(r["method"])),
             "step": f"{r['current_step']}/{r['total_steps']}", "mean step time (s)": last.get(STEP_TIME_MEAN),
             "reward": last.get(mk.REWARD_MEAN), "zero-acc ratio": None if zero is None else 100 * zero,
             "owner": r.get("owner") or "",
@@ -194,15 +196,9 @@ def eval_frame(evals: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     for b in bench_order(list(latest)):
         e = latest[b]
         rows.append({"benchmark": b, "step": e["step"], "n": e.get("n"), "k": e["k"],
-                     "Avg@k": e.get("avg_at_k"), "Avg@k CI": ci_text(e.get("avg_ci")),
-                     "Pass@k": e.get("pass_at_k"), "Pass@k CI": ci_text(e.get("pass_ci"))})
+                     "Avg@k": e.get("avg_at_k"), "Avg@k CI": interval_text(e.get("avg_ci")),
+                     "Pass@k": e.get("pass_at_k"), "Pass@k CI": interval_text(e.get("pass_ci"))})
     return pd.DataFrame(rows, columns=["benchmark", "step", "n", "k", "Avg@k", "Avg@k CI", "Pass@k", "Pass@k CI"])
-
-
-def ci_text(ci: Sequence[float | None] | None, digits: int = 3) -> str:
-    if not ci or any(v is None for v in ci):
-        return ""
-    return f"[{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]"
 
 
 @dataclass
@@ -236,11 +232,6 @@ def best_cells(values: Sequence[float | None], higher: bool, shown: Callable[[fl
     if shown is not None:
         return [v is not None and not math.isnan(v) and shown(v) == shown(target) for v in values]
     return [v is not None and math.isclose(v, target, rel_tol=1e-9, abs_tol=1e-12) for v in values]
-
-
-def acc_text(v: float) -> str:
-    """An accuracy as the tables show it (Avg@k, Pass@k)."""
-    return f"{v:.3f}"
 
 
 def _ratio(v: float | None, base: float | None) -> float | None:
@@ -282,13 +273,13 @@ def benchmark_table(entries: Sequence[Mapping[str, Any]], baseline_id: int) -> B
         for j, (metric, bench, _) in enumerate(num_cols):
             v = numbers[i][j]
             r = _ratio(v, value(base, metric, bench)) if base is not None else None
-            text = "–" if v is None else shown.get(metric, acc_text)(v)
+            text = MISSING if v is None else shown.get(metric, acc_text)(v)
             ci_key = "avg_ci" if metric == "avg_at_k" else "pass_ci"
             ci = (e["evals"].get(bench) or {}).get(ci_key) if bench else None
             if v is not None and (not bench or bench == mk.OVERALL) and r is not None:
-                text += f" ({r:.2f}×)"
-            if ci and ci_text(ci):
-                text += f"<br>{ci_text(ci, 2)}"  # 2 decimals: many benchmarks share the width
+                text += f" ({ratio_text(r)})"
+            if interval_text(ci):
+                text += f"<br>{interval_text(ci, '.2f')}"  # 2 decimals: many benchmarks share the width
             cells.append(text)
             flags.append(best_cols[j][i])
             col = metric if not bench else f"{metric}:{bench}"
@@ -324,68 +315,29 @@ def sweep_progress(sweep: Mapping[str, Any]) -> float:
 # RatioStat = {"mean", "lo", "hi", "n", "pairs"}: group / baseline, paired by seed.
 
 
-def half_ci(stat: Mapping[str, Any] | None) -> float | None:
-    """Half the CI width, (hi - lo) / 2, or None without a CI."""
-    if not stat or stat.get("lo") is None or stat.get("hi") is None:
-        return None
-    return (stat["hi"] - stat["lo"]) / 2
-
-
-def stat_text(stat: Mapping[str, Any] | None, fmt: Any = "{:.3f}".format) -> str:
-    """'0.480 ± 0.012' (mean ± half the CI); the mean alone with one seed; '–' when missing."""
-    if not stat or stat.get("mean") is None:
-        return "–"
-    half = half_ci(stat)
-    return fmt(stat["mean"]) + ("" if half is None else f" ± {fmt(half)}")
-
-
-def si_stat_text(stat: Mapping[str, Any] | None, unit: str = "") -> str:
-    """'2.44 ± 0.31 GFLOP': mean and half-CI in the mean's SI prefix, the unit once."""
-    if not stat or stat.get("mean") is None:
-        return "–"
-    half = half_ci(stat)
-    mean = si(stat["mean"], unit)
-    if half is None:
-        return mean
-    num, _, suffix = mean.partition(" ")
-    return f"{num} ± {half / 10 ** si_exponent(stat['mean']):.3g}" + (f" {suffix}" if suffix else "")
-
-
-def ratio_text(rs: Mapping[str, Any] | None) -> str:
-    """'0.52× [0.48, 0.56]' (mean of the per-seed-pair ratios and its CI); '0.52×' with one pair."""
-    if not rs or rs.get("mean") is None:
-        return "–"
-    ci = "" if rs.get("lo") is None or rs.get("hi") is None else f" [{rs['lo']:.2f}, {rs['hi']:.2f}]"
-    return f"{rs['mean']:.2f}×{ci}"
-
-
-def p_text(p: float | None) -> str:
-    """'p=0.012'; 'p<0.001' below that (a permutation test cannot resolve less)."""
-    if p is None:
-        return "p=–"
-    return "p<0.001" if p < 0.001 else f"p={p:.3f}"
-
-
 def seeds_text(group: Mapping[str, Any]) -> str:
     """'3 (0, 1, 2)': how many seeds and which."""
     seeds = group.get("seeds") or []
     return f"{len(seeds)} ({', '.join(str(s) for s in seeds)})" if seeds else str(len(group.get("run_ids") or []))
 
 
-pct_text = pct  # the one percentage format (charts.pct)
-
-
-# (column, section, key, higher is better, Stat -> text); section "mean" = per-step means, "evals" = overall evals
-SUMMARY_COLUMNS: tuple[tuple[str, str, str, bool, Any], ...] = (
-    ("time / step", "mean", mk.STEP_S, False, lambda st: si_stat_text(st, "s")),
-    ("FLOPs / step", "mean", mk.FLOPS_TOTAL, False, lambda st: si_stat_text(st, "FLOP")),
+# (column, section, key, higher is better); section "mean" = per-step means (in their units,
+# common.fmt.metric_stat_text), "evals" = overall evals (common.fmt.stat_text)
+SUMMARY_COLUMNS: tuple[tuple[str, str, str, bool], ...] = (
+    ("time / step", "mean", mk.STEP_S, False),
+    ("FLOPs / step", "mean", mk.FLOPS_TOTAL, False),
     # the share of a step's FLOPs whose rows carried no advantage signal (docs/metrics.md "Wasted compute")
-    ("wasted FLOPs", "mean", mk.WASTE_FLOPS_FRAC, False, lambda st: stat_text(st, pct_text)),
-    ("trained rollouts / step", "mean", mk.ROLLOUTS_TRAINED, False, si_stat_text),
-    ("zero-acc after rescue", "mean", mk.ZERO_ACC_AFTER_RESCUE, False, lambda st: stat_text(st, pct_text)),
-    ("Avg@k total", "evals", "avg_at_k", True, stat_text),
-    ("Pass@k total", "evals", "pass_at_k", True, stat_text),
+    ("wasted FLOPs", "mean", mk.WASTE_FLOPS_FRAC, False),
+    ("trained rollouts / step", "mean", mk.ROLLOUTS_TRAINED, False),
+    ("zero-acc after rescue", "mean", mk.ZERO_ACC_AFTER_RESCUE, False),
+    ("Avg@k total", "evals", "avg_at_k", True),
+    ("Pass@k total", "evals", "pass_at_k", True),
 )
+
+
+def summary_text(section: str, key: str, stat: Mapping[str, Any] | None) -> str:
+    """One cell of the group summary: a per-step mean in its unit, an accuracy with 3 decimals."""
+    return metric_stat_text(key, stat) if section == "mean" else stat_text(stat)
 
 
 def group_k(groups: Sequence[Mapping[str, Any]]) -> int | None:
@@ -421,10 +373,11 @@ def group_summary_table(groups: Sequence[Mapping[str, Any]], baseline_key: str) 
     has_evals = any((g.get("evals") or {}).get(mk.OVERALL) for g in groups)
     cols = [c for c in SUMMARY_COLUMNS if c[1] == "mean" or has_evals]
     columns = ["group", "seeds"] + [c[0].replace("@k", f"@{k}") if k else c[0] for c in cols] + ["seed pairs"]
-    cells = [[_group_stat(g, sec, key) for _, sec, key, _, _ in cols] for g in groups]
+    cells = [[_group_stat(g, sec, key) for _, sec, key, _ in cols] for g in groups]
     # ties on the mean as the cell shows it (the format of a Stat without its interval)
-    best = [best_cells([row[j][0].get("mean") if row[j][0] else None for row in cells], hi, lambda v, f=fmt: f({"mean": v}))
-            for j, (_, _, _, hi, fmt) in enumerate(cols)]
+    best = [best_cells([row[j][0].get("mean") if row[j][0] else None for row in cells], hi,
+                       lambda v, sec=sec, key=key: summary_text(sec, key, {"mean": v}))
+            for j, (_, sec, key, hi) in enumerate(cols)]
     rows, bold, records = [], [], []
     for i, g in enumerate(groups):
         is_base = g["key"] == baseline_key
@@ -432,14 +385,14 @@ def group_summary_table(groups: Sequence[Mapping[str, Any]], baseline_key: str) 
         rec: dict[str, Any] = {"group": g["key"], "label": g["label"], "method": g["method"], "baseline": is_base,
                                "run_ids": " ".join(map(str, g.get("run_ids") or [])), "seeds": len(g.get("seeds") or g.get("run_ids") or [])}
         pairs = []
-        for (name, _, _, _, fmt), (stat, rs) in zip(cols, cells[i]):
-            text = fmt(stat)
+        for (name, sec, key, _), (stat, rs) in zip(cols, cells[i]):
+            text = summary_text(sec, key, stat)
             if not is_base and stat and stat.get("mean") is not None:
                 text += f"<br>{ratio_text(rs)}"
                 pairs.append((rs or {}).get("n") or 0)
             row.append(text)
             _stat_record(rec, name, stat, None if is_base else rs)
-        row.append("—" if is_base else str(max(pairs, default=0)))
+        row.append(NOT_APPLICABLE if is_base else str(max(pairs, default=0)))
         rec["seed pairs"] = None if is_base else max(pairs, default=0)
         rows.append(row)
         bold.append([False, False] + [best[j][i] for j in range(len(cols))] + [False])
@@ -474,12 +427,12 @@ def group_benchmark_table(groups: Sequence[Mapping[str, Any]], significance: Map
                                "seeds": len(g.get("seeds") or g.get("run_ids") or [])}
         for b, stat in zip(keys, stats[i]):
             mean = stat.get("mean")
-            text = "–" if mean is None else acc_text(mean)
+            text = acc_text(mean)
             rec[f"{metric}:{b}"], rec[f"{metric}:{b}:lo"], rec[f"{metric}:{b}:hi"] = mean, stat.get("lo"), stat.get("hi")
             if b == mk.OVERALL:
                 test = None if is_base else significance_of(significance, mk.OVERALL, g["key"], metric)
                 if is_base:
-                    text += " (—)"
+                    text += f" ({NOT_APPLICABLE})"
                 elif test is not None:
                     text += f" ({p_text(test.get('p_value'))})"
                 test = test or {}

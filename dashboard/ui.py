@@ -15,9 +15,10 @@ from typing import Any
 
 import streamlit as st
 
-from dashboard import charts, forms
-from dashboard.charts import METHOD_COLORS, METHOD_LABELS, method_color, pct
+from common.fmt import pct
+from dashboard import forms
 from dashboard.client import FINISHED, AeroClient, ApiError, api_url_from_env, asks_for_token, token_from_env  # noqa: F401
+from dashboard.method_style import NO_METHODS, MethodStyle
 
 PAGES = {  # page file (relative to app.py) -> url path; app.py builds st.navigation from these
     "overview": "app_pages/overview.py", "launch": "app_pages/launch.py", "runs": "app_pages/runs.py",
@@ -85,15 +86,29 @@ def methods(url: str, token: str | None) -> list[dict]:
     return client().methods()
 
 
-def load_methods() -> None:
-    """Method labels, colours, dashes and the Launch menu from GET /api/methods (cached), for
-    every page of this run of the script; left as they were when the API cannot be reached."""
+def method_specs() -> list[dict]:
+    """GET /api/methods (cached); when the API cannot be reached, the specs this session last
+    read (none before the first read: every method grey under its own name)."""
     try:
         specs = methods(api_url(), api_token())
     except ApiError:
-        return
-    charts.use_methods(specs)
-    forms.use_methods(specs)
+        return st.session_state.get("method_specs", [])
+    st.session_state["method_specs"] = specs
+    return specs
+
+
+def method_style() -> MethodStyle:
+    """Method labels, colours and dashes for this page run, from the API's method specs: the
+    pages pass it to the figure and table builders that draw methods."""
+    specs = method_specs()
+    return MethodStyle.from_specs(specs) if specs else NO_METHODS
+
+
+def load_methods() -> None:
+    """The Launch menu's methods from GET /api/methods (cached), for every page of this run of
+    the script; left as they were when the API cannot be reached."""
+    if specs := method_specs():
+        forms.use_methods(specs)
 
 
 @st.cache_data(ttl=5, show_spinner=False)
@@ -277,29 +292,29 @@ def guarded(fn: Callable[[], Any]) -> Callable[[], Any]:
 # ---------------------------------------------------------------- small widgets
 
 
-def method_chip(method: str) -> str:
+def method_chip(method: str, style: MethodStyle) -> str:
     """Inline HTML: a coloured dot and the method's name."""
-    color = METHOD_COLORS.get(method, "#7F7F7F")  # a fixed palette: never user text in the style
+    color = style.color(method)  # a "#RRGGBB" of the specs or grey: never user text in the style
     return (f"<span style='display:inline-flex;align-items:center;gap:4px;margin-right:10px'>"
             f"<span style='width:10px;height:10px;border-radius:50%;background:{color};display:inline-block'></span>"
-            f"{esc(METHOD_LABELS.get(method, method))}</span>")
+            f"{esc(style.label(method))}</span>")
 
 
-def progress_bar(fraction: float | None, method: str, text: str = "") -> str:
+def progress_bar(fraction: float | None, method: str, style: MethodStyle, text: str = "") -> str:
     """Inline HTML: a run's progress bar in its method's colour, with ``text`` (else the
     percentage) under it. st.progress always paints in the theme's red, which on a page of
     method-coloured charts reads as "this is AERO" or "this failed"."""
     f = min(1.0, max(0.0, float(fraction or 0.0)))
     return (f"<div style='font-size:0.85rem' title='{pct(f)}'>"
             f"<div style='background:#E6E9EF;border-radius:4px;height:8px;margin:6px 0 4px'>"
-            f"<div style='width:{100 * f:.1f}%;background:{method_color(method)};height:8px;border-radius:4px'></div></div>"
+            f"<div style='width:{100 * f:.1f}%;background:{style.color(method)};height:8px;border-radius:4px'></div></div>"
             f"{esc(text) if text else pct(f)}</div>")
 
 
-def method_legend(methods: Sequence[str] | None = None) -> None:
+def method_legend(style: MethodStyle, methods: Sequence[str] | None = None) -> None:
     """Every known method's chip (or those of ``methods``)."""
-    shown = tuple(METHOD_COLORS) if methods is None else methods
-    st.html("<div style='font-size:0.85rem'>" + "".join(method_chip(m) for m in shown) + "</div>")
+    shown = style.names if methods is None else methods
+    st.html("<div style='font-size:0.85rem'>" + "".join(method_chip(m, style) for m in shown) + "</div>")
 
 
 def run_link(run_id: int, label: str | None = None, **kw) -> None:

@@ -9,8 +9,12 @@ counterfactual, and labelled which), zero-accuracy curves (Fig. 9) and a benchma
 
 import streamlit as st
 
-from dashboard import charts, group_view, reach_tables, tables, ui
 import common.metric_keys as mk
+from dashboard import compare_charts, group_view, reach_tables, tables, ui
+from dashboard.compare_charts import Band
+from dashboard.method_style import MethodStyle
+from dashboard.plotting import Curve, lines_figure, table_figure
+from dashboard.waterfall_chart import COUNTERFACTUAL_GRPO, WATERFALL_UNITS, waterfall_figure
 
 st.title("Compare")
 
@@ -42,7 +46,7 @@ def offered_curves(runs: list[dict]) -> dict[str, tuple[str, str | None]]:
 BASE_KEYS = (mk.FLOPS_TOTAL, mk.STEP_S, mk.ELAPSED_S, mk.ZERO_ACC_AFTER_EXPLORE, mk.ZERO_ACC_AFTER_RESCUE)
 
 
-def choose_runs() -> list[dict]:
+def choose_runs(style: MethodStyle) -> list[dict]:
     url, token = ui.api_url(), ui.api_token()
     runs = ui.runs_page(url, token, limit=500)["data"]
     if not runs:
@@ -68,7 +72,7 @@ def choose_runs() -> list[dict]:
         by_id = {r["id"]: r for r in runs}
         wanted = [int(x) for x in (qp_runs or "").split(",") if x.strip().isdigit() and int(x) in by_id]
         default = wanted or [r["id"] for r in runs if r["current_step"] > 0][:4]
-        ids = st.multiselect("Runs", list(by_id), default=default, format_func=lambda i: tables.run_label(by_id[i]),
+        ids = st.multiselect("Runs", list(by_id), default=default, format_func=lambda i: tables.run_label(by_id[i], style),
                              key="cmp_runs", max_selections=MAX_RUNS)
         st.query_params.update({"runs": ",".join(map(str, ids))})
         st.query_params.pop("sweep", None)
@@ -79,29 +83,29 @@ def choose_runs() -> list[dict]:
     return chosen
 
 
-def run_name(r: dict) -> str:
+def run_name(r: dict, style: MethodStyle) -> str:
     seed = r.get("config", {}).get("seed")
-    return f"#{r['id']} {charts.method_label(r['method'])}" + (f" s{seed}" if seed is not None else "")
+    return f"#{r['id']} {style.label(r['method'])}" + (f" s{seed}" if seed is not None else "")
 
 
-def dashes(runs: list[dict]) -> dict[int, str]:
-    """{run id: dash}, the same rule as every multi-run chart (charts.dash_by_method): runs of one
+def dashes(runs: list[dict], style: MethodStyle) -> dict[int, str]:
+    """{run id: dash}, the same rule as every multi-run chart (MethodStyle.dash_by_method): runs of one
     method differ by dash, and the first runs of two methods too, so coinciding curves stay visible."""
-    return {r["id"]: d for r, d in zip(runs, charts.dash_by_method([r["method"] for r in runs]))}
+    return {r["id"]: d for r, d in zip(runs, style.dash_by_method([r["method"] for r in runs]))}
 
 
-def eval_bands(runs: list[dict], axis: str, smooth: int, versions: tuple) -> list[charts.Band]:
+def eval_bands(runs: list[dict], axis: str, smooth: int, versions: tuple, style: MethodStyle) -> list[Band]:
     """Each run's held-out Avg@k (overall) at its eval steps on ``axis``, smoothed over ``smooth``
     evaluations, from GET /compare/curves with every run as its own group (exact x, no seeds averaged)."""
     ids = tuple(r["id"] for r in runs)
     curves = ui.run_curves(ui.api_url(), ui.api_token(), ids, (group_view.EVAL_KEY,), axis, 200, versions, smooth)
-    dash = dashes(runs)
+    dash = dashes(runs, style)
     out = []
     for r in runs:
         c = (curves.get(r["id"]) or {}).get(group_view.EVAL_KEY)
         if c and c.get("x"):
-            out.append(charts.Band(run_name(r), r["method"], c["x"], c["mean"], [None] * len(c["x"]), [None] * len(c["x"]),
-                                   c["n"], dash[r["id"]]))
+            out.append(Band(run_name(r, style), r["method"], c["x"], c["mean"], [None] * len(c["x"]), [None] * len(c["x"]),
+                            c["n"], dash[r["id"]]))
     return out
 
 
@@ -111,18 +115,18 @@ def eval_k(cmp: dict) -> int | None:
     return ks.pop() if len(ks) == 1 else None
 
 
-def headline(runs: list[dict], cmp: dict, versions: tuple) -> None:
+def headline(runs: list[dict], cmp: dict, versions: tuple, style: MethodStyle) -> None:
     """The paper's headline for runs one by one: Avg@k vs FLOPs and vs time, compute to reach."""
     reach = cmp.get("reach")
     window = (reach or {}).get("window") or 3
-    bands = {axis: eval_bands(runs, axis, window, versions) for axis in group_view.HEADLINE_AXES}
+    bands = {axis: eval_bands(runs, axis, window, versions, style) for axis in group_view.HEADLINE_AXES}
     base = next((r for r in runs if r["id"] == cmp["baseline"]), runs[0])
-    labels, methods = {r["id"]: run_name(r) for r in runs}, {r["id"]: r["method"] for r in runs}
+    labels, methods = {r["id"]: run_name(r, style) for r in runs}, {r["id"]: r["method"] for r in runs}
     group_view.headline_section(bands, reach, reach_tables.run_reach_entries(reach or {}, labels, methods),
-                                charts.method_label(base["method"]), eval_k(cmp), seeds=False)
+                                style.label(base["method"]), eval_k(cmp), style=style, seeds=False)
 
 
-def curves_section(runs: list[dict], data: dict[int, dict], versions: tuple) -> str:
+def curves_section(runs: list[dict], data: dict[int, dict], versions: tuple, style: MethodStyle) -> str:
     st.subheader("Training curves")
     c1, c2, c3 = st.columns([2, 2, 1])
     axis = c1.segmented_control("x axis", list(tables.X_AXES), default="step", format_func=tables.X_AXES.get, key="cmp_x") or "step"
@@ -135,34 +139,35 @@ def curves_section(runs: list[dict], data: dict[int, dict], versions: tuple) -> 
     y_title, fmt = offered[key]
     title = group_view.curve_title(key)
     if key == group_view.EVAL_KEY:
-        bands = eval_bands(runs, axis, int(window), versions)
-        ui.plot(charts.headline_figure(bands, title=title, x_title=tables.X_AXES[axis], y_title=y_title, seeds=False, height=340))
+        bands = eval_bands(runs, axis, int(window), versions, style)
+        ui.plot(compare_charts.headline_figure(bands, style=style, title=title, x_title=tables.X_AXES[axis], y_title=y_title,
+                                               seeds=False, height=340))
         return axis
-    dash = dashes(runs)
-    curves = [charts.Curve(run_name(r), r["method"], tables.x_values(data[r["id"]], axis),
-                           tables.smooth(data[r["id"]]["series"].get(key) or [], window), dash=dash[r["id"]])
+    dash = dashes(runs, style)
+    curves = [Curve(run_name(r, style), r["method"], tables.x_values(data[r["id"]], axis),
+                    tables.smooth(data[r["id"]]["series"].get(key) or [], window), dash=dash[r["id"]])
               for r in runs]
-    ui.plot(charts.lines_figure(curves, title=title, x_title=tables.X_AXES[axis], y_title=y_title, y_tickformat=fmt,
-                                counts=key in group_view.COUNTS))
+    ui.plot(lines_figure(curves, style=style, title=title, x_title=tables.X_AXES[axis], y_title=y_title, y_tickformat=fmt,
+                         counts=key in group_view.COUNTS))
     if axis != "step":
         st.caption("Cumulative x values integrate the plotted points (exact when no step was decimated away); "
                    "wall time is the run's logged training time `time/elapsed_s` (evaluation excluded).")
     return axis
 
 
-def measured_grpo(cmp: dict, unit: str) -> tuple[float, str] | None:
+def measured_grpo(cmp: dict, unit: str, style: MethodStyle) -> tuple[float, str] | None:
     """(mean per step, label) of the first compared GRPO run in a counterfactual waterfall's unit
     (training seconds or training FLOPs), to draw beside the counterfactual GRPO bar; None when
     no GRPO run is compared or the unit has no measured counterpart."""
     key = {"seconds": mk.TRAIN_S, "flops": mk.FLOPS_TRAIN}.get(unit)
-    base = charts.baseline_method()
+    base = style.baseline
     grpo = next((r for r in cmp["runs"] if r.get("method") == base and (r.get("mean") or {}).get(key) is not None), None)
     if key is None or grpo is None:
         return None
-    return grpo["mean"][key], f"{charts.method_label(base)} run #{grpo['run_id']}, measured"
+    return grpo["mean"][key], f"{style.label(base)} run #{grpo['run_id']}, measured"
 
 
-def waterfall_section(cmp: dict) -> None:
+def waterfall_section(cmp: dict, style: MethodStyle) -> None:
     st.subheader("Where AERO saves compute (paper Fig. 8)")
     measured = [w for w in cmp["waterfall"]["measured"] if w.get("per_step")]
     counterfactual = [w for w in cmp["waterfall"]["counterfactual"] if w.get("per_step")]
@@ -190,14 +195,14 @@ def waterfall_section(cmp: dict) -> None:
         per = wf["per_step"].get(unit)
         with col:
             if per is None:
-                st.caption(f"No {charts.WATERFALL_UNITS[unit][0]} in this source.")
+                st.caption(f"No {WATERFALL_UNITS[unit][0]} in this source.")
                 continue
             what = "Time" if "seconds" in unit else "FLOPs"
             counterfactual = wf["source"] != "measured"
             where = f"run #{wf['run_id']}" if counterfactual else f"sweep #{wf['sweep_id']}"
-            ui.plot(charts.waterfall_figure(per, unit, title=f"{what} per step: GRPO → AERO", subtitle=f"{kind.lower()}, {where}",
-                                            counterfactual=counterfactual,
-                                            measured_grpo=measured_grpo(cmp, unit) if counterfactual else None))
+            ui.plot(waterfall_figure(per, unit, style=style, title=f"{what} per step: GRPO → AERO",
+                                     subtitle=f"{kind.lower()}, {where}", counterfactual=counterfactual,
+                                     measured_grpo=measured_grpo(cmp, unit, style) if counterfactual else None))
     scope = ("Bars count the whole step (generation included)." if whole else
              "Bars count training only (`time/train_s`, `flops/train`), while the table's *time / step* and *FLOPs / step* "
              "below are the whole step (generation included), so the two differ.")
@@ -206,33 +211,33 @@ def waterfall_section(cmp: dict) -> None:
                    f"S1 = GRPO − AERO S1, S2 = AERO S1 − AERO S1+S2, S3 = AERO S1+S2 − AERO. {scope}")
     else:
         st.caption(f"**{kind}.** The run logs, each step, what rescue (S1), the Bayesian baseline (S2) and rejection sampling "
-                   f"(S3) saved against GRPO at the same rollout budget. The **{charts.COUNTERFACTUAL_GRPO}**: it is what GRPO "
+                   f"(S3) saved against GRPO at the same rollout budget. The **{COUNTERFACTUAL_GRPO}**: it is what GRPO "
                    f"would have trained on this run's prompts, so it need not match a GRPO run of the table (a dashed line "
                    f"marks a compared GRPO run's measured training cost). {scope}")
 
 
-def zero_acc_section(runs: list[dict], data: dict[int, dict], axis: str) -> None:
+def zero_acc_section(runs: list[dict], data: dict[int, dict], axis: str, style: MethodStyle) -> None:
     st.subheader("Prompts with no correct answer (paper Fig. 9)")
     rows = []
     for r in runs:
         s = data[r["id"]]["series"]
         if s.get(mk.ZERO_ACC_AFTER_RESCUE):
-            rows.append((run_name(r), r["method"], tables.x_values(data[r["id"]], axis),
+            rows.append((run_name(r, style), r["method"], tables.x_values(data[r["id"]], axis),
                          s.get(mk.ZERO_ACC_AFTER_EXPLORE) or [], s[mk.ZERO_ACC_AFTER_RESCUE]))
     if not rows:
         st.caption("No zero-accuracy ratios logged yet.")
         return
-    ui.plot(charts.zero_acc_compare_figure(rows, x_title=tables.X_AXES[axis]))
+    ui.plot(compare_charts.zero_acc_compare_figure(rows, style=style, x_title=tables.X_AXES[axis]))
 
 
-def table_section(runs: list[dict], cmp: dict) -> None:
+def table_section(runs: list[dict], cmp: dict, style: MethodStyle) -> None:
     st.subheader("Benchmarks and cost (paper Table 1)")
     url, token = ui.api_url(), ui.api_token()
     stats = {s["run_id"]: s for s in cmp["runs"]}
     entries = []
     for r in runs:
         st_ = stats.get(r["id"], {"mean": {}})
-        entries.append({"run_id": r["id"], "label": run_name(r), "method": r["method"],
+        entries.append({"run_id": r["id"], "label": run_name(r, style), "method": r["method"],
                         "time_s": st_["mean"].get(mk.STEP_S), "flops": st_["mean"].get(mk.FLOPS_TOTAL),
                         "evals": tables.latest_evals(ui.evals(url, token, r["id"], ui.version(r)))})
     if not any(e["evals"] for e in entries):
@@ -242,7 +247,7 @@ def table_section(runs: list[dict], cmp: dict) -> None:
     for i, part in enumerate((bt.part(("time", "FLOPs", "Avg@")), bt.part(("Pass@",)))):
         if len(part.columns) > 1:
             widths = [2.0] + [1.3 if c.startswith(("time", "FLOPs")) or c.endswith("total") else 1.0 for c in part.columns[1:]]
-            ui.plot(charts.table_figure(part.columns, part.rows, part.bold, col_widths=widths), key=f"bench_table_{i}")
+            ui.plot(table_figure(part.columns, part.rows, part.bold, col_widths=widths), key=f"bench_table_{i}")
     st.caption(f"Per step: mean seconds and FLOPs (rollout + train). Avg@{bt.k or 'k'} and Pass@{bt.k or 'k'}: the last "
                "evaluation of each run, 95% bootstrap CI below each value; 'total' pools every benchmark. Best of each "
                "column in **bold**, every run that ties it (as shown) too; (×) = ratio to the baseline run.")
@@ -252,7 +257,8 @@ def table_section(runs: list[dict], cmp: dict) -> None:
 
 @ui.guarded
 def main() -> None:
-    runs = choose_runs()
+    style = ui.method_style()
+    runs = choose_runs(style)
     if not runs:
         return
     ids = [r["id"] for r in runs]
@@ -266,11 +272,11 @@ def main() -> None:
         if any(ui.is_live(r) for r in runs):
             st.caption("Some runs are still training: reload the page (or change a control) for their newest steps.")
         cmp = ui.compare(url, token, tuple(ids), None, versions)
-        group_view.group_page(groups, tuple(ids), versions, offered_curves(runs), lambda: waterfall_section(cmp))
+        group_view.group_page(groups, tuple(ids), versions, offered_curves(runs), lambda: waterfall_section(cmp, style), style)
         return
-    grpo = [r["id"] for r in runs if r["method"] == charts.baseline_method()]
+    grpo = [r["id"] for r in runs if r["method"] == style.baseline]
     baseline = st.selectbox("Baseline", ids, index=ids.index(grpo[0]) if grpo else 0, key="cmp_baseline",
-                            format_func=lambda i: run_name(next(r for r in runs if r["id"] == i)),
+                            format_func=lambda i: run_name(next(r for r in runs if r["id"] == i), style),
                             help="Ratios in the table are against this run (default: the first GRPO run).")
     cmp = ui.compare(url, token, tuple(ids), baseline, versions)
     key = st.session_state.get("cmp_metric", next(iter(CURVES)))
@@ -279,11 +285,11 @@ def main() -> None:
             for r in runs}
     if any(ui.is_live(r) for r in runs):
         st.caption("Some runs are still training: reload the page (or change a control) for their newest steps.")
-    headline(runs, cmp, versions)
-    axis = curves_section(runs, data, versions)
-    waterfall_section(cmp)
-    zero_acc_section(runs, data, axis)
-    table_section(runs, cmp)
+    headline(runs, cmp, versions, style)
+    axis = curves_section(runs, data, versions, style)
+    waterfall_section(cmp, style)
+    zero_acc_section(runs, data, axis, style)
+    table_section(runs, cmp, style)
 
 
 main()

@@ -2,7 +2,8 @@
 
 import streamlit as st
 
-from dashboard import charts, tables, ui
+from common.fmt import pct
+from dashboard import tables, ui
 from dashboard.client import ApiError
 
 st.title("AERO Lab")
@@ -36,14 +37,15 @@ def status() -> None:
         st.page_link(ui.PAGES["launch"], label="Launch a run", icon=":material/rocket_launch:")
         return
     st.subheader("Latest runs")
+    style = ui.method_style()
     latest = tables.latest_runs(runs["data"])
     for r in latest:
         c1, c2, c3 = st.columns([4, 2, 2], vertical_alignment="center")
         with c1:
             ui.run_link(r["id"], f"#{r['id']} {r['name']}")
-        c2.html(ui.method_chip(r["method"]))
-        c3.html(ui.progress_bar(r["progress"], r["method"],
-                                f"{r['status']} · {r['current_step']}/{r['total_steps']} · {charts.pct(r['progress'] or 0.0)}"))
+        c2.html(ui.method_chip(r["method"], style))
+        c3.html(ui.progress_bar(r["progress"], r["method"], style,
+                                f"{r['status']} · {r['current_step']}/{r['total_steps']} · {pct(r['progress'] or 0.0)}"))
     running = counts.get("running", 0)
     if running > sum(r["status"] == "running" for r in latest):
         st.caption(f"{running} runs are training; the Runs page lists them all.")

@@ -4,9 +4,12 @@ its evaluations, its config and, for a failed run, the error text."""
 
 import streamlit as st
 
-from dashboard import charts, rollouts_view, run_actions, step_detail_view, tables, ui
-from dashboard.client import ApiError
 import common.metric_keys as mk
+from common.fmt import pct
+from dashboard import rollouts_view, run_actions, run_charts, step_detail_view, tables, ui
+from dashboard.client import ApiError
+from dashboard.method_style import MethodStyle
+from dashboard.plotting import has_any
 
 st.title("Run detail")
 
@@ -20,7 +23,7 @@ MAX_POINTS = 600  # per curve; the API decimates (the last step is always kept)
 REFRESH_S = 2
 
 
-def pick_run() -> dict | None:
+def pick_run(style: MethodStyle) -> dict | None:
     """The run named by ``?run=ID``, else a choice among the newest runs."""
     runs = ui.runs_page(ui.api_url(), ui.api_token(), limit=200)["data"]
     wanted = st.query_params.get("run")
@@ -33,14 +36,15 @@ def pick_run() -> dict | None:
         by_id = {int(wanted): ui.client().get_run(int(wanted)), **by_id}  # older than the list: 404 is explained
     ids = list(by_id)
     default = int(wanted) if wanted and wanted.isdigit() else ids[0]
-    chosen = st.selectbox("Run", ids, index=ids.index(default), format_func=lambda i: tables.run_label(by_id[i]), key="detail_run")
+    chosen = st.selectbox("Run", ids, index=ids.index(default), format_func=lambda i: tables.run_label(by_id[i], style),
+                          key="detail_run")
     if st.query_params.get("run") != str(chosen):
         st.query_params["run"] = str(chosen)
     return ui.client().get_run(chosen)
 
 
-def header(run: dict) -> None:
-    st.html(f"<h3 style='margin:0'>#{run['id']} {ui.esc(run['name'])}</h3>" + ui.method_chip(run["method"]))
+def header(run: dict, style: MethodStyle) -> None:
+    st.html(f"<h3 style='margin:0'>#{run['id']} {ui.esc(run['name'])}</h3>" + ui.method_chip(run["method"], style))
     if run.get("owner"):
         st.caption(f"Submitted by **{ui.md(run['owner'])}**")
     if run["status"] == "failed":
@@ -70,7 +74,7 @@ def header(run: dict) -> None:
                      icon=":material/compare_arrows:")
 
 
-def progress(run: dict, summary: dict) -> None:
+def progress(run: dict, summary: dict, style: MethodStyle) -> None:
     c1, c2, c3, c4 = st.columns(4)
     c1.metric("Step", f"{run['current_step']} / {run['total_steps']}")
     c2.metric("Status", run["status"])
@@ -83,18 +87,18 @@ def progress(run: dict, summary: dict) -> None:
               help="Seconds per step (`time/step_s`) averaged over the run's steps, as on the Runs page: what methods are "
                    "compared by." + ("" if last_s is None else f" Last step: {last_s:.2f} s."))
     done = float(run["progress"] or 0.0)
-    st.html(ui.progress_bar(done, run["method"], f"{charts.pct(done)} of {run['total_steps']} steps"))
+    st.html(ui.progress_bar(done, run["method"], style, f"{pct(done)} of {run['total_steps']} steps"))
 
 
-def heldout(run: dict, rows: list[dict]) -> list:
+def heldout(run: dict, rows: list[dict], style: MethodStyle) -> list:
     """The held-out Avg@k chart (every benchmark pooled) when the run has evaluated: the first
     chart, since held-out accuracy, not the training reward, is what a run is judged by."""
     overall = sorted((e for e in rows if e["benchmark"] == mk.OVERALL), key=lambda e: e["step"])
     if not overall:
         return []
     k = overall[-1].get("k")
-    return [charts.heldout_figure([e["step"] for e in overall], [e["avg_at_k"] for e in overall],
-                                  [e["pass_at_k"] for e in overall], run["method"], k)]
+    return [run_charts.heldout_figure([e["step"] for e in overall], [e["avg_at_k"] for e in overall],
+                                      [e["pass_at_k"] for e in overall], run["method"], k, style=style)]
 
 
 def kl_on(run: dict) -> bool:
@@ -103,20 +107,22 @@ def kl_on(run: dict) -> bool:
     return float(run["config"].get("kl_coef") or 0.0) != 0.0
 
 
-def curves(run: dict, m: dict, rows: list[dict]) -> None:
+def curves(run: dict, m: dict, rows: list[dict], style: MethodStyle) -> None:
     steps, s, method = m["steps"], m["series"], run["method"]
     if m["stored_steps"] > len(steps):
         st.caption(f"{m['stored_steps']} steps stored; curves show {len(steps)} evenly spaced ones (the last step always).")
-    figs = [*heldout(run, rows), charts.reward_figure(steps, s, method), charts.zero_acc_figure(steps, s, method)]
-    if charts.has_any(s, mk.STRATA_RESCUE, mk.STRATA_LOW, mk.STRATA_HIGH):
-        figs.append(charts.strata_figure(steps, s))
-    figs += [charts.rollouts_figure(steps, s, method), charts.time_split_figure(steps, s), charts.flops_figure(steps, s)]
+    figs = [*heldout(run, rows, style), run_charts.reward_figure(steps, s, method, style=style),
+            run_charts.zero_acc_figure(steps, s, method, style=style)]
+    if has_any(s, mk.STRATA_RESCUE, mk.STRATA_LOW, mk.STRATA_HIGH):
+        figs.append(run_charts.strata_figure(steps, s))
+    figs += [run_charts.rollouts_figure(steps, s, method, style=style), run_charts.time_split_figure(steps, s),
+             run_charts.flops_figure(steps, s)]
     for i in range(0, len(figs), 2):
         cols = st.columns(2)
         for col, fig in zip(cols, figs[i:i + 2]):
             with col:
                 ui.plot(fig)
-    ui.plot(charts.health_figure(steps, s, method, kl=kl_on(run)))
+    ui.plot(run_charts.health_figure(steps, s, method, style=style, kl=kl_on(run)))
 
 
 def eval_section(run: dict, rows: list[dict]) -> None:
@@ -134,20 +140,20 @@ def eval_section(run: dict, rows: list[dict]) -> None:
                                                      "Pass@k": st.column_config.NumberColumn(f"Pass@{k}", format="%.3f")})
 
 
-def live_panel(run_id: int, was_live: bool) -> None:
+def live_panel(run_id: int, was_live: bool, style: MethodStyle) -> None:
     run = ui.client().get_run(run_id)
     if was_live and not ui.is_live(run):
         ui.clear_caches()  # the runs list (run picker labels) still says running
         st.rerun()  # finished: redraw the whole page once, without the timer
     m = ui.metrics(ui.api_url(), ui.api_token(), run_id, KEYS, MAX_POINTS, ui.version(run))
     rows = ui.evals(ui.api_url(), ui.api_token(), run_id, ui.version(run))
-    progress(run, tables.run_summary(m))
+    progress(run, tables.run_summary(m), style)
     if not m["steps"]:
         st.info("No training step has been logged yet." + (" Curves appear here as soon as the first step lands — "
                 "no need to reload." if ui.is_live(run) else ""), icon=":material/hourglass_empty:")
     else:
-        curves(run, m, rows)
-    step_detail_view.key_picker(run)  # in the fragment: a live run's system panels and heatmaps refresh too
+        curves(run, m, rows, style)
+    step_detail_view.key_picker(run, style)  # in the fragment: a live run's system panels and heatmaps refresh too
     step_detail_view.heatmaps(run)
     eval_section(run, rows)
 
@@ -160,15 +166,16 @@ def rollouts_panel(run: dict, live: bool) -> None:
 
 @ui.guarded
 def main() -> None:
-    run = pick_run()
+    style = ui.method_style()
+    run = pick_run(style)
     if run is None:
         return
-    header(run)
+    header(run, style)
     run_actions.show(run)  # alert badge, resume, clone, notes and tags
     live = ui.is_live(run)
     if live:
         st.caption(f":green[●] Live: refreshing every {REFRESH_S} s.")
-    st.fragment(ui.guarded(live_panel), run_every=REFRESH_S if live else None)(run["id"], live)
+    st.fragment(ui.guarded(live_panel), run_every=REFRESH_S if live else None)(run["id"], live, style)
     st.fragment(ui.guarded(rollouts_panel), run_every=REFRESH_S if live else None)(run, live)
     with st.expander("Config", icon=":material/tune:"):
         st.json(run["config"], expanded=True)

@@ -5,8 +5,9 @@ refreshes itself while runs train."""
 
 import streamlit as st
 
-from dashboard import charts, tables, ui
+from dashboard import tables, ui
 from dashboard.client import ApiError
+from dashboard.method_style import OTHER_COLOR, MethodStyle
 
 st.title("Runs")
 
@@ -41,13 +42,13 @@ def sweep_label(sweep_id: int | None, names: dict[int, str]) -> str:
     return f"sweep #{sweep_id} · {names[sweep_id]}" if sweep_id in names else f"sweep #{sweep_id}"
 
 
-def filters() -> dict:
+def filters(style: MethodStyle) -> dict:
     who = ui.me()
     mine = st.toggle("My runs", key="runs_mine", disabled=who is None,
                      help="Only the runs your token's user submitted." if who else "Needs a valid API token.")
     c1, c2, c3, c4 = st.columns([3, 3, 2, 2])
     status = c1.multiselect("Status", STATUSES, key="runs_status", format_func=lambda s: f"{STATUS_ICONS[s]} {s}")
-    method = c2.multiselect("Method", list(charts.METHOD_LABELS), key="runs_method", format_func=charts.method_label)
+    method = c2.multiselect("Method", list(style.names), key="runs_method", format_func=style.label)
     tag = c3.text_input("Tag", key="runs_tag", placeholder="e.g. demo")
     names = {sw["id"]: sw["name"] for sw in ui.sweeps_page(ui.api_url(), ui.api_token(), limit=SWEEPS_LISTED)["data"]}
     sweep = c4.selectbox("Sweep", [None, *names], key="runs_sweep", format_func=lambda i: sweep_label(i, names),
@@ -63,13 +64,13 @@ def latest_of(runs: list[dict]) -> dict[int, dict]:
             for r in runs if r["current_step"] > 0}
 
 
-def styled(df):
-    colors = {charts.method_label(m): c for m, c in charts.METHOD_COLORS.items()}
-    return df.style.map(lambda v: f"color: {colors.get(v, charts.OTHER_COLOR)}; font-weight: 600", subset=["method"]).map(
+def styled(df, style: MethodStyle):
+    colors = {style.label(m): style.color(m) for m in style.names}
+    return df.style.map(lambda v: f"color: {colors.get(v, OTHER_COLOR)}; font-weight: 600", subset=["method"]).map(
         lambda v: "color: #C62828" if str(v).startswith("failed") else "", subset=["status"])
 
 
-def table(f: dict) -> list[dict]:
+def table(f: dict, style: MethodStyle) -> list[dict]:
     page = ui.runs_page(ui.api_url(), ui.api_token(), **f)
     runs = page["data"]
     if not runs:
@@ -79,19 +80,19 @@ def table(f: dict) -> list[dict]:
             st.info("**No runs yet.** Launch one: the tiny preset trains in seconds per step.", icon=":material/lightbulb:")
             st.page_link(ui.PAGES["launch"], label="Launch a run", icon=":material/rocket_launch:")
         return runs
-    df = tables.runs_frame(runs, latest_of(runs))
+    df = tables.runs_frame(runs, latest_of(runs), style)
     df = tables.drop_empty(df, ("tags", "sweep", "message"))  # keep the table narrow
-    st.dataframe(styled(df), column_config=COLUMNS, hide_index=True, key="runs_table", placeholder="–")
+    st.dataframe(styled(df, style), column_config=COLUMNS, hide_index=True, key="runs_table", placeholder="–")
     more = f" (newest {len(runs)} shown)" if page["count"] > len(runs) else ""
     live = sum(ui.is_live(r) for r in runs)
     st.caption(f"{page['count']} run(s){more}" + (f" · {live} queued or running: this table refreshes every 3 s" if live else ""))
     return runs
 
 
-def actions(runs: list[dict]) -> None:
+def actions(runs: list[dict], style: MethodStyle) -> None:
     st.subheader("Act on runs")
     by_id = {r["id"]: r for r in runs}
-    chosen = st.multiselect("Runs", list(by_id), format_func=lambda i: tables.run_label(by_id[i]), key="runs_chosen",
+    chosen = st.multiselect("Runs", list(by_id), format_func=lambda i: tables.run_label(by_id[i], style), key="runs_chosen",
                             placeholder="Choose one or more runs")
     c1, c2, c3, _ = st.columns([1, 1, 1, 3], vertical_alignment="center")
     with c1:
@@ -128,19 +129,20 @@ def actions(runs: list[dict]) -> None:
 
 @ui.guarded
 def main() -> None:
-    f = filters()
+    style = ui.method_style()
+    f = filters(style)
     runs = ui.runs_page(ui.api_url(), ui.api_token(), **f)["data"]
     interval = 3 if any(ui.is_live(r) for r in runs) else None
 
     @st.fragment(run_every=interval)
     @ui.guarded
     def live_table() -> None:
-        table(f)
+        table(f, style)
 
     live_table()
     if runs:
         try:
-            actions(runs)
+            actions(runs, style)
         except ApiError as e:
             ui.show_error(e, "change the run")
 

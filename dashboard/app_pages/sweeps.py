@@ -4,6 +4,7 @@ its runs."""
 import streamlit as st
 
 from dashboard import tables, ui
+from dashboard.method_style import MethodStyle
 
 st.title("Sweeps")
 st.caption("A sweep is a grid of runs (methods x seeds x overrides) submitted together, e.g. the ablation ladder "
@@ -11,13 +12,13 @@ st.caption("A sweep is a grid of runs (methods x seeds x overrides) submitted to
 SHOWN = 20  # newest sweeps drawn
 
 
-def sweep_card(sw: dict) -> None:
+def sweep_card(sw: dict, style: MethodStyle) -> None:
     counts = {k: v for k, v in sw["status_counts"].items() if v}
     runs = sw["runs"]
     with st.container(border=True):
         c1, c2 = st.columns([3, 2])
         c1.markdown(f"**Sweep #{sw['id']} · {ui.md(sw['name'])}** — {len(runs)} run(s), created {str(sw['created_at'])[:16].replace('T', ' ')}")
-        c1.html("".join(ui.method_chip(m) for m in dict.fromkeys(r["method"] for r in runs)))
+        c1.html("".join(ui.method_chip(m, style) for m in dict.fromkeys(r["method"] for r in runs)))
         c2.progress(tables.sweep_progress(sw), text=" · ".join(f"{n} {s}" for s, n in counts.items()) or "no runs")
         failed = [r for r in runs if r["status"] == "failed"]
         if failed:
@@ -34,7 +35,7 @@ def sweep_card(sw: dict) -> None:
 
 @ui.guarded
 def main() -> None:
-    url, token = ui.api_url(), ui.api_token()
+    url, token, style = ui.api_url(), ui.api_token(), ui.method_style()
     page = ui.sweeps_page(url, token, limit=SHOWN)
     ids = [sw["id"] for sw in page["data"]]
     if not ids:
@@ -48,7 +49,7 @@ def main() -> None:
     @ui.guarded
     def cards() -> None:
         for sid in ids:
-            sweep_card(ui.sweep(url, token, sid))
+            sweep_card(ui.sweep(url, token, sid), style)
         if page["count"] > SHOWN:
             st.caption(f"{page['count'] - SHOWN} older sweep(s) not shown.")
 

@@ -1,17 +1,34 @@
-"""`aero compare` formatting (the API call itself is exercised end to end in test_platform_cli)."""
+"""`aero compare` formatting (the API call itself is exercised end to end in test_platform_cli).
+The number formats are common/fmt.py's (tests/common/test_fmt.py), with the seeds they stand on."""
 
 from rich.console import Console
 
-from cli.compare_cmds import bench_table, cost_table, p_text, ratio_text, reach_table, runs_text, si_text, stat_text
+from cli.compare_cmds import bench_table, cost_table, reach_table, runs_text, sig_table
 
 
-def test_stat_ratio_and_p_text():
-    assert stat_text({"mean": 0.48, "lo": 0.46, "hi": 0.5, "n": 3}) == "0.480 ± 0.020 (n=3)"
-    assert stat_text({"mean": 2.0, "lo": None, "hi": None, "n": 1}, "{:.3g}") == "2 (n=1)"
-    assert stat_text(None) == "—" and stat_text({"mean": None, "n": 0}) == "—"
-    assert ratio_text({"mean": 0.52, "lo": 0.48, "hi": 0.56, "n": 3}) == "0.52× [0.48, 0.56] (3 pairs)"
-    assert ratio_text({"mean": 0.5, "lo": None, "hi": None, "n": 1}) == "0.50× (1 pair)"
-    assert p_text(0.0004) == "p<0.001" and p_text(0.0123) == "p=0.012"
+def test_cost_table_reads_like_the_dashboard_with_seeds():
+    stat = lambda m, lo=None, hi=None, n=3: {"mean": m, "lo": lo, "hi": hi, "n": n}  # noqa: E731
+    group = {"run_ids": [1, 2, 3], "seeds": [0, 1, 2]}
+    cmp = {"alpha": 0.05, "baseline": "b", "groups": [
+        {"key": "b", "label": "grpo", **group, "mean": {"time/step_s": stat(2.0, 1.9, 2.1), "flops/total": stat(4e9, 3.9e9, 4.1e9)}},
+        {"key": "a", "label": "aero", **group,
+         "mean": {"time/step_s": stat(1.04, 0.98, 1.10), "zero_acc/after_rescue": stat(0.18, 0.16, 0.2)},
+         "ratios": {"mean": {"time/step_s": {"mean": 0.52, "lo": 0.48, "hi": 0.56, "n": 3}}}}]}
+    t = cost_table(cmp)
+    assert [c.header for c in t.columns] == ["group", "runs", "s / step", "FLOPs / step", "trained rollouts / step",
+                                             "zero-acc after rescue", "wasted FLOPs"]
+    grpo, aero, ratio = (list(row) for row in zip(*(c._cells for c in t.columns)))
+    assert grpo[2:] == ["2 ± 0.1 s (n=3)", "4 ± 0.1 GFLOP (n=3)", "–", "–", "–"]
+    assert aero[2:] == ["1.04 ± 0.06 s (n=3)", "–", "–", "18.0% ± 2.0% (n=3)", "–"]
+    assert ratio == ["  ratio", "", "0.52× [0.48, 0.56] (3 pairs)", "–", "–", "–", "–"]
+
+
+def test_sig_table_prints_the_paired_tests():
+    cmp = {"groups": [{"key": "a", "label": "aero"}], "significance": {"overall": [
+        {"group": "a", "metric": "avg_at_k", "k": 8, "diff": 0.02, "ci": [0.004, 0.036], "p_value": 0.0004, "problems": 8,
+         "seeds": [2, 3]}]}}
+    row = [c._cells[0] for c in sig_table(cmp).columns]
+    assert row == ["overall", "aero", "avg_at_k@8", "+0.0200", "[+0.0040, +0.0360]", "p<0.001", "8", "2/3"]
 
 
 def test_runs_column_marks_ids_and_names_seeds():
@@ -68,18 +85,14 @@ REACH_CMP = {
 }
 
 
-def test_si_text():
-    assert si_text(_stat(2.4449e9, 2.13e9, 2.75e9), "FLOP") == "2.44 ± 0.31 GFLOP"
-    assert si_text(_stat(6.0), "s") == "6 s" and si_text(_stat(None), "s") == "—"
-
-
 def test_reach_table_prints_compute_ratios_and_not_reached():
     t = reach_table(REACH_CMP)
     assert "Compute to reach GRPO's accuracy" in t.title
     assert [c.header for c in t.columns] == ["group", "50% of GRPO's gain\n(Avg@8 ≥ 0.400)", "100% of GRPO's gain\n(Avg@8 ≥ 0.500)"]
     half, full = t.columns[1]._cells, t.columns[2]._cells
     assert half[0] == "60 ± 10 GFLOP\n6 s"  # the baseline: no ratio to itself
-    assert half[1] == "20 GFLOP  0.33× [0.30, 0.37] (2 pairs)\n2 s  0.35× (2 pairs)"
+    # the dashboard's cell (common.fmt.reach_cell), with the seed pairs behind each ratio
+    assert half[1] == "20 GFLOP\n2 s\n0.33× [0.30, 0.37] FLOPs (2 pairs)\n0.35× time (2 pairs)"
     assert full[1].endswith("\nnot reached (1/2 seeds)")
     assert half[2] == full[2] == "not reached (2/2 seeds)"
     console = Console(width=200, record=True)

@@ -1,49 +1,63 @@
-"""Pure figure and table builders (dashboard/charts.py, dashboard/tables.py): hand-computed values."""
+"""Pure figure and table builders (dashboard/plotting.py, run_charts.py, compare_charts.py,
+waterfall_chart.py, arena_chart.py, tables.py, reach_tables.py): hand-computed values. The
+method colours come from a MethodStyle built from the specs, as the app builds it from
+GET /api/methods; the number formats themselves are tested in tests/common/test_fmt.py."""
 
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 
-from dashboard import charts, reach_tables, tables
+from common.fmt import acc_text, pct, reach_cell, si, stat_text
+from dashboard import compare_charts, plotting, reach_tables, run_charts, tables
+from dashboard.arena_chart import arena_figure
+from dashboard.method_style import NO_METHODS, OTHER_COLOR, MethodStyle
+from dashboard.waterfall_chart import waterfall_figure
 from trainer.methods.spec import method_names, specs
 
-
-@pytest.fixture(autouse=True, scope="module")
-def method_specs():
-    """The specs GET /api/methods serves (the app loads them over HTTP; these builders are pure)."""
-    charts.use_methods([s.to_json() for s in specs()])
+# The specs GET /api/methods serves (the app loads them over HTTP; these builders are pure).
+STYLE = MethodStyle.from_specs([s.to_json() for s in specs()])
+COLORS = {m: STYLE.color(m) for m in STYLE.names}
 
 # ---------------------------------------------------------------- charts
 
 
 def test_each_method_has_its_own_fixed_colour():
-    assert len(set(charts.METHOD_COLORS.values())) == len(charts.METHOD_COLORS) == len(method_names())
-    assert charts.method_color("aero") == "#E45756" and charts.method_color("unknown") == charts.OTHER_COLOR
-    assert charts.method_label("aero-s1") == "AERO S1 only" and charts.method_label("unknown") == "unknown"
+    assert len(set(COLORS.values())) == len(COLORS) == len(method_names())
+    assert STYLE.color("aero") == "#E45756" and STYLE.color("unknown") == OTHER_COLOR
+    assert STYLE.label("aero-s1") == "AERO S1 only" and STYLE.label("unknown") == "unknown"
+    # the colours docs/dashboard.md lists, as they were with the old module-level registry
+    assert {m: COLORS[m] for m in ("grpo", "dapo", "aero-s1", "aero-s1s2", "aero")} == {
+        "grpo": "#4C78A8", "dapo": "#F58518", "aero-s1": "#72B7B2", "aero-s1s2": "#B279A2", "aero": "#E45756"}
+    assert STYLE.baseline == "grpo" and STYLE.rescues("aero") and not STYLE.rescues("grpo")
 
 
 def test_a_spec_colour_that_is_not_hex_is_never_drawn():
-    charts.use_methods([{**specs()[0].to_json(), "colour": "red;background:url(x)"}])
-    try:
-        assert charts.method_color(specs()[0].name) == charts.OTHER_COLOR
-    finally:
-        charts.use_methods([s.to_json() for s in specs()])
+    bad = MethodStyle.from_specs([{**specs()[0].to_json(), "colour": "red;background:url(x)"}])
+    assert bad.color(specs()[0].name) == OTHER_COLOR and STYLE.color(specs()[0].name) != OTHER_COLOR  # no shared state
 
 
-@pytest.mark.parametrize("value,unit,text", [(1.23e12, "FLOP", "1.23 TFLOP"), (0.5, "s", "0.5 s"), (0, "s", "0 s"),
-                                             (61_440_000_000, "FLOP", "61.4 GFLOP"), (None, "s", "–"), (1500, "", "1.5 k")])
-def test_si(value, unit, text):
-    assert charts.si(value, unit) == text
+def test_without_specs_every_method_is_grey_under_its_own_name():
+    assert NO_METHODS.color("aero") == OTHER_COLOR and NO_METHODS.label("aero") == "aero" and NO_METHODS.names == ()
+    assert NO_METHODS.baseline == "grpo" and NO_METHODS.dash_by_method(["aero", "aero"]) == ["solid", "dash"]
+    fig = run_charts.reward_figure([1, 2], {"reward/mean": [0.1, 0.2]}, "aero", style=NO_METHODS)
+    assert fig.data[0].line.color == OTHER_COLOR and "rescue" not in fig.data[0].name
+
+
+def test_the_style_is_a_value():
+    again = MethodStyle.from_specs([s.to_json() for s in specs()])
+    assert again == STYLE and hash(again) == hash(STYLE)
+    with pytest.raises(AttributeError):
+        STYLE.baseline = "aero"  # type: ignore[misc]
 
 
 def test_waterfall_bars_float_from_baseline_down_to_final():
     wf = {"baseline": 10.0, "s1": 3.0, "s2": 2.0, "s3": 1.0, "final": 4.0}
-    fig = charts.waterfall_figure(wf, "seconds", title="t")
+    fig = waterfall_figure(wf, "seconds", style=STYLE, title="t")
     bar = fig.data[0]
     assert list(bar.y) == [10.0, 3.0, 2.0, 1.0, 4.0]
     assert list(bar.base) == [0.0, 7.0, 5.0, 4.0, 0.0]  # each saving ends where the next begins
-    assert bar.marker.color[0] == charts.METHOD_COLORS["grpo"] and bar.marker.color[-1] == charts.METHOD_COLORS["aero"]
+    assert bar.marker.color[0] == COLORS["grpo"] and bar.marker.color[-1] == COLORS["aero"]
     assert bar.text[1] == "−3 s<br>(30.0%)" and bar.text[4] == "4 s<br>(40.0% of GRPO)"  # the one percentage format
     assert fig.layout.yaxis.title.text == "training seconds per step"
     assert [sh.y0 for sh in fig.layout.shapes] == [10.0, 7.0, 5.0, 4.0]  # connectors at the running level
@@ -52,99 +66,100 @@ def test_waterfall_bars_float_from_baseline_down_to_final():
 
 def test_counterfactual_waterfall_says_what_its_grpo_bar_is_and_shows_the_measured_one():
     wf = {"baseline": 10.0, "s1": 3.0, "s2": 2.0, "s3": 1.0, "final": 4.0}
-    fig = charts.waterfall_figure(wf, "seconds", title="t", counterfactual=True, measured_grpo=(8.0, "GRPO run #1, measured"))
+    fig = waterfall_figure(wf, "seconds", style=STYLE, title="t", counterfactual=True, measured_grpo=(8.0, "GRPO run #1, measured"))
     bar = fig.data[0]
     assert bar.x[0] == "GRPO" and bar.text[0] == "10 s<br>counterfactual"
     assert "what the AERO run trained plus the savings" in bar.hovertext[0]
     assert "not the GRPO run's measured step time" in bar.hovertext[0]
     line = [sh for sh in fig.layout.shapes if sh.line.dash == "dash"]
-    assert [sh.y0 for sh in line] == [8.0] and line[0].line.color == charts.METHOD_COLORS["grpo"]
+    assert [sh.y0 for sh in line] == [8.0] and line[0].line.color == COLORS["grpo"]
     assert fig.layout.annotations[0].text == "GRPO run #1, measured: 8 s"
 
 
 def test_waterfall_marks_unused_strategies_and_costs():
-    fig = charts.waterfall_figure({"baseline": 10.0, "s1": -1.0, "s2": None, "s3": None, "final": 11.0}, "flops", title="t")
+    fig = waterfall_figure({"baseline": 10.0, "s1": -1.0, "s2": None, "s3": None, "final": 11.0}, "flops", style=STYLE,
+                           title="t")
     bar = fig.data[0]
     assert bar.text[2] == "not used" and bar.y[2] == 0.0
     assert bar.marker.color[1] == "#D62728" and list(bar.base)[:2] == [0.0, 10.0]  # a negative saving costs
 
 
-@pytest.mark.parametrize("fraction,text", [(0.3, "30.0%"), (12 / 40, "30.0%"), (26 / 30, "86.7%"), (1.0, "100.0%"),
-                                           (0.0625, "6.2%"), (None, "–")])
-def test_one_percentage_format(fraction, text):
-    assert charts.pct(fraction) == text
-
-
 def test_a_flat_count_starts_at_zero_with_whole_ticks():
     steps = list(range(1, 11))
-    fig = charts.rollouts_figure(steps, {"rollout/generated": [1024] * 10, "rollout/trained": [1024] * 10}, "grpo")
+    fig = run_charts.rollouts_figure(steps, {"rollout/generated": [1024] * 10, "rollout/trained": [1024] * 10}, "grpo",
+                                     style=STYLE)
     assert list(fig.layout.yaxis.range) == pytest.approx([0, 1126.4]) and fig.layout.yaxis.tickformat == ",d"
-    small = charts.rollouts_figure(steps, {"rollout/generated": [4] * 10, "rollout/trained": [2, 3] * 5}, "aero")
+    small = run_charts.rollouts_figure(steps, {"rollout/generated": [4] * 10, "rollout/trained": [2, 3] * 5}, "aero",
+                                       style=STYLE)
     assert small.layout.yaxis.rangemode == "tozero" and (small.layout.yaxis.tick0, small.layout.yaxis.dtick) == (0, 1)
-    strata = charts.strata_figure([1, 2], {"strata/rescue": [1, 2], "strata/low": [1, 1], "strata/high": [2, 1]})
+    strata = run_charts.strata_figure([1, 2], {"strata/rescue": [1, 2], "strata/low": [1, 1], "strata/high": [2, 1]})
     assert strata.layout.yaxis.dtick == 1  # 4 prompts: 0, 1, 2, 3, 4, not 0.5
 
 
 def test_a_nearly_flat_series_gets_a_padded_range_and_a_varying_one_autoscales():
-    flat = charts.lines_figure([charts.Curve("a", "grpo", [1, 2, 3], [0.2200, 0.2210, 0.2205])], title="t", x_title="step",
-                               y_title="seconds")
+    flat = plotting.lines_figure([plotting.Curve("a", "grpo", [1, 2, 3], [0.2200, 0.2210, 0.2205])], style=STYLE, title="t",
+                                 x_title="step", y_title="seconds")
     assert list(flat.layout.yaxis.range) == pytest.approx([0, 0.2431])
-    zero = charts.lines_figure([charts.Curve("a", "grpo", [1, 2], [0.0, 0.0])], title="t", x_title="step", y_title="y")
+    zero = plotting.lines_figure([plotting.Curve("a", "grpo", [1, 2], [0.0, 0.0])], style=STYLE, title="t", x_title="step",
+                                 y_title="y")
     assert list(zero.layout.yaxis.range) == [0, 1]
-    varying = charts.lines_figure([charts.Curve("a", "grpo", [1, 2], [0.2, 0.4])], title="t", x_title="step", y_title="y")
+    varying = plotting.lines_figure([plotting.Curve("a", "grpo", [1, 2], [0.2, 0.4])], style=STYLE, title="t", x_title="step",
+                                    y_title="y")
     assert varying.layout.yaxis.range is None and varying.layout.yaxis.rangemode is None
-    fixed = charts.reward_figure([1, 2], {"reward/mean": [0.5, 0.5]}, "grpo")
+    fixed = run_charts.reward_figure([1, 2], {"reward/mean": [0.5, 0.5]}, "grpo", style=STYLE)
     assert list(fixed.layout.yaxis.range) == [0, 1.02]  # a chart with its own range keeps it
-    band = charts.band_figure([charts.Band("g", "grpo", [1, 2], [256.0, 256.0], [256.0, 256.0], [256.0, 256.0], [2, 2])],
-                              title="t", x_title="step", y_title="rollouts", counts=True)
+    band = compare_charts.band_figure([compare_charts.Band("g", "grpo", [1, 2], [256.0, 256.0], [256.0, 256.0], [256.0, 256.0], [2, 2])],
+                                      style=STYLE, title="t", x_title="step", y_title="rollouts", counts=True)
     assert list(band.layout.yaxis.range) == pytest.approx([0, 281.6]) and band.layout.yaxis.tickformat == ",d"
 
 
 def test_a_runs_second_series_stays_visible_where_it_equals_the_first():
     # GRPO trains every rollout it generates: a same-coloured dashed line under the solid one vanished
-    fig = charts.rollouts_figure([1, 2], {"rollout/generated": [256, 256], "rollout/trained": [256, 256]}, "grpo")
+    fig = run_charts.rollouts_figure([1, 2], {"rollout/generated": [256, 256], "rollout/trained": [256, 256]}, "grpo", style=STYLE)
     generated, trained = fig.data
     assert generated.line.width > 3 * trained.line.width and generated.line.color == "rgba(76,120,168,0.3)"
-    assert trained.line.color == charts.METHOD_COLORS["grpo"]
-    zero = charts.zero_acc_figure([1, 2], {"zero_acc/after_explore": [0.3, 0.2], "zero_acc/after_rescue": [0.3, 0.2]}, "grpo")
-    assert zero.data[0].name == "after explore" and zero.data[0].line.width == charts.UNDERLAY["width"]
+    assert trained.line.color == COLORS["grpo"]
+    zero = run_charts.zero_acc_figure([1, 2], {"zero_acc/after_explore": [0.3, 0.2], "zero_acc/after_rescue": [0.3, 0.2]}, "grpo",
+                                      style=STYLE)
+    assert zero.data[0].name == "after explore" and zero.data[0].line.width == plotting.UNDERLAY["width"]
 
 
 def test_health_figure_drops_the_kl_panel_when_kl_is_off():
     s = {"train/grad_norm": [1.0, 2.0], "train/entropy": [1.0, 0.9], "train/kl": [0.0, 0.0]}
-    on = charts.health_figure([1, 2], s, "aero")
+    on = run_charts.health_figure([1, 2], s, "aero", style=STYLE)
     assert [a.text for a in on.layout.annotations] == ["grad norm", "entropy (nats/token)", "KL to reference"]
-    off = charts.health_figure([1, 2], s, "aero", kl=False)
+    off = run_charts.health_figure([1, 2], s, "aero", style=STYLE, kl=False)
     assert [a.text for a in off.layout.annotations] == ["grad norm", "entropy (nats/token)"] and len(off.data) == 2
     assert "KL off (kl_coef = 0)" in off.layout.title.text
 
 
 def test_zero_acc_compare_draws_explore_only_when_it_differs():
-    fig = charts.zero_acc_compare_figure([("#1 GRPO", "grpo", [1, 2], [0.5, 0.4], [0.5, 0.4]),
-                                          ("#2 AERO", "aero", [1, 2], [0.5, 0.4], [0.3, 0.2])])
+    fig = compare_charts.zero_acc_compare_figure([("#1 GRPO", "grpo", [1, 2], [0.5, 0.4], [0.5, 0.4]),
+                                                  ("#2 AERO", "aero", [1, 2], [0.5, 0.4], [0.3, 0.2])], style=STYLE)
     names = [t.name for t in fig.data]
     assert names == ["#1 GRPO (mean 45.0%)", "#2 AERO (mean 25.0%)", "#2 AERO: after explore"]
-    assert fig.data[1].line.color == fig.data[2].line.color == charts.METHOD_COLORS["aero"] and fig.data[2].line.dash == "dot"
+    assert fig.data[1].line.color == fig.data[2].line.color == COLORS["aero"] and fig.data[2].line.dash == "dot"
     assert fig.layout.yaxis.tickformat == ".0%" and fig.layout.yaxis.hoverformat == ".1%"  # hovers like the legend
 
 
 def test_coinciding_curves_of_two_methods_differ_by_dash():
     same = [0.5, 0.4]  # GRPO and DAPO of one seed: the same ratios, the later line would hide the earlier
-    fig = charts.zero_acc_compare_figure([("#1 GRPO s0", "grpo", [1, 2], same, same), ("#2 DAPO s0", "dapo", [1, 2], same, same)])
+    fig = compare_charts.zero_acc_compare_figure([("#1 GRPO s0", "grpo", [1, 2], same, same), ("#2 DAPO s0", "dapo", [1, 2], same, same)],
+                                                 style=STYLE)
     assert [t.line.dash for t in fig.data] == ["solid", "dash"]
 
 
 def test_run_figures_name_their_units():
     steps = [1, 2]
     s = {"time/rollout_s": [1.0, 1.0], "time/train_s": [2.0, 3.0], "flops/rollout": [1e9, 1e9], "flops/train": [2e9, 2e9]}
-    assert charts.time_split_figure(steps, s).layout.yaxis.title.text == "seconds"
-    fl = charts.flops_figure(steps, s)
+    assert run_charts.time_split_figure(steps, s).layout.yaxis.title.text == "seconds"
+    fl = run_charts.flops_figure(steps, s)
     assert fl.layout.yaxis.title.text == "FLOPs" and [t.name for t in fl.data] == ["rollout", "train"]
-    assert charts.reward_figure(steps, {"reward/mean": [0.1, 0.2]}, "grpo").data[0].line.color == charts.METHOD_COLORS["grpo"]
+    assert run_charts.reward_figure(steps, {"reward/mean": [0.1, 0.2]}, "grpo", style=STYLE).data[0].line.color == COLORS["grpo"]
 
 
 def test_table_figure_bolds_flagged_cells():
-    fig = charts.table_figure(["a", "b"], [["1", "2"], ["3", "4"]], [[False, True], [True, False]])
+    fig = plotting.table_figure(["a", "b"], [["1", "2"], ["3", "4"]], [[False, True], [True, False]])
     assert list(fig.data[0].cells.values[0]) == ["1", "<b>3</b>"] and list(fig.data[0].cells.values[1]) == ["<b>2</b>", "4"]
 
 
@@ -212,7 +227,7 @@ def test_best_bolds_every_tied_best_in_every_column():
     # one rule: a column where every run ties is bold throughout, like a column where two of three tie
     assert tables.best_cells([0.0, 0.0], higher=True) == [True, True] and tables.best_cells([0.3], higher=True) == [False]
     # a tie is what the cells show: 0.5004 and 0.4996 both read 0.500
-    assert tables.best_cells([0.5004, 0.4996, 0.3], higher=True, shown=tables.acc_text) == [True, True, False]
+    assert tables.best_cells([0.5004, 0.4996, 0.3], higher=True, shown=acc_text) == [True, True, False]
     assert tables.best_cells([0.5004, 0.4996, 0.3], higher=True) == [True, False, False]
 
 
@@ -250,19 +265,19 @@ def test_runs_frame_and_last_values():
     assert last == {"reward/mean": 0.2, "time/step_s": 2.0, "zero_acc/after_rescue": 0.125}
     summary = tables.run_summary(payload)
     assert summary[tables.STEP_TIME_MEAN] == pytest.approx(2.0) and summary["time/step_s"] == 2.0  # mean of 3, 1, 2; last 2
-    row = tables.runs_frame([run], {3: summary}).iloc[0]
+    row = tables.runs_frame([run], {3: summary}, STYLE).iloc[0]
     assert (row["method"], row["step"], row["reward"], row["tags"], row["message"], row["open"]) == (
         "AERO S1 only", "5/10", 0.2, "a, b", "ValueError: bad", "./run?run=3")
     assert row["created"] == "11-30 01:02"
     assert row["mean step time (s)"] == pytest.approx(2.0) and row["zero-acc ratio"] == pytest.approx(12.5)  # percent
     svg = svg_of(row["progress"])  # a bar in AERO S1's colour, half full (80 px wide), with its percentage
-    assert f"fill='{charts.METHOD_COLORS['aero-s1']}'" in svg and "width='40.0'" in svg and ">50.0%</text>" in svg
+    assert f"fill='{COLORS['aero-s1']}'" in svg and "width='40.0'" in svg and ">50.0%</text>" in svg
 
 
 def test_progress_bars_take_their_methods_colour():
-    bars = {m: svg_of(tables.progress_svg(26 / 30, c)) for m, c in charts.METHOD_COLORS.items()}
+    bars = {m: svg_of(tables.progress_svg(26 / 30, c)) for m, c in COLORS.items()}
     for m, svg in bars.items():
-        assert f"fill='{charts.METHOD_COLORS[m]}'" in svg and ">86.7%</text>" in svg
+        assert f"fill='{COLORS[m]}'" in svg and ">86.7%</text>" in svg
     assert "#FF4B4B" not in "".join(bars.values()).upper()  # Streamlit's theme red, what every bar used to be
 
 
@@ -333,15 +348,10 @@ GROUPS = {
 }
 
 
-def test_stat_ratio_and_p_texts():
-    assert tables.stat_text(stat(0.48, 0.468, 0.492)) == "0.480 ± 0.012"
-    assert tables.stat_text(stat(0.48, n=1)) == "0.480" and tables.stat_text(stat(None)) == "–" and tables.stat_text(None) == "–"
-    assert tables.stat_text(stat(1.5, 1.0, 2.0), lambda v: charts.si(v, "s")) == "1.5 s ± 0.5 s"
-    assert tables.si_stat_text(stat(2.4449e9, 2.13e9, 2.75e9), "FLOP") == "2.44 ± 0.31 GFLOP"  # half in the mean's prefix
-    assert tables.si_stat_text(stat(1500.0, 1400.0, 1600.0)) == "1.5 ± 0.1 k" and tables.si_stat_text(stat(0.5), "s") == "0.5 s"
-    assert tables.ratio_text(rstat(0.52, 0.48, 0.56)) == "0.52× [0.48, 0.56]"
-    assert tables.ratio_text(rstat(0.524, n=1)) == "0.52×" and tables.ratio_text(rstat(None)) == "–"
-    assert (tables.p_text(0.0123), tables.p_text(0.0004), tables.p_text(None)) == ("p=0.012", "p<0.001", "p=–")
+def test_stat_texts_take_a_formatter():
+    # the formats themselves: tests/common/test_fmt.py; the tables pass functions of the number too
+    assert stat_text(stat(1.5, 1.0, 2.0), lambda v: si(v, "s")) == "1.5 s ± 0.5 s"
+    assert stat_text(stat(0.18, 0.16, 0.2), pct) == "18.0% ± 2.0%"
 
 
 def test_group_summary_table_strings_bold_and_csv():
@@ -400,27 +410,27 @@ def test_group_benchmark_table_without_a_test_shows_the_value_alone():
 
 
 def band(label, method, x, mean, lo, hi, n, dash="solid"):
-    return charts.Band(label, method, x, mean, lo, hi, n, dash)
+    return compare_charts.Band(label, method, x, mean, lo, hi, n, dash)
 
 
 def test_band_polygon_closes_each_stretch_with_a_ci():
-    xs, ys = charts.band_polygon([0, 1, 2, 3, 4], [None, 0.1, 0.2, None, 0.4], [None, 0.3, 0.4, None, 0.6])
+    xs, ys = compare_charts.band_polygon([0, 1, 2, 3, 4], [None, 0.1, 0.2, None, 0.4], [None, 0.3, 0.4, None, 0.6])
     assert xs == [1, 2, 2, 1, None, 4, 4] and ys == [0.3, 0.4, 0.2, 0.1, None, 0.6, 0.4]
-    assert charts.band_polygon([0, 1], [None, None], [None, None]) == ([], [])
+    assert compare_charts.band_polygon([0, 1], [None, None], [None, None]) == ([], [])
 
 
 def test_band_figure_shades_each_group_in_its_method_colour():
     bands = [band("grpo", "grpo", [0, 1, 2], [0.1, 0.2, 0.3], [None, 0.15, 0.2], [None, 0.25, 0.4], [1, 2, 2]),
              band("aero", "aero", [0, 1, 2], [0.2, 0.3, 0.4], [0.1, 0.2, 0.3], [0.3, 0.4, 0.5], [3, 3, 3]),
              band("aero · aero.n_explore=4", "aero", [0, 1], [0.2, 0.3], [None, None], [None, None], [1, 1], dash="dash")]
-    fig = charts.band_figure(bands, title="reward/mean", x_title="step", y_title="reward")
+    fig = compare_charts.band_figure(bands, style=STYLE, title="reward/mean", x_title="step", y_title="reward")
     fills = [t for t in fig.data if t.fill == "toself"]
     lines = [t for t in fig.data if t.fill != "toself"]
     assert [t.name for t in lines] == ["grpo", "aero", "aero · aero.n_explore=4"]  # legend by group label
     assert len(fills) == 2 and all(not t.showlegend and t.hoverinfo == "skip" for t in fills)  # no band without a CI
     assert fills[0].fillcolor == "rgba(76,120,168,0.18)" and fills[1].fillcolor == "rgba(228,87,86,0.18)"
     assert list(fills[0].x) == [1, 2, 2, 1] and list(fills[0].y) == [0.25, 0.4, 0.2, 0.15]
-    assert lines[1].line.color == lines[2].line.color == charts.METHOD_COLORS["aero"] and lines[2].line.dash == "dash"
+    assert lines[1].line.color == lines[2].line.color == COLORS["aero"] and lines[2].line.dash == "dash"
     assert list(lines[0].customdata[1]) == ["[0.15, 0.25]", 2] and list(lines[0].customdata[0]) == ["–", 1]
     assert "95% CI %{customdata[0]}" in lines[0].hovertemplate and "n=%{customdata[1]} seeds" in lines[0].hovertemplate
     assert "95% CI across seeds" in fig.layout.title.text and fig.layout.xaxis.dtick == 1
@@ -428,24 +438,25 @@ def test_band_figure_shades_each_group_in_its_method_colour():
 
 def test_band_figure_on_a_cumulative_x_axis():
     b = band("g", "dapo", [1e9, 2e9, 3e9], [1.0, 2.0, 3.0], [0.5, 1.5, 2.5], [1.5, 2.5, 3.5], [2, 2, 2])
-    fig = charts.band_figure([b], title="t", x_title="cumulative FLOPs", y_title="y", level=90)
+    fig = compare_charts.band_figure([b], style=STYLE, title="t", x_title="cumulative FLOPs", y_title="y", level=90)
     assert list(fig.data[0].x) == [1e9, 2e9, 3e9, 3e9, 2e9, 1e9] and fig.layout.xaxis.dtick is None
     assert "90% CI" in fig.data[1].hovertemplate and fig.data[0].fillcolor.startswith("rgba(245,133,24,")
 
 
 def test_band_stops_at_the_metrics_range_but_hover_keeps_the_interval():
     b = band("g", "grpo", [1, 2], [0.1, 0.9], [-0.5, 0.4], [0.7, 1.6], [2, 2])
-    fig = charts.band_figure([b], title="t", x_title="step", y_title="y", clip=(0.0, 1.0))
+    fig = compare_charts.band_figure([b], style=STYLE, title="t", x_title="step", y_title="y", clip=(0.0, 1.0))
     assert list(fig.data[0].y) == [0.7, 1.0, 0.4, 0.0]
     assert list(fig.data[1].customdata[1]) == ["[0.4, 1.6]", 2]
-    assert list(charts.band_figure([b], title="t", x_title="step", y_title="y").data[0].y) == [0.7, 1.6, 0.4, -0.5]
+    assert list(compare_charts.band_figure([b], style=STYLE, title="t", x_title="step", y_title="y").data[0].y) == [0.7, 1.6, 0.4, -0.5]
 
 
 def test_zero_acc_band_figure():
     rescue = band("aero", "aero", [0, 1], [0.2, 0.1], [0.15, 0.05], [0.25, 0.15], [2, 2])
     same = band("grpo", "grpo", [0, 1], [0.4, 0.3], [0.35, 0.25], [0.45, 0.35], [2, 2])
     explore = band("x", "aero", [0, 1], [0.4, 0.3], [None, None], [None, None], [2, 2])
-    fig = charts.zero_acc_band_figure([(rescue, explore), (same, band("x", "grpo", [0, 1], [0.4, 0.3], [0.3, 0.2], [0.5, 0.4], [2, 2]))])
+    fig = compare_charts.zero_acc_band_figure([(rescue, explore), (same, band("x", "grpo", [0, 1], [0.4, 0.3], [0.3, 0.2], [0.5, 0.4], [2, 2]))],
+                                              style=STYLE)
     names = [t.name for t in fig.data if t.fill != "toself"]
     assert names == ["aero (mean 15.0%)", "aero: after explore", "grpo (mean 35.0%)"]  # explore drawn only when it differs
     assert sum(t.fill == "toself" for t in fig.data) == 2 and fig.layout.yaxis.tickformat == ".0%"
@@ -453,11 +464,11 @@ def test_zero_acc_band_figure():
 
 def test_dash_by_method():
     # runs of one method differ by dash, and so do the first runs of different methods
-    assert charts.dash_by_method(["grpo", "aero", "aero", "grpo", "aero"]) == ["solid", "longdash", "longdashdot", "dash", "solid"]
-    firsts = charts.dash_by_method(["grpo", "dapo", "aero", "aero-s1", "aero-s1s2"])
+    assert STYLE.dash_by_method(["grpo", "aero", "aero", "grpo", "aero"]) == ["solid", "longdash", "longdashdot", "dash", "solid"]
+    firsts = STYLE.dash_by_method(["grpo", "dapo", "aero", "aero-s1", "aero-s1s2"])
     assert len(set(firsts)) == len(firsts) == 5 and "dot" not in firsts  # dotted = after exploration in Fig. 9
-    assert "dot" not in charts.dash_by_method(list(charts.METHOD_COLORS))
-    seeds = charts.dash_by_method(["grpo", "dapo", "grpo", "dapo"])  # seed 0, seed 0, seed 1, seed 1
+    assert "dot" not in STYLE.dash_by_method(list(STYLE.names))
+    seeds = STYLE.dash_by_method(["grpo", "dapo", "grpo", "dapo"])  # seed 0, seed 0, seed 1, seed 1
     assert seeds[0] != seeds[1] and seeds[2] != seeds[3] and seeds[0] != seeds[2]
 
 
@@ -466,13 +477,13 @@ def test_dash_by_method():
 
 def test_headline_figure_draws_targets_and_markers():
     b = band("grpo", "grpo", [0.0, 1e9, 2e9], [0.3, 0.4, 0.5], [0.25, 0.35, 0.45], [0.35, 0.45, 0.55], [2, 2, 2])
-    fig = charts.headline_figure([b], title="Held-out Avg@8 vs training FLOPs", x_title="cumulative training FLOPs",
+    fig = compare_charts.headline_figure([b], style=STYLE, title="Held-out Avg@8 vs training FLOPs", x_title="cumulative training FLOPs",
                                  y_title="Avg@8", targets=[(0.4, "50% of GRPO's gain")], x_tickformat="~s")
     line = next(t for t in fig.data if t.fill != "toself")
     assert line.mode == "lines+markers" and "95% CI across seeds" in fig.layout.title.text
     assert fig.layout.shapes[0].y0 == 0.4 and fig.layout.annotations[0].text == "50% of GRPO's gain"
     one = band("#1 GRPO s0", "grpo", [0.0, 1.0], [0.3, 0.4], [None, None], [None, None], [1, 1])
-    fig = charts.headline_figure([one], title="t", x_title="x", y_title="y", seeds=False)
+    fig = compare_charts.headline_figure([one], style=STYLE, title="t", x_title="x", y_title="y", seeds=False)
     assert "CI" not in fig.layout.title.text and "CI" not in fig.data[0].hovertemplate and len(fig.data) == 1
 
 
@@ -524,8 +535,8 @@ def test_run_reach_entries_are_groups_of_one():
 
 
 def test_table_figure_is_as_tall_as_its_rows():
-    two = charts.table_figure(["a"], [["x"]], [[False]])
-    tall = charts.table_figure(["a<br>b"], [["x<br>y<br>z"], ["x"]], [[False], [False]])
+    two = plotting.table_figure(["a"], [["x"]], [[False]])
+    tall = plotting.table_figure(["a<br>b"], [["x<br>y<br>z"], ["x"]], [[False], [False]])
     assert two.layout.height == 45 + 48 and tall.layout.height == 45 + 18 + (12 + 18 * 3) + 48
 
 
@@ -566,17 +577,17 @@ def test_arena_table_sorts_by_accuracy_keeps_not_reached_and_marks_the_baseline(
     assert rec.loc["speed", "p_value"] == 0.0123 and rec.loc["speed", "50%:seed0:flops"] == 2e9
     assert rec.loc["speed", "waste/flops_frac"] == pytest.approx(0.1)
     assert pd.isna(rec.loc["speed", "50%:seed1:flops"])  # not reached: empty in the CSV, not dropped
-    fig = charts.arena_figure(reach_tables.arena_points(body), k=8)
-    assert [t.name for t in fig.data] == ["grpo", "speed"] and fig.data[1].marker.color == charts.method_color("speed")
+    fig = arena_figure(reach_tables.arena_points(body), style=STYLE, k=8)
+    assert [t.name for t in fig.data] == ["grpo", "speed"] and fig.data[1].marker.color == STYLE.color("speed") == "#BCBD22"
     assert fig.data[1].x == (1e9,) and fig.data[1].y == (0.45,) and fig.data[1].error_y.array == (pytest.approx(0.01),)
 
 
 def test_reach_cells_show_rollouts_to_target_where_the_runs_logged_them():
     st = lambda m: {"mean": m, "lo": m * 0.9, "hi": m * 1.1, "n": 3}  # noqa: E731
-    cell = reach_tables.reach_cell({"of": 3, "reached": 3, "flops": st(2e9), "seconds": st(10.0), "rollouts": st(2100.0),
-                              "ratio": {"rollouts": {"mean": 0.5, "lo": 0.4, "hi": 0.6, "n": 3}}}, False, True)
+    cell = reach_cell({"of": 3, "reached": 3, "flops": st(2e9), "seconds": st(10.0), "rollouts": st(2100.0),
+                       "ratio": {"rollouts": {"mean": 0.5, "lo": 0.4, "hi": 0.6, "n": 3}}}, False)
     assert cell.split("<br>")[2:] == ["2.1 ± 0.21 k rollouts", "0.50× [0.40, 0.60] rollouts"]
-    older = reach_tables.reach_cell({"of": 1, "reached": 1, "flops": st(2e9), "seconds": st(10.0), "ratio": {}}, False, True)
+    older = reach_cell({"of": 1, "reached": 1, "flops": st(2e9), "seconds": st(10.0), "ratio": {}}, False)
     assert "rollouts" not in older  # a store from before the rollouts axis: FLOPs and seconds only
     text = reach_tables.seed_reach_text({"seeds": [{"seed": 0, "reached": True, "flops": 2e9, "seconds": 10.0, "rollouts": 2100},
                                              {"seed": 1, "reached": False, "flops": None, "seconds": None, "rollouts": None}]})

@@ -8,6 +8,7 @@ from __future__ import annotations
 from tests.dashboard.apptest import open_page
 
 from dashboard import ui
+from dashboard.method_style import NO_METHODS, MethodStyle
 
 EVIL = "<img src=x onerror=alert(1)>[click](http://evil.example) :red[x] $x$"
 
@@ -15,8 +16,11 @@ EVIL = "<img src=x onerror=alert(1)>[click](http://evil.example) :red[x] $x$"
 def test_helpers():
     assert ui.esc("<b a='1'>&") == "&lt;b a=&#x27;1&#x27;&gt;&amp;"
     assert ui.md("[a](http://x) `c` $y$ \\ z\nw") == "\\[a\\](http://x) \\`c\\` \\$y\\$ \\\\ z w"
-    assert "<script>" not in ui.progress_bar(0.5, "aero", "<script>alert(1)</script>")
-    assert "<i>" not in ui.method_chip("<i>evil</i>")
+    assert "<script>" not in ui.progress_bar(0.5, "aero", NO_METHODS, "<script>alert(1)</script>")
+    assert "<i>" not in ui.method_chip("<i>evil</i>", NO_METHODS)
+    style = MethodStyle.from_specs([{"name": "x", "label": "<i>evil</i>", "colour": "#000000'><b>", "family": "x"}])
+    chip = ui.method_chip("x", style)
+    assert "<i>" not in chip and "<b>" not in chip and "background:#7F7F7F" in chip  # a non-hex colour is never drawn
 
 
 def test_run_name_is_text_in_html_and_markdown(fresh_api, use_api, helpers):

@@ -701,7 +701,7 @@ def test_run_detail_defaults_to_held_out_accuracy(reach_groups, use_api):
 
 
 def test_compare_arena_leaderboard_ranks_groups_against_the_baseline(reach_groups, use_api):
-    from dashboard.charts import si
+    from common.fmt import si
 
     use_api(reach_groups)
     at = open_page("compare", {"sweep": str(reach_groups.ids["sweep"])})
