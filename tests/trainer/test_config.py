@@ -40,7 +40,7 @@ BAD = [
     ({"code": {"test_timeout_s": 0}}, "code.test_timeout_s"),
     ({"code": {"bogus": 1}}, "code.bogus"),
     # the verl engine's rules (trainer.verl.rules.verl_issues)
-    ({"engine": "verl", "method": "aero-mem", "train_size": 64}, "engine"),  # an embedded-only method
+    ({"engine": "verl", "method": "aero-mem", "shuffle_mini_batches": False}, "train_size"),  # stable ids on verl too
     ({**VERL, "task": "code"}, "task"),
     ({**VERL, "batch_prompts": 10, "mini_batches": 3}, "mini_batches"),
 ]

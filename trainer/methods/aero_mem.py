@@ -28,7 +28,7 @@ import numpy as np
 from trainer.methods.aero import AERO_SECTION, AERO_VERL
 from trainer.methods.aero_strategies import ALL
 from trainer.methods.section import Field, Section, Strict
-from trainer.methods.spec import Display, MethodSpec, Needs, register
+from trainer.methods.spec import BOTH_ENGINES, Display, MethodSpec, Needs, register
 from trainer.methods.step import StepResult
 
 if TYPE_CHECKING:
@@ -132,7 +132,7 @@ def aero_mem_step(cfg: RunConfig, sampler: Sampler, rng: np.random.Generator) ->
     from trainer.methods.aero import aero_step_with_ledger
 
     if not (hasattr(sampler, "state") and hasattr(sampler, "prompt_keys")):
-        raise NotImplementedError(f"{cfg.method} needs a sampler with prompt ids and state (the embedded engine's)")
+        raise NotImplementedError(f"{cfg.method} needs a sampler with prompt ids and state (both engines' samplers have them)")
     a, m = cfg.aero, cfg.aero_mem
     saved = sampler.state.get(STATE_KEY)
     memory = from_dict(saved["memory"]) if saved else Memory(a.alpha0, a.beta0, m.gamma)
@@ -173,9 +173,9 @@ def memory_stats(plan, seen: np.ndarray, n_explore: int, size: int) -> dict[str,
     }
 
 
-# AERO's section and verl mapping plus the memory's; the embedded engine's sampler (prompt ids
-# and state) and stable prompt ids (checked at config time).
-_NEEDS = Needs(engines=("embedded",), prompt_ids=True)
+# AERO's section and verl mapping plus the memory's; a sampler with prompt ids and state (both
+# engines' have them) and stable prompt ids (checked at config time).
+_NEEDS = Needs(engines=BOTH_ENGINES, prompt_ids=True)
 
 
 def _mem(name: str, label: str, colour: str, order: int, dash: int, description: str) -> MethodSpec:

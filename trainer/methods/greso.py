@@ -29,7 +29,7 @@ import numpy as np
 
 import common.metric_keys as mk
 from trainer.methods.section import Field, Issues, Section, Strict
-from trainer.methods.spec import Display, MethodSpec, Needs, VerlMapping, register
+from trainer.methods.spec import BOTH_ENGINES, Display, MethodSpec, Needs, VerlMapping, register
 from trainer.methods.step import StepResult, group_advantages, strata_stats
 
 if TYPE_CHECKING:
@@ -156,8 +156,8 @@ def _batches(cfg: RunConfig) -> int:
 
 GRESO = register(MethodSpec(
     name="greso", family="greso", sections=(GRESO_SECTION,),
-    # streaks need the embedded sampler's state and stable prompt ids (refused on verl at submit)
-    needs=Needs(engines=("embedded",), prompt_ids=True), verl=VerlMapping(prompt_batches=_batches),
+    # streaks live in the sampler's state (checkpointed by both engines), keyed by stable prompt ids
+    needs=Needs(engines=BOTH_ENGINES, prompt_ids=True), verl=VerlMapping(prompt_batches=_batches),
     display=Display("GRESO", "#11A579", "GRESO (skip prompts whose history predicts zero variance, with revisits; "
                     "greso section)", order=60, dash=0),
 ), greso_step)

@@ -27,7 +27,7 @@ import numpy as np
 
 import common.metric_keys as mk
 from trainer.methods.section import Field, Issues, Section, Strict
-from trainer.methods.spec import Display, MethodSpec, Needs, register
+from trainer.methods.spec import BOTH_ENGINES, Display, MethodSpec, Needs, register
 from trainer.methods.step import StepResult, group_advantages, strata_stats
 
 if TYPE_CHECKING:
@@ -112,8 +112,8 @@ def knapsack_step(cfg: RunConfig, sampler: Sampler, rng: np.random.Generator | N
 
 KNAPSACK = register(MethodSpec(
     name="knapsack", family="knapsack", sections=(KNAPSACK_SECTION,),
-    # the history needs the embedded sampler's state and stable prompt ids (refused on verl at submit)
-    needs=Needs(engines=("embedded",), prompt_ids=True),
+    # the history lives in the sampler's state (checkpointed by both engines), keyed by stable prompt ids
+    needs=Needs(engines=BOTH_ENGINES, prompt_ids=True),
     display=Display("Knapsack RL", "#7F3C8D", "Knapsack RL (rollouts per prompt by a knapsack over its last success "
                     "rate; knapsack section)", order=50, dash=4),
 ), knapsack_step)

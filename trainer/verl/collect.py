@@ -69,10 +69,13 @@ class VerlSampler:
     splits it (``batch`` keeps the reward columns and uid); a call generates
     ``counts[p]`` rows of prompt p, prompt-major, padded to ``divisor`` (trainer/verl/rows.py).
     Correctness is the verifier's accuracy (``row_correct``), the reward the possibly shaped
-    rm_scores."""
+    rm_scores. ``state`` is the method's plain-data state across steps, which the trainer keeps
+    and checkpoints (the embedded engine's ``TrainingState.method_state``); ``prompt_keys`` are
+    the rows' ``extra_info.where`` (trainer/verl/data.py), the embedded task's own ids."""
 
-    def __init__(self, next_batch: Callable, generate: Callable, divisor: int):
+    def __init__(self, next_batch: Callable, generate: Callable, divisor: int, state: dict | None = None):
         self.next_batch, self.generate, self.divisor = next_batch, generate, divisor
+        self.state = state if state is not None else {}
         self.count, self.chunks, self.n_rows = GenCount(), [], 0
         self.call_s: list[float] = []  # seconds of each generate call
         self.batch = self.gen_batch = None
@@ -84,6 +87,12 @@ class VerlSampler:
         self.batch, self.gen_batch = self.next_batch()
         self.drawn += len(self.batch)
         return len(self.batch)
+
+    def prompt_keys(self) -> list[str | None]:
+        infos = self.batch.non_tensor_batch.get("extra_info")
+        if infos is None:
+            return [None] * len(self.batch)
+        return [None if not isinstance(i, dict) or i.get("where") is None else str(i["where"]) for i in infos]
 
     def sample(self, counts: Sequence[int], round_: int) -> Samples:
         idx = np.repeat(np.arange(len(self.batch)), np.asarray(counts, dtype=np.int64))
@@ -105,12 +114,12 @@ class VerlSampler:
 
 
 def collect(cfg: RunConfig, next_batch: Callable, generate: Callable, divisor: int,
-            rng: np.random.Generator | None = None) -> VerlCollected:
+            rng: np.random.Generator | None = None, state: dict | None = None) -> VerlCollected:
     """One step of ``cfg.method`` (its registered step) on verl; the training rows carry their
-    advantages (module docstring)."""
+    advantages (module docstring). ``state``: the method's state across steps, updated in place."""
     import torch
 
-    sampler = VerlSampler(next_batch, generate, divisor)
+    sampler = VerlSampler(next_batch, generate, divisor, state)
     res = get_step(cfg.method)(cfg, sampler, rng)
     generated = sampler.generated()
     adv = torch.from_numpy(res.advantages).to(torch.float32)

@@ -56,7 +56,9 @@ def generated_rows(task: str, problems, source: str | None = None) -> list[dict]
     """verl rows of a generated task's problems (module docstring)."""
     return [{"prompt": [{"role": "user", "content": p.prompt}], "data_source": source or p.source,
              "reward_model": {"style": "rule", "ground_truth": p.answer},
-             "extra_info": {"index": i, "where": str(p.meta.get("where", f"stream {i}")), "task": task,
+             # where: the problem's stable id (a finite training set's "item j"), the methods'
+             # prompt key as on the embedded engine; None for a stream's problems, as there
+             "extra_info": {"index": i, "where": p.meta.get("where"), "task": task,
                             "problem": p.prompt}}
             for i, p in enumerate(problems)]
 

@@ -24,8 +24,9 @@ Departures from the stock loop, all for variable-size batches: sequence-length b
 across ranks (``trainer.balance_batch``) is not applied to the curated batches (their layout
 is the embedded update's mini-batches, trainer/verl/rows.py); the seq-mean loss normaliser
 (``global_batch_size``) is real rows / mini-batches, the embedded update's ``n_seqs``, not the
-padded count. The curation RNG (S3's random draws) is seeded like the embedded engine's and
-saved with verl's checkpoints (``curation_state.json``; a checkpoint written before the
+padded count. The curation RNG (S3's random draws) is seeded like the embedded engine's and,
+with the method's own state across steps (aero-mem's prompt memory, Knapsack's and GRESO's
+histories), saved with verl's checkpoints (``curation_state.json``; a checkpoint written before the
 rename has ``aero_state.json``, read when the new file is absent), so a resumed run draws what
 an uninterrupted one would.
 """
@@ -63,7 +64,7 @@ from trainer.verl.rows import ADV_COLUMN, pad_for_update, real_rows, row_correct
 from trainer.verl.step_detail import best_effort, curated_detail, stock_detail
 from trainer.verl.step_metrics import CHECKPOINTS_FILE, PlatformLogger, eval_results, step_accounting
 
-STATE_FILE = "curation_state.json"  # the curation RNG, beside each verl checkpoint
+STATE_FILE = "curation_state.json"  # the curation RNG and the method's state, beside each verl checkpoint
 LEGACY_STATE_FILE = "aero_state.json"  # its name in checkpoints written before; still read on resume
 
 
@@ -114,6 +115,7 @@ class PlatformTrainer(RayPPOTrainer):
         self._saved_step = -1
         self._server_seen: dict[str, float] | None = None
         self.curation_rng = np.random.default_rng(run_cfg.seed)  # as the embedded loop's; checkpointed
+        self.method_state: dict = {}  # a method's plain data across steps (aero-mem's memory); checkpointed
         self.stopped = False
         self.sample_rules = SampleRules.from_env()  # the operator's rule for the stored rollout sample
         self._detail: dict | None = None
@@ -154,22 +156,28 @@ class PlatformTrainer(RayPPOTrainer):
         return Path(self.config.trainer.default_local_dir) / f"global_step_{self.global_steps}"
 
     def _save_checkpoint(self):
-        """verl's checkpoint, plus the curation RNG (:data:`STATE_FILE` beside it) and a line in
-        OUT/verl/checkpoints.jsonl that the launcher relays to the platform's sink."""
+        """verl's checkpoint, plus the curation RNG and the method's state (:data:`STATE_FILE`
+        beside it) and a line in OUT/verl/checkpoints.jsonl that the launcher relays to the
+        platform's sink."""
         out = super()._save_checkpoint()
         self._saved_step = self.global_steps
         folder = self._step_folder()
-        (folder / STATE_FILE).write_text(json.dumps({"curation_rng": numpy_rng_state(self.curation_rng)}))
+        (folder / STATE_FILE).write_text(json.dumps({"curation_rng": numpy_rng_state(self.curation_rng),
+                                                     "method_state": self.method_state}))
         with (Path(self.config.aero_lab.out_dir) / "verl" / CHECKPOINTS_FILE).open("a") as f:
             f.write(json.dumps({"step": int(self.global_steps), "path": str(folder)}) + "\n")
         return out
 
     def _load_checkpoint(self):
-        """verl's resume, plus the curation RNG saved beside the checkpoint (:func:`state_file`)."""
+        """verl's resume, plus the curation RNG and the method's state saved beside the checkpoint
+        (:func:`state_file`)."""
         out = super()._load_checkpoint()
         state = state_file(self._step_folder())
         if self.global_steps > 0 and state.is_file():
-            self.curation_rng = numpy_rng_from_state(json.loads(state.read_text())["curation_rng"])
+            saved = json.loads(state.read_text())
+            self.curation_rng = numpy_rng_from_state(saved["curation_rng"])
+            self.method_state.clear()
+            self.method_state.update(saved.get("method_state") or {})
         return out
 
     def _extra_forwards(self) -> int:
@@ -312,7 +320,7 @@ class PlatformTrainer(RayPPOTrainer):
         t0 = time.perf_counter()
         generate = self._generate(timing)
         with marked_timer("gen", timing):
-            col = collect(cfg, lambda: next(batches), generate, self._divisor(), self.curation_rng)
+            col = collect(cfg, lambda: next(batches), generate, self._divisor(), self.curation_rng, self.method_state)
             self.checkpoint_manager.sleep_replicas()  # every round has run: the replicas may sleep now
         self._detail = best_effort(curated_detail, col, cfg, self.tokenizer, self.sample_rules, self.global_steps)
         t1 = time.perf_counter()

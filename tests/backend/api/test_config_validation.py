@@ -39,7 +39,7 @@ INVALID = [
     ({"clip_eps": 1.0}, "clip_eps"),
     ({"seed": -1}, "seed"),
     ({"engine": "tensorrt"}, "engine"),
-    ({"engine": "verl", "method": "aero-mem", "train_size": 64}, "engine"),  # an embedded-only method on verl
+    ({"engine": "verl", "method": "aero-mem", "shuffle_mini_batches": False}, "train_size"),  # stable ids on verl too
     ({"preset": None}, "model_path"),                            # neither preset nor model_path
     ({"preset": "tiny", "model_path": "/m"}, "model_path"),      # both
     ({"task": "math", "preset": None, "model_path": "/m"}, "train_data"),

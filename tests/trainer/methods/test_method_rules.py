@@ -20,7 +20,7 @@ def _issues(**cfg) -> list[tuple[str, str]]:
 
 def test_the_memory_methods_declare_their_needs():
     assert {"aero-mem", "aero-mem-a", "aero-mem-b", "aero-mem-c", "aero-mem-d", "aero-mem-abd"} <= set(MEM)
-    assert all(get_method(m).needs.engines == ("embedded",) for m in MEM)
+    assert all(get_method(m).needs.engines == ("embedded", "verl") and get_method(m).needs.prompt_ids for m in MEM)
     assert get_method("aero").needs.engines == ("embedded", "verl") and not get_method("aero").needs.prompt_ids
 
 
@@ -31,13 +31,14 @@ def test_memory_methods_need_train_size_on_arithmetic(method):
     assert _issues(method=method, train_size=256) == []
 
 
-def test_memory_methods_are_refused_on_verl_naming_the_engine():
-    issues = _issues(method="aero-mem", engine="verl", preset=None, model_path="/models/qwen", task="math",
-                     train_data="/data/train.parquet")
-    assert [msg for loc, msg in issues if loc == "engine"] == ["method aero-mem runs on the embedded engine; got verl"]
-    ok = _issues(method="aero", engine="verl", preset=None, model_path="/models/qwen", task="math",
-                 train_data="/data/train.parquet")
-    assert "engine" not in [loc for loc, _ in ok]
+def test_memory_methods_run_on_verl_with_the_same_rules():
+    """verl's sampler has prompt ids and state too (trainer/verl/collect.py), so the memory
+    methods run there; the stable-id rule is the same on both engines."""
+    on_math = _issues(method="aero-mem", engine="verl", preset=None, model_path="/models/qwen", task="math",
+                      train_data="/data/train.parquet")
+    assert "engine" not in [loc for loc, _ in on_math]
+    assert [loc for loc, _ in _issues(method="aero-mem", engine="verl", shuffle_mini_batches=False)] == ["train_size"]
+    assert _issues(method="aero-mem", engine="verl", shuffle_mini_batches=False, train_size=64) == []
 
 
 def test_math_task_has_ids_without_train_size():

@@ -128,12 +128,18 @@ def verl_prompt_batch(problems):
     return DataProto.from_single_dict({
         "dummy_tensor": torch.zeros((len(problems), 1), dtype=torch.uint8),
         "raw_prompt": np.array([[{"role": "user", "content": q.prompt}] for q in problems] + [None], dtype=object)[:-1],
-        "index": np.arange(len(problems)), "uid": np.array([f"u{p}" for p in range(len(problems))], dtype=object)})
+        "index": np.arange(len(problems)), "uid": np.array([f"u{p}" for p in range(len(problems))], dtype=object),
+        # what trainer/verl/data.py writes: the problem's stable id, the methods' prompt key
+        "extra_info": np.array([{"index": i, "where": q.meta.get("where")} for i, q in enumerate(problems)], dtype=object)})
+
+
+TRAIN_SIZE = 15  # methods with per-prompt state: a finite set, so prompts come back (every 2.5 steps)
 
 
 def config(method: str, **kw):
     base = {"engine": "verl", "device": "cpu", "method": method, "batch_prompts": P, "n_total": 8, "seed": 5,
-            "max_new_tokens": RESP_W, "aero": {"n_explore": 4, "delta_n": 2, "n_max": 10, "k_max": 4}}
+            "max_new_tokens": RESP_W, "aero": {"n_explore": 4, "delta_n": 2, "n_max": 10, "k_max": 4},
+            **({"train_size": TRAIN_SIZE} if get_method(method).needs.prompt_ids else {})}
     return parse_run_config(for_method({**base, **kw, "aero": {**base["aero"], **kw.get("aero", {})}}, method))
 
 
@@ -144,10 +150,11 @@ class Engines:
     def __init__(self, cfg):
         from trainer.embedded.collect import StepContext
 
-        self.cfg, self.task = cfg, ArithmeticTask(benchmark_size=4)
+        self.cfg, self.task = cfg, ArithmeticTask(benchmark_size=4, train_size=cfg.train_size)
         self.ctx = StepContext(cfg=cfg, task=self.task, engine=None, sampling=SamplingParams(max_new_tokens=RESP_W),
                                gen=torch.Generator().manual_seed(0), rng=np.random.default_rng(cfg.seed))
         self.verl_rng = np.random.default_rng(cfg.seed)  # PlatformTrainer.curation_rng
+        self.verl_state: dict = {}  # PlatformTrainer.method_state
         self.pos = 0
 
     def step(self, s: int):
@@ -168,14 +175,16 @@ class Engines:
             return batch, RayPPOTrainer._get_gen_batch(None, batch)
 
         ver = verl_collect(self.cfg, next_batch, VerlScripted(Script(self.task, problems, s)), divisor=3,
-                           rng=self.verl_rng)
+                           rng=self.verl_rng, state=self.verl_state)
         return emb, ver
 
     def resume_verl_rng(self):
-        """What PlatformTrainer's checkpoint round trip does to the curation RNG (curation_state.json)."""
+        """What PlatformTrainer's checkpoint round trip does to the curation RNG and the method's
+        state (curation_state.json)."""
         from trainer.embedded.checkpoint import numpy_rng_from_state, numpy_rng_state
 
         self.verl_rng = numpy_rng_from_state(json.loads(json.dumps(numpy_rng_state(self.verl_rng))))
+        self.verl_state = json.loads(json.dumps(self.verl_state))
 
 
 def embedded_rows(emb) -> list[tuple]:
@@ -217,10 +226,14 @@ def test_same_rows_advantages_and_accounting(method, option, kw):
     cfg = config(method, **kw)
     engines = Engines(cfg)
     setup = SimpleNamespace(n_params=SHAPE[0], n_layers=SHAPE[1], d_model=SHAPE[2])
-    for s in range(3):
+    stateful = get_method(method).needs.prompt_ids
+    for s in range(4 if stateful else 3):  # stateful: past the first epoch of TRAIN_SIZE prompts
         if s == 2:
             engines.resume_verl_rng()  # a verl resume between steps 2 and 3 changes nothing
         emb, ver = engines.step(s)
+        if stateful:  # the method's state (aero-mem's memory, Knapsack's rates, GRESO's streaks) is the same
+            assert engines.verl_state, f"step {s}: no state kept"
+            assert json.loads(json.dumps(engines.verl_state)) == json.loads(json.dumps(engines.ctx.method_state))
         assert verl_rows(ver) == embedded_rows(emb), f"step {s}: trained rows differ"
         assert np.allclose(ver.advantages, emb.advantages.numpy(), atol=1e-6), f"step {s}: advantages differ"
         counts = {k: v for k, v in ver.stats.items() if not k.startswith("time/")}  # timings differ, of course

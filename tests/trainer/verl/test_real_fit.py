@@ -128,3 +128,16 @@ def test_aero_stops_with_a_checkpoint_and_resumes(tmp_path):
     assert [r["step"] for r in rows] == [1, 2, 3, 4]  # each step once: resumed, not restarted or doubled
     assert rows[0]["rollout/generated"] == m["rollout/generated"]  # step 1 kept from the first leg
     assert (out / "verl_checkpoints" / "global_step_4").is_dir()
+
+
+def test_aero_mem_keeps_its_prompt_memory_across_steps_and_checkpoints(tmp_path):
+    """A method with per-prompt state on verl's real trainer: the prompt ids come from the rows'
+    ``extra_info.where`` (a finite training set of 12, so step 2 revisits prompts of step 1) and
+    the memory is saved beside each checkpoint and grows with the prompts seen."""
+    cfg, sink, summary = train("aero-mem", tmp_path / "mem", method="aero-mem", train_size=12)
+    assert_trained(cfg, sink, summary)
+    saved = [json.loads((p / "curation_state.json").read_text())["method_state"] for _, p in sink.checkpoints]
+    records = [len(s["aero_mem"]["memory"]["records"]) for s in saved]
+    assert records[0] == cfg.batch_prompts and records[-1] == 12, records  # 8 prompts seen, then all 12
+    assert [s["aero_mem"]["clock"] for s in saved] == [1, 2]
+    assert sink.steps[1]["memory/known"] == 0 and sink.steps[2]["memory/known"] > 0  # step 2 revisits step 1's
