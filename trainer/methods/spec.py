@@ -50,7 +50,7 @@ def _one(cfg: RunConfig) -> int:
 @dataclass(frozen=True)
 class Display:
     """How the dashboard and the CLI show the method. ``order`` sorts methods in lists and menus;
-    ``dash`` is where its curves start in the dashboard's dash cycle (dashboard/charts.py
+    ``dash`` is where its curves start in the dashboard's dash cycle (dashboard/method_style.py
     ``DASHES``; 2, dotted, is kept for after-exploration lines)."""
 
     label: str
