@@ -11,7 +11,7 @@ To fingerprint an older revision, run this file with that revision's tree first 
 for_method, MemorySink, the method registry, and the run entry point wherever it lives).
 
 Each run: the tiny preset, 4 steps, seed 0, evals at steps 0, 2 and 4. Wall-clock keys
-(``time/*``, ``system/*``) differ run to run and are left out; everything else (tokens, FLOPs,
+(``time/*``, ``system/*``, AERO's ``savings/*_s``) differ run to run and are left out; everything else (tokens, FLOPs,
 rewards, advantages, losses, Avg@k) must match to the last bit on the same machine.
 """
 
@@ -28,6 +28,12 @@ from typing import Any
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # after PYTHONPATH: a base revision comes first
 
 WALL_CLOCK = ("time/", "system/")
+
+
+def is_wall_clock(key: str) -> bool:
+    """Keys measured in seconds (or derived from them: AERO's savings in seconds are trained
+    tokens times the step's measured seconds per token), which differ run to run."""
+    return key.startswith(WALL_CLOCK) or (key.startswith("savings/") and key.endswith("_s"))
 BASE = {"preset": "tiny", "steps": 4, "seed": 0, "batch_prompts": 8, "n_total": 8, "eval_every": 2,
         "eval_problems": 16, "eval_n": 4, "checkpoint_every": 0, "device": "cpu", "aero": {"n_explore": 4}}
 ENGINE_SETTINGS = {"embedded": {}, "verl": {"engine": "verl", "shuffle_mini_batches": False}}
@@ -59,7 +65,7 @@ def fingerprint_one(method: str, engine: str) -> dict[str, Any]:
     sink = MemorySink()
     with tempfile.TemporaryDirectory() as out:
         summary = _run_training()(cfg, out, sink)
-    steps = {str(s): {k: v for k, v in sorted(m.items()) if not k.startswith(WALL_CLOCK)}
+    steps = {str(s): {k: v for k, v in sorted(m.items()) if not is_wall_clock(k)}
              for s, m in sorted(sink.steps.items())}
     evals = {str(s): {b: {k: r[k] for k in ("k", "avg_at_k", "pass_at_k") if k in r} for b, r in sorted(res.items())}
              for s, res in sorted(sink.evals.items())}
@@ -101,6 +107,8 @@ def compare(args) -> int:
             print(f"{key}: only in {'after' if key in after else 'before'}")
             continue
         a, b = before[key], after[key]
+        for side in (a, b):  # fingerprints recorded before a key counted as wall-clock
+            side["steps"] = {st: {k: v for k, v in m.items() if not is_wall_clock(k)} for st, m in side["steps"].items()}
         for section in ("steps", "evals"):
             for step in sorted(set(a[section]) | set(b[section]), key=int):
                 ma, mb = a[section].get(step, {}), b[section].get(step, {})
@@ -109,6 +117,13 @@ def compare(args) -> int:
                         changed.setdefault(key, {})[f"{section}[{step}] {k}"] = (ma.get(k, "absent"), mb.get(k, "absent"))
     same = sorted(set(before) & set(after) - set(changed))
     print(f"identical: {len(same)} runs ({', '.join(same)})")
+    by_key: dict[str, list[float]] = {}
+    for diffs in changed.values():
+        for where, (x, y) in diffs.items():
+            rel = abs(x - y) / max(abs(x), abs(y), 1e-30) if isinstance(x, float) and isinstance(y, float) else math.inf
+            by_key.setdefault(where.split(" ", 1)[1], []).append(rel)
+    for k, rels in sorted(by_key.items()):
+        print(f"key {k}: differs in {len(rels)} values, max relative difference {max(rels):.2g}")
     for key, diffs in changed.items():
         print(f"{key}: {len(diffs)} values differ")
         for where, (x, y) in list(diffs.items())[: args.show]:
