@@ -19,7 +19,6 @@ except ModuleNotFoundError:  # run from a checkout that was not pip-installed
     from dashboard import ui
 
 st.set_page_config(page_title="AERO Lab", page_icon=":material/rocket_launch:", layout="wide")
-ui.load_methods()  # the Launch menu's methods from the API, before any page draws
 
 
 def _home() -> None:

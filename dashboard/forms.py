@@ -1,26 +1,50 @@
-"""The Launch form's model: which config fields it shows, their defaults and help texts (read
-from the API's OpenAPI schema, i.e. trainer.config.RunConfig's paper defaults, so the form and
-the API never disagree), and the request bodies it sends. Pure functions, no Streamlit."""
+"""The Launch form's model: which methods it offers (:class:`MethodMenu`, from the API's method
+specs), which config fields it shows, their defaults and help texts (read from the API's
+OpenAPI schema, i.e. trainer.config.RunConfig's paper defaults, so the form and the API never
+disagree), and the request bodies it sends. Pure functions and values, no Streamlit."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+import copy
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
-# The methods the form offers, from the API's method specs (GET /api/methods, :func:`use_methods`;
-# dashboard/ui.py loads them): name -> spec, and name -> the menu text.
-METHODS: dict[str, Mapping[str, Any]] = {}
-METHOD_CHOICES: dict[str, str] = {}
+
+@dataclass(frozen=True)
+class MethodMenu:
+    """The methods the form offers, from the API's method specs (GET /api/methods), in their
+    order: name -> spec, and name -> the menu text. An immutable value built from the specs
+    (dashboard/ui.py builds it once per page run, tests from the specs directly) and handed to
+    :func:`sections_for`, :func:`form_specs` and the Launch page: no module-level state, so two
+    sessions or two tests never see each other's menus. :data:`NO_MENU` offers nothing."""
+
+    specs: Mapping[str, Mapping[str, Any]] = field(default_factory=lambda: MappingProxyType({}))
+    choices: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    @classmethod
+    def from_specs(cls, specs: Iterable[Mapping[str, Any]]) -> MethodMenu:
+        """From the items of GET /api/methods (``name``, ``description``, ``sections``, ``clip``),
+        in their order; later changes to ``specs`` do not reach the menu."""
+        by_name: dict[str, Mapping[str, Any]] = {}
+        texts: dict[str, str] = {}
+        for spec in specs:
+            by_name[spec["name"]] = MappingProxyType(copy.deepcopy(dict(spec)))  # plain JSON: cheap
+            texts[spec["name"]] = spec["description"]
+        return cls(MappingProxyType(by_name), MappingProxyType(texts))
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The offered methods, in the specs' order."""
+        return tuple(self.choices)
+
+    def text(self, method: str) -> str:
+        """The menu text of ``method`` (its name when the menu does not offer it)."""
+        return self.choices.get(method, method)
 
 
-def use_methods(specs: Sequence[Mapping[str, Any]]) -> None:
-    """Offer the methods of ``specs`` (the items of GET /api/methods), in their order."""
-    METHODS.clear()
-    METHOD_CHOICES.clear()
-    for spec in specs:
-        METHODS[spec["name"]] = spec
-        METHOD_CHOICES[spec["name"]] = spec["description"]
+NO_MENU = MethodMenu()  # before (or without) the API's specs: no methods to offer
 
 
 @dataclass(frozen=True)
@@ -66,11 +90,11 @@ FALLBACK_HELP: dict[str, str] = {  # for fields whose schema has no description
 }
 
 
-def sections_for(methods: Sequence[str]) -> dict[str, tuple[tuple[str, str], ...]]:
-    """Form sections to show for the chosen method(s), from their specs (GET /api/methods): each
-    config section a chosen method reads, with the inputs its method module declares, once, in
-    method order; the PPO clip for a symmetric clip."""
-    specs = [METHODS.get(m, {}) for m in methods]
+def sections_for(menu: MethodMenu, methods: Sequence[str]) -> dict[str, tuple[tuple[str, str], ...]]:
+    """Form sections to show for the chosen method(s), from their specs in ``menu`` (GET
+    /api/methods): each config section a chosen method reads, with the inputs its method module
+    declares, once, in method order; the PPO clip for a symmetric clip."""
+    specs = [menu.specs.get(m, {}) for m in methods]
     out: dict[str, tuple[tuple[str, str], ...]] = {"Training": COMMON_FIELDS}
     for spec in specs:
         for sec in spec.get("sections", ()):
@@ -119,10 +143,10 @@ def field_spec(doc: Mapping[str, Any], path: str, label: str) -> FieldSpec | Non
                      nullable)
 
 
-def form_specs(doc: Mapping[str, Any], methods: Sequence[str]) -> dict[str, list[FieldSpec]]:
-    """{section: [FieldSpec]} for the chosen methods (fields the schema lacks are skipped)."""
+def form_specs(doc: Mapping[str, Any], menu: MethodMenu, methods: Sequence[str]) -> dict[str, list[FieldSpec]]:
+    """{section: [FieldSpec]} for the chosen methods of ``menu`` (fields the schema lacks are skipped)."""
     out = {}
-    for section, fields in sections_for(methods).items():
+    for section, fields in sections_for(menu, methods).items():
         specs = [s for s in (field_spec(doc, p, lab) for p, lab in fields) if s is not None]
         if specs:
             out[section] = specs

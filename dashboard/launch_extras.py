@@ -63,6 +63,6 @@ def config_of(rules_text: str, webhook: str, trackers: list[str]) -> dict[str, A
     return out
 
 
-def base_config(run: dict | None, methods: list[str]) -> dict[str, Any]:
-    """The cloned run's flat config for ``methods`` ({} when not cloning)."""
-    return run_extras.clone_config(run["config"], methods, forms.METHODS) if run else {}
+def base_config(run: dict | None, menu: forms.MethodMenu, methods: list[str]) -> dict[str, Any]:
+    """The cloned run's flat config for ``methods`` (their specs from ``menu``; {} when not cloning)."""
+    return run_extras.clone_config(run["config"], methods, menu.specs) if run else {}

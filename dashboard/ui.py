@@ -104,11 +104,12 @@ def method_style() -> MethodStyle:
     return MethodStyle.from_specs(specs) if specs else NO_METHODS
 
 
-def load_methods() -> None:
-    """The Launch menu's methods from GET /api/methods (cached), for every page of this run of
-    the script; left as they were when the API cannot be reached."""
-    if specs := method_specs():
-        forms.use_methods(specs)
+def method_menu() -> forms.MethodMenu:
+    """The Launch form's methods for this page run, from the API's method specs (the ones this
+    session last read when the API cannot be reached; none before the first read): the Launch
+    page passes it to the form's builders."""
+    specs = method_specs()
+    return forms.MethodMenu.from_specs(specs) if specs else forms.NO_MENU
 
 
 @st.cache_data(ttl=5, show_spinner=False)

@@ -44,16 +44,19 @@ def widget(spec: forms.FieldSpec) -> Any:
     return value
 
 
-def choose_methods(default: str | None) -> list[str]:
+SWEEP_METHODS = ("grpo", "aero-s1", "aero-s1s2", "aero")  # a sweep's preselected methods (those the menu offers)
+
+
+def choose_methods(menu: forms.MethodMenu, default: str | None) -> list[str]:
     mode = st.segmented_control("What to launch", ["One run", "Sweep"], default="One run", key="launch_mode")
-    choices = list(forms.METHOD_CHOICES)
+    choices = list(menu.names)
     if mode == "Sweep":
         st.caption("A sweep submits one run per method x seed. GRPO, AERO S1, AERO S1+S2 and AERO together give the "
                    "*measured* savings waterfall on the Compare page.")
-        return st.multiselect("Methods", choices, default=["grpo", "aero-s1", "aero-s1s2", "aero"],
-                              format_func=forms.METHOD_CHOICES.get, key="launch_methods")
+        return st.multiselect("Methods", choices, default=[m for m in SWEEP_METHODS if m in choices],
+                              format_func=menu.text, key="launch_methods")
     return [st.selectbox("Method", choices, index=choices.index(default) if default in choices else 0,
-                         format_func=forms.METHOD_CHOICES.get, key="launch_method")]
+                         format_func=menu.text, key="launch_method")]
 
 
 LOCAL_MODEL = "Local model + dataset"
@@ -120,9 +123,10 @@ def main() -> None:
     if not ui.api_token():
         st.warning("No API token is set, so the API will refuse to launch. Paste one under *Settings* in the sidebar "
                    "(`aero up` passes its admin token to the dashboard automatically).", icon=":material/key:")
+    menu = ui.method_menu()  # the methods on offer, from the API's specs, for this page run
     method_field = forms.field_spec(doc, "method", "method")
     clone = launch_extras.cloned_run()  # ?clone=ID: the form starts at that run's values
-    methods = choose_methods(clone["method"] if clone else method_field.default if method_field else None)
+    methods = choose_methods(menu, clone["method"] if clone else method_field.default if method_field else None)
     field_error("methods")
     choices = model_choices(doc)
     cloned = (LOCAL_MODEL if clone["config"].get("model_path") else clone["config"].get("preset")) if clone else None
@@ -130,7 +134,8 @@ def main() -> None:
                      format_func=lambda c: c if c == LOCAL_MODEL else f"Preset {c}", key="launch_model")
     with st.form("launch_form"):
         config: dict[str, Any] = model_fields(model, doc)
-        for section, specs in forms.form_specs(doc, methods).items():
+        sections = forms.form_specs(doc, menu, methods)
+        for section, specs in sections.items():
             with st.expander(section, expanded=section != "Advanced"):
                 cols = st.columns(3)
                 for i, spec in enumerate(specs):
@@ -146,8 +151,8 @@ def main() -> None:
         tags_text = c3.text_input("Tags", key="f_tags", help="Comma-separated labels to filter runs by.",
                                   value=", ".join(clone["tags"]) if clone else "")
         general = st.session_state.get(ERRORS, {})
-        known = {s.path for specs in forms.form_specs(doc, methods).values() for s in specs} | {"seeds", "methods", "model_path", "task", "train_data",
-                                                                                      "alerts.rules"}
+        known = {s.path for specs in sections.values() for s in specs} | {"seeds", "methods", "model_path", "task",
+                                                                          "train_data", "alerts.rules"}
         for path, msg in general.items():
             if path not in known:
                 st.error(ui.md(f"{path}: {msg}" if path else msg), icon=":material/error:")
@@ -162,7 +167,7 @@ def main() -> None:
         except ValueError as e:
             st.session_state[ERRORS] = {"alerts.rules": str(e)}
         else:
-            submit(methods, dotted.nest({**launch_extras.base_config(clone, methods), **config}), seeds_text, name,
+            submit(methods, dotted.nest({**launch_extras.base_config(clone, menu, methods), **config}), seeds_text, name,
                    tags_text)
         st.rerun()
     show_result()

@@ -24,11 +24,11 @@ def doc(seeded) -> dict:
 
 
 def test_aero_mem_section_follows_the_spec(doc, seeded):
-    forms.use_methods(AeroClient(seeded.url).methods())
-    assert list(forms.form_specs(doc, ["aero-mem-d"])) == ["Training", "AERO sampling (paper defaults)", MEM,
-                                                             "Policy update", "Advanced"]
-    assert MEM not in forms.form_specs(doc, ["aero"])
-    fields = {s.path: s for s in forms.form_specs(doc, ["grpo", "aero-mem"])[MEM]}
+    menu = forms.MethodMenu.from_specs(AeroClient(seeded.url).methods())
+    assert list(forms.form_specs(doc, menu, ["aero-mem-d"])) == ["Training", "AERO sampling (paper defaults)", MEM,
+                                                                   "Policy update", "Advanced"]
+    assert MEM not in forms.form_specs(doc, menu, ["aero"])
+    fields = {s.path: s for s in forms.form_specs(doc, menu, ["grpo", "aero-mem"])[MEM]}
     assert set(fields) == {p for p, _ in AERO_MEM_SECTION.form}  # every field is in the schema
     size = fields["train_size"]
     assert (size.type, size.default, size.nullable) == ("integer", None, True) and "epochs" in size.help

@@ -3,6 +3,8 @@ a live API: each failure kind becomes an ApiError with a readable message."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import httpx
 import pytest
 
@@ -39,12 +41,41 @@ def test_every_form_field_exists_in_the_schema(doc):
 
 
 def test_sections_follow_the_method(doc, seeded):
-    forms.use_methods(AeroClient(seeded.url).methods())  # the specs over HTTP, as the app loads them
-    assert list(forms.METHOD_CHOICES)[:5] == ["grpo", "dapo", "aero", "aero-s1", "aero-s1s2"]
-    assert list(forms.form_specs(doc, ["grpo"])) == ["Training", "Policy update", "Advanced"]
-    assert list(forms.form_specs(doc, ["dapo"])) == ["Training", "DAPO", "Advanced"]
-    assert list(forms.form_specs(doc, ["aero-s1", "dapo"])) == ["Training", "AERO sampling (paper defaults)", "DAPO",
-                                                                 "Policy update", "Advanced"]
+    menu = forms.MethodMenu.from_specs(AeroClient(seeded.url).methods())  # the specs over HTTP, as the app reads them
+    assert list(menu.choices)[:5] == ["grpo", "dapo", "aero", "aero-s1", "aero-s1s2"]
+    assert menu.names == tuple(menu.choices) and menu.text("aero") == menu.choices["aero"] and menu.text("x") == "x"
+    assert list(forms.form_specs(doc, menu, ["grpo"])) == ["Training", "Policy update", "Advanced"]
+    assert list(forms.form_specs(doc, menu, ["dapo"])) == ["Training", "DAPO", "Advanced"]
+    assert list(forms.form_specs(doc, menu, ["aero-s1", "dapo"])) == ["Training", "AERO sampling (paper defaults)", "DAPO",
+                                                                       "Policy update", "Advanced"]
+
+
+def _spec(name: str, description: str, sections: tuple[str, ...] = (), clip: str = "symmetric") -> dict:
+    return {"name": name, "description": description, "clip": clip,
+            "sections": [{"name": s, "title": s.upper(), "form": [[f"{s}.x", "x"]]} for s in sections]}
+
+
+def test_menus_from_different_specs_do_not_affect_each_other():
+    """Each session (and test) builds its own menu: building, or changing the specs of, one
+    never reaches another, and a menu cannot be changed in place."""
+    specs_a = [_spec("grpo", "GRPO"), _spec("dapo", "DAPO", ("dapo",), clip="clip-higher")]
+    menu_a = forms.MethodMenu.from_specs(specs_a)
+    menu_b = forms.MethodMenu.from_specs([_spec("aero", "AERO", ("aero",)), _spec("grpo", "GRPO (b)")])
+    assert dict(menu_a.choices) == {"grpo": "GRPO", "dapo": "DAPO"} and menu_a.names == ("grpo", "dapo")
+    assert dict(menu_b.choices) == {"aero": "AERO", "grpo": "GRPO (b)"} and menu_b.names == ("aero", "grpo")
+    assert list(forms.sections_for(menu_a, ["dapo"])) == ["Training", "DAPO", "Advanced"]
+    assert list(forms.sections_for(menu_b, ["dapo"])) == ["Training", "Policy update", "Advanced"]  # b has no dapo
+    assert list(forms.sections_for(menu_b, ["aero"])) == ["Training", "AERO", "Policy update", "Advanced"]
+    assert list(forms.sections_for(menu_a, ["aero"])) == ["Training", "Policy update", "Advanced"]
+    specs_a[1]["sections"].clear()  # the caller's specs change later: the menu built from them does not
+    specs_a.append(_spec("aero", "AERO"))
+    assert menu_a.names == ("grpo", "dapo") and list(forms.sections_for(menu_a, ["dapo"])) == ["Training", "DAPO", "Advanced"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        menu_a.choices = {}  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        menu_a.choices["x"] = "X"  # type: ignore[index]
+    assert forms.NO_MENU.names == () and not forms.NO_MENU.specs  # untouched by every menu built above
+    assert list(forms.sections_for(forms.NO_MENU, ["aero"])) == ["Training", "Policy update", "Advanced"]
 
 
 def test_nest_and_submission_bodies():
