@@ -27,6 +27,11 @@ TOKENS_GENERATED = "tokens/generated"
 TOKENS_TRAINED = "tokens/trained"
 ROLLOUTS_GENERATED = "rollout/generated"
 ROLLOUTS_TRAINED = "rollout/trained"
+GEN_CALLS = "rollout/gen_calls"  # engine calls this step
+PROMPTS_USED = "prompts/used"  # training-stream prompts consumed
+TOKENS_RESPONSE_TRAINED = "tokens/response_trained"  # the response tokens the loss covers
+RESPONSE_LENGTH_MEAN = "response/length_mean"  # over every generated rollout
+RESPONSE_TRUNCATED_FRAC = "response/truncated_frac"  # generated rows cut without a stop token
 # compute with no advantage signal (trainer/flops.py::wasted_compute): untrained generated rows and
 # trained zero-advantage rows; per step, as the FLOPs above
 WASTE_ROLLOUTS = "waste/rollouts"

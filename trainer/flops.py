@@ -81,12 +81,12 @@ def step_accounting(shape: tuple[int, int, int], *, gen_lengths: list[int], gen_
     m = {
         mk.ROLLOUTS_GENERATED: float(n_gen), mk.ROLLOUTS_TRAINED: float(n_train),
         mk.TOKENS_GENERATED: float(sum(gen_response)), mk.TOKENS_TRAINED: float(sum(train_lengths)),
-        "tokens/response_trained": float(sum(train_response)),
+        mk.TOKENS_RESPONSE_TRAINED: float(sum(train_response)),
         mk.FLOPS_ROLLOUT: f_roll, mk.FLOPS_TRAIN: f_train, mk.FLOPS_TOTAL: f_roll + f_train,
         mk.REWARD_MEAN: sum(gen_rewards) / n_gen if n_gen else 0.0,
         mk.REWARD_TRAINED_MEAN: sum(train_rewards) / n_train if n_train else 0.0,
-        "response/length_mean": sum(gen_response) / n_gen if n_gen else 0.0,
-        "response/truncated_frac": sum(map(bool, gen_truncated)) / n_gen if n_gen else 0.0,
+        mk.RESPONSE_LENGTH_MEAN: sum(gen_response) / n_gen if n_gen else 0.0,
+        mk.RESPONSE_TRUNCATED_FRAC: sum(map(bool, gen_truncated)) / n_gen if n_gen else 0.0,
         mk.ADV_ABS_MEAN: sum(adv) / len(adv) if adv else 0.0,
         mk.ADV_ZERO_FRAC: sum(zero) / len(adv) if adv else 1.0,
     }

@@ -175,7 +175,7 @@ def step_metrics(cfg: RunConfig, setup, c: Collected, train_stats: dict[str, flo
     shape = (setup.n_params, setup.n_layers, setup.d_model)
     m = {
         mk.STEP_S: time_collect + time_train, mk.ROLLOUT_S: c.time_rollout, mk.REWARD_S: c.time_reward,
-        mk.TRAIN_S: time_train, "rollout/gen_calls": float(c.gen_calls), "prompts/used": float(c.prompts_used),
+        mk.TRAIN_S: time_train, mk.GEN_CALLS: float(c.gen_calls), mk.PROMPTS_USED: float(c.prompts_used),
         **step_accounting(shape, gen_lengths=[len(r.prompt_ids) + r.length for r in c.generated],
                           gen_response=[r.length for r in c.generated], gen_rewards=[r.reward for r in c.generated],
                           gen_truncated=[not r.finished for r in c.generated], train_lengths=tr_len,

@@ -228,8 +228,8 @@ class PlatformTrainer(RayPPOTrainer):
         correct = np.array([ok[uids == u].sum() for u in dict.fromkeys(uids.tolist())], dtype=np.int64)
         m.update(strata_stats(correct, cfg.n_total))
         m[mk.ZERO_ACC_AFTER_RESCUE] = m[mk.ZERO_ACC_AFTER_EXPLORE]
-        m["prompts/used"] = float(len(correct))
-        m["rollout/gen_calls"] = 1.0  # the stock loop generates the batch in one call
+        m[mk.PROMPTS_USED] = float(len(correct))
+        m[mk.GEN_CALLS] = 1.0  # the stock loop generates the batch in one call
         m.update(self._rollout_server_stats())
         return m
 
@@ -335,8 +335,8 @@ class PlatformTrainer(RayPPOTrainer):
         extra.update(col.stats)
         extra.update({mk.STEP_S: t2 - t0, mk.ROLLOUT_S: t1 - t0, mk.TRAIN_S: t2 - t1,
                       mk.REWARD_S: 0.0,  # the reward loop scores inside generation (streamed)
-                      "rollout/gen_calls": float(col.gen.calls), "rollout/pad_rows": float(col.gen.pad_rows),
-                      "prompts/used": float(col.prompts_used), **self._rollout_server_stats()})
+                      mk.GEN_CALLS: float(col.gen.calls), "rollout/pad_rows": float(col.gen.pad_rows),
+                      mk.PROMPTS_USED: float(col.prompts_used), **self._rollout_server_stats()})
         if train is not None:
             extra["train/pad_rows"] = float((~real_rows(train)).sum())
         if col.cost_metrics is not None and extra[mk.TOKENS_TRAINED] > 0:

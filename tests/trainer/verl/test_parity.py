@@ -243,10 +243,10 @@ def test_same_rows_advantages_and_accounting(method, option, kw):
         e = step_metrics(cfg, setup, emb, {}, time_collect=0.0, time_train=0.0, extra_forwards=1)
         v = step_accounting(ver.generated, ver.train, SHAPE, extra_forwards=1, stop_ids=[engines.task.tokenizer.eos_id])
         assert 0 < e["response/truncated_frac"] < 1, "the script truncates some rows"
-        for key in ("response/truncated_frac", "rollout/generated", "rollout/trained", "tokens/generated", "tokens/trained", "tokens/response_trained",
-                    "flops/rollout", "flops/train", "flops/total", "reward/mean", "reward/trained_mean",
-                    "response/length_mean", "adv/abs_mean", "adv/zero_frac", "waste/rollouts", "waste/tokens",
-                    "waste/flops", "waste/flops_frac"):
+        # every key the verl accounting writes, the embedded step writes too, with the same value
+        assert set(v) <= set(e), sorted(set(v) - set(e))
+        assert len(v) >= 18  # rollouts, tokens, FLOPs, rewards, lengths, truncation, advantages, waste
+        for key in v:
             assert v[key] == pytest.approx(e[key], rel=1e-6), f"step {s}: {key}"
         assert v["rollout/generated"] == len(emb.generated) and e["rollout/gen_calls"] == ver.gen.calls
 
