@@ -8,8 +8,8 @@ T = {"steps": 3, "batch_prompts": 4, "eval_every": 0}
 
 
 @pytest.mark.parametrize("config,field", [
-    ({"method": "knapsack", "engine": "verl", "train_size": 64}, "engine"),  # history needs the embedded sampler
-    ({"method": "greso", "engine": "verl", "train_size": 64}, "engine"),
+    ({"method": "knapsack", "engine": "verl", "shuffle_mini_batches": False}, "train_size"),  # stable ids on verl too
+    ({"method": "greso", "engine": "verl", "shuffle_mini_batches": False}, "train_size"),
     ({"method": "knapsack"}, "train_size"),                                  # history needs stable prompt ids
     ({"method": "greso"}, "train_size"),
     ({"method": "speed", "n_total": 4, "speed": {"n_screen": 4}}, "speed.n_screen"),
@@ -25,11 +25,11 @@ def test_arena_config_refused_naming_the_field(client, auth, enqueued, config, f
     assert client.get("/api/runs").json()["count"] == 0 and enqueued.sent == []
 
 
-def test_speed_runs_on_verl_the_history_methods_do_not(client):
+def test_the_arena_methods_run_on_both_engines_the_history_methods_need_prompt_ids(client):
     by = {m["name"]: m for m in client.get("/api/methods").json()["methods"]}
     assert by["speed"]["engines"] == ["embedded", "verl"] and by["speed"]["verl"]["stock_fit"] is False
     for name in ("knapsack", "greso"):
-        assert by[name]["engines"] == ["embedded"] and by[name]["needs_prompt_ids"] is True
+        assert by[name]["engines"] == ["embedded", "verl"] and by[name]["needs_prompt_ids"] is True
     assert [s["name"] for s in by["knapsack"]["sections"]] == ["knapsack"]
 
 

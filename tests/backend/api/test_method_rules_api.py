@@ -18,6 +18,6 @@ def test_memory_method_without_train_size_is_422_naming_it(client, auth, enqueue
 
 def test_methods_api_serves_the_new_spec_fields(client):
     by = {m["name"]: m for m in client.get("/api/methods").json()["methods"]}
-    assert by["aero-mem"]["engines"] == ["embedded"] and by["aero-mem"]["needs_prompt_ids"] is True
+    assert by["aero-mem"]["engines"] == ["embedded", "verl"] and by["aero-mem"]["needs_prompt_ids"] is True
     assert [sec["name"] for sec in by["aero-mem"]["sections"]] == ["aero", "aero_mem"]
     assert by["aero"]["needs_prompt_ids"] is False
