@@ -13,6 +13,13 @@ for_method, MemorySink, the method registry, and the run entry point wherever it
 Each run: the tiny preset, 4 steps, seed 0, evals at steps 0, 2 and 4. Wall-clock keys
 (``time/*``, ``system/*``, AERO's ``savings/*_s``) differ run to run and are left out; everything else (tokens, FLOPs,
 rewards, advantages, losses, Avg@k) must match to the last bit on the same machine.
+
+On the embedded engine a run is bit-reproducible, so any difference is the change's. verl's
+runs on the CPU are not: two runs of one revision on one seed already differ from step 1
+(measured 2026-12-04: grpo and aero, every sampled quantity), its rollout server's sampling
+is not seeded per request. ``--engines verl`` records what a run did, but two verl
+fingerprints do not show a change's effect; tests/trainer/verl/test_parity.py (scripted
+sampling, both engines) is the evidence there.
 """
 
 from __future__ import annotations
