@@ -333,22 +333,63 @@ def _send_ticket(settings: Settings, queue: str) -> None:
         log.warning("could not send a ticket for queue %s after a run ended", queue, exc_info=True)
 
 
+STORE_WAIT_S = 300.0  # how long the owner of a run waits for the store to come back before giving up
+STORE_RESUMES = 8  # store outages one task resumes its run from (then Celery's retry takes over)
+
+
+def wait_for_store(url: str, timeout_s: float = STORE_WAIT_S, sleep: Callable[[float], None] = time.sleep) -> bool:
+    """Whether the store answers a query within ``timeout_s`` (probed with backoff, 0.5 s to 5 s)."""
+    from sqlalchemy import text
+
+    deadline, pause = time.monotonic() + timeout_s, 0.5
+    while True:
+        try:
+            with session_scope(url) as s:
+                s.execute(text("SELECT 1"))
+            return True
+        except (OperationalError, InterfaceError):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            sleep(min(pause, left))
+            pause = min(2 * pause, 5.0)
+
+
 def execute_run(run_id: int, settings: Settings | None = None, ws: WorkerSettings | None = None,
                 queue: str | None = None) -> str:
     """Serve the ticket ``run_id`` (the task message's run id; :func:`acquire` picks the run by
     fair share on its queue, or ``queue`` when that run is gone): run (or resume) training and
-    record its outcome. Returns the outcome: succeeded | cancelled | failed | lost | skipped: <why>."""
+    record its outcome. Returns the outcome: succeeded | cancelled | failed | lost | skipped: <why>.
+
+    The store unreachable while this process owns the run (mid-training, or recording the
+    outcome): wait for it here (:data:`STORE_WAIT_S`) and resume the run from its last checkpoint
+    in this process. A Celery retry would go to any worker, and any other one sees this live
+    process as the run's owner and drops the delivery, which left the run "running" with no
+    trainer until the reaper's stale timeout (found by ``benchmarks/soak.py``). A store still down
+    after the wait raises: Celery retries the task, and the reaper covers the rest, as before."""
     settings, ws = settings or get_settings(), ws or WorkerSettings()
     url, me = settings.database_url, worker_identity()
     run, why = acquire(url, run_id, me, ws, queue=queue, running_cap=settings.quota_running_runs)
     if run is None:
         log.info("ticket %s skipped: %s", run_id, why)
         return f"skipped: {why}"
+    run_queue = run.queue
     try:
-        return _train(settings, ws, run, why, me)
+        for resumes in range(STORE_RESUMES + 1):
+            try:
+                return _train(settings, ws, run, why, me)
+            except (OperationalError, InterfaceError):
+                if resumes == STORE_RESUMES or not wait_for_store(url):
+                    raise
+            log.info("run %s: the store answers again; resuming the run in this process", run.id)
+            run, why = acquire(url, run_id, me, ws, queue=queue, running_cap=settings.quota_running_runs)
+            if run is None:  # the reaper re-queued it meanwhile and another ticket took it
+                log.info("ticket %s skipped: %s", run_id, why)
+                return f"skipped: {why}"
+        raise AssertionError("unreachable")  # the loop returns or raises
     finally:
         if settings.quota_running_runs:
-            _send_ticket(settings, run.queue)
+            _send_ticket(settings, run_queue)
 
 
 def _train(settings: Settings, ws: WorkerSettings, run: Run, why: str, me: str) -> str:
@@ -378,9 +419,9 @@ def _train(settings: Settings, ws: WorkerSettings, run: Run, why: str, me: str) 
         log.warning("run %s: lost ownership (re-queued or taken over elsewhere); stopping without writing", run_id)
         return "lost"
     except (OperationalError, InterfaceError):
-        # The store, not the run, failed: leave the run running so the task's retry (or the
-        # reaper) resumes it from its last checkpoint instead of failing it for good.
-        log.warning("run %s: store unreachable while training; the task will be retried", run_id, exc_info=True)
+        # The store, not the run, failed: leave the run running so that this process resumes it
+        # from its last checkpoint once the store answers (execute_run), instead of failing it.
+        log.warning("run %s: store unreachable while training; resuming once it answers", run_id, exc_info=True)
         raise
     except Exception as exc:  # noqa: BLE001  (any training error, ConfigError included, fails the run)
         log.exception("run %s failed", run_id)
@@ -412,4 +453,4 @@ def _train(settings: Settings, ws: WorkerSettings, run: Run, why: str, me: str) 
 
 
 __all__ = ["worker_identity", "owner_state", "Decision", "decide", "acquire", "RunLost", "RunControl", "error_text",
-           "run_dir", "execute_run"]
+           "run_dir", "wait_for_store", "execute_run"]

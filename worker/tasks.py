@@ -23,8 +23,9 @@ from worker.runner import execute_run
 def train_run(self, run_id: int) -> str:
     """Serve one ticket: train (or resume) the run the fair-share rule picks on this message's
     queue (worker/runner.py); returns its outcome. A training error never raises: the run is
-    marked failed with its error text. The store being unreachable (before training starts or
-    when recording the outcome) raises, and the task is retried with backoff (2 s .. 60 s, 8
-    times): its run must not be left queued with no message behind it."""
+    marked failed with its error text. The store being unreachable before training starts (or
+    for longer than the run's owner waits for it, worker/runner.py) raises, and the task is
+    retried with backoff (2 s .. 60 s, 8 times): its run must not be left queued with no message
+    behind it."""
     queue = (self.request.delivery_info or {}).get("routing_key") or None
     return execute_run(int(run_id), queue=queue)

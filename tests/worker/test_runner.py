@@ -245,3 +245,60 @@ def test_execute_run_marks_a_failing_run_failed_with_its_error(db_url, make_run,
     # A redelivered message for it is a no-op: the run stays failed, and nothing else is queued.
     assert execute_run(rid, Settings(data_dir=tmp_path, database_url=db_url), WS).startswith("skipped: no queued run")
     assert get_run(db_url, rid).attempts == 1
+
+
+def _store_outage() -> Exception:
+    from sqlalchemy.exc import OperationalError
+
+    return OperationalError("UPDATE runs ...", {}, Exception("terminating connection due to administrator command"))
+
+
+def test_a_store_outage_mid_run_is_resumed_by_the_process_that_owns_the_run(db_url, make_run, tmp_path, monkeypatch):
+    # A Celery retry goes to any worker, and any other one sees this live process as the owner and
+    # drops it (benchmarks/soak.py, PostgreSQL restarted under two workers): the run sat "running"
+    # with no trainer until the reaper's stale timeout. The owner resumes it itself instead.
+    import trainer.engines
+    from backend.settings import Settings
+    from worker import runner
+
+    calls = []
+
+    def run_training(cfg, out_dir, sink, **kw):
+        calls.append(get_run(db_url, rid).worker)
+        if len(calls) == 1:
+            raise _store_outage()
+        return {"status": "completed", "last_step": cfg.steps}
+
+    rid = make_run()
+    monkeypatch.setattr(trainer.engines, "run_training", run_training)
+    outcome = runner.execute_run(rid, Settings(data_dir=tmp_path, database_url=db_url), WS)
+    r = get_run(db_url, rid)
+    assert outcome == "succeeded" and r.status == "succeeded" and r.attempts == 2
+    assert calls == [worker_identity(), worker_identity()]  # both times here, as the run's owner
+
+
+def test_a_store_still_down_after_the_wait_raises_for_celerys_retry_and_the_run_stays_owned(db_url, make_run, tmp_path,
+                                                                                              monkeypatch):
+    import trainer.engines
+    from backend.settings import Settings
+    from worker import runner
+
+    def run_training(cfg, out_dir, sink, **kw):
+        raise _store_outage()
+
+    rid = make_run()
+    monkeypatch.setattr(trainer.engines, "run_training", run_training)
+    monkeypatch.setattr(runner, "wait_for_store", lambda url: False)
+    with pytest.raises(Exception, match="terminating connection"):
+        runner.execute_run(rid, Settings(data_dir=tmp_path, database_url=db_url), WS)
+    r = get_run(db_url, rid)
+    assert r.status == "running" and r.worker == worker_identity()  # the retry (or the reaper) resumes it
+
+
+def test_wait_for_store_probes_until_the_store_answers_or_the_time_is_up(sqlite_url):
+    from worker.runner import wait_for_store
+
+    slept = []
+    assert wait_for_store(sqlite_url, 5, slept.append) and slept == []
+    bad = "postgresql+psycopg://nobody@127.0.0.1:1/none?connect_timeout=1"
+    assert not wait_for_store(bad, 0.2, slept.append) and slept and all(s <= 0.5 for s in slept)

@@ -7,10 +7,15 @@ resuming (:meth:`TrainingState.resume`).
 
 Layout: OUT/checkpoints/step_000020/state.pt and OUT/checkpoints/latest (a text file naming the
 newest complete directory, written last, so a crash mid-save never points at a partial one).
+
+A failed write or read names the file: torch's writer reports a full disk as "unexpected pos
+64 vs 0", so a save that fails on a filesystem with no space left raises ``OSError(ENOSPC)``
+naming the checkpoint (found by ``benchmarks/soak.py``), and leaves no partial file behind.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import shutil
@@ -25,8 +30,34 @@ if TYPE_CHECKING:
     from trainer.embedded.update import Updater
 
 
+FULL_BELOW_BYTES = 1 << 20  # a failed save with less room than this left on its filesystem ran out of space
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint could not be written (for another reason than a full disk) or does not load."""
+
+
 def _dir(out_dir: str | Path) -> Path:
     return Path(out_dir) / "checkpoints"
+
+
+def _free_bytes(path: Path) -> int:
+    """Bytes this process may still write on ``path``'s filesystem (root may use the reserved blocks)."""
+    st = os.statvfs(path)
+    return (st.f_bfree if os.geteuid() == 0 else st.f_bavail) * st.f_frsize
+
+
+def _save_failed(tmp: Path, exc: Exception) -> Exception:
+    """The error of a failed ``torch.save`` to ``tmp``, naming it; the partial file is deleted."""
+    try:
+        free = _free_bytes(tmp.parent)  # before the partial file's space comes back
+    except OSError:
+        free = None
+    tmp.unlink(missing_ok=True)
+    if free is not None and free < FULL_BELOW_BYTES:
+        return OSError(errno.ENOSPC, f"No space left on device: writing checkpoint {tmp} failed with {free} bytes "
+                                     f"left on its filesystem ({type(exc).__name__}: {exc})")
+    return CheckpointError(f"writing checkpoint {tmp} failed: {type(exc).__name__}: {exc}")
 
 
 def save_checkpoint(out_dir: str | Path, step: int, state: dict[str, Any], keep: int = 2) -> Path:
@@ -36,7 +67,10 @@ def save_checkpoint(out_dir: str | Path, step: int, state: dict[str, Any], keep:
     path.mkdir(parents=True, exist_ok=True)
     full = {**state, "step": step, "py_random": random.getstate(), "torch_cpu_rng": torch.get_rng_state()}
     tmp = path / "state.pt.tmp"
-    torch.save(full, tmp)
+    try:
+        torch.save(full, tmp)
+    except Exception as e:  # noqa: BLE001 - re-raised, naming the file (and a full disk)
+        raise _save_failed(tmp, e) from e
     os.replace(tmp, path / "state.pt")
     latest_tmp = root / "latest.tmp"
     latest_tmp.write_text(path.name)
@@ -51,7 +85,11 @@ def load_latest_checkpoint(out_dir: str | Path) -> dict[str, Any] | None:
     latest = _dir(out_dir) / "latest"
     if not latest.exists():
         return None
-    state = torch.load(_dir(out_dir) / latest.read_text().strip() / "state.pt", weights_only=False)
+    path = _dir(out_dir) / latest.read_text().strip() / "state.pt"
+    try:
+        state = torch.load(path, weights_only=False)
+    except Exception as e:  # noqa: BLE001 - re-raised, naming the file
+        raise CheckpointError(f"checkpoint {path} (named by {latest}) does not load: {type(e).__name__}: {e}") from e
     random.setstate(state["py_random"])
     torch.set_rng_state(state["torch_cpu_rng"])
     return state
