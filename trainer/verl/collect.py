@@ -37,8 +37,9 @@ from trainer.verl.rows import ADV_COLUMN, GenCount, generate_rows, response_leng
 class VerlCollected:
     """A step's training rows (no padding yet) and its accounting.
 
-    generated: every generated row (real requests), in generation order; train: the rows to
-    train on (None when a step keeps none), each with its advantage in ``ADV_COLUMN``;
+    generated: every generated row (real requests), in generation order (None when the step made
+    no engine call); train: the rows to train on (None when a step keeps none), each with its
+    advantage in ``ADV_COLUMN``;
     advantages: float32[M] the same values; stats: platform metrics (strata, rescue, groups,
     dapo/*); cost_metrics: the step's metrics that need its cost per trained token (AERO's
     savings), or None."""
@@ -108,8 +109,12 @@ class VerlSampler:
         return s
 
     def generated(self):
+        """Every generated row of the step, or None when the step made no engine call (a
+        method that skipped every drawn prompt: Pilot-Commit's evicted, GRESO's skipped)."""
         from verl import DataProto
 
+        if not self.chunks:
+            return None
         return DataProto.concat(self.chunks) if len(self.chunks) > 1 else self.chunks[0]
 
 
@@ -123,12 +128,14 @@ def collect(cfg: RunConfig, next_batch: Callable, generate: Callable, divisor: i
     res = get_step(cfg.method)(cfg, sampler, rng)
     generated = sampler.generated()
     adv = torch.from_numpy(res.advantages).to(torch.float32)
-    stats = {**res.stats, "time/first_call_s": sampler.call_s[0],  # as the embedded adapter splits generation
-             "time/more_calls_s": float(sum(sampler.call_s[1:]))}
+    stats = {**res.stats, "time/first_call_s": sampler.call_s[0] if sampler.call_s else 0.0,  # as the embedded
+             "time/more_calls_s": float(sum(sampler.call_s[1:]))}  # adapter splits generation
     train = generated.select_idxs(res.rows) if len(res.rows) else None
+    empty = np.zeros(0, dtype=np.int64)
     if train is not None:
         train.batch[ADV_COLUMN] = adv
     return VerlCollected(train=train, generated=generated, prompts_used=res.prompts_used, gen=sampler.count,
                          advantages=adv.numpy(), stats=stats, cost_metrics=res.cost_metrics,
-                         groups=np.concatenate(sampler.groups), rounds=np.concatenate(sampler.rounds),
+                         groups=np.concatenate(sampler.groups) if sampler.groups else empty,
+                         rounds=np.concatenate(sampler.rounds) if sampler.rounds else empty,
                          train_rows=np.asarray(res.rows, dtype=np.int64))

@@ -99,11 +99,16 @@ def step_accounting(generated, train, shape: tuple[int, int, int], *, extra_forw
     """``trainer.flops.step_accounting`` (the one every engine calls) over verl's rows.
 
     Args:
-        generated: every generated real row of the step (DataProto); train: the trained rows,
+        generated: every generated real row of the step (DataProto; None when the step made no
+            engine call); train: the trained rows,
             masked pad rows excluded (None when nothing was trained).
         shape: (N parameters, layers, d_model) for the FLOPs formulas.
         stop_ids: the ids that end a response (:func:`truncated_rows`).
     """
+    if generated is None:  # a step with no engine call (every drawn prompt skipped): nothing generated or trained
+        return flops_step_accounting(shape, gen_lengths=[], gen_response=[], gen_rewards=[], gen_truncated=[],
+                                     train_lengths=[], train_response=[], train_rewards=[], train_advantages=[],
+                                     extra_forwards=extra_forwards)
     gen_resp = generated.batch["response_mask"].sum(-1).long().cpu().numpy()
     tr_len, tr_resp, tr_rewards, adv = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), [], None
     if train is not None and len(train):

@@ -322,7 +322,8 @@ class PlatformTrainer(RayPPOTrainer):
         with marked_timer("gen", timing):
             col = collect(cfg, lambda: next(batches), generate, self._divisor(), self.curation_rng, self.method_state)
             self.checkpoint_manager.sleep_replicas()  # every round has run: the replicas may sleep now
-        self._detail = best_effort(curated_detail, col, cfg, self.tokenizer, self.sample_rules, self.global_steps)
+        self._detail = (best_effort(curated_detail, col, cfg, self.tokenizer, self.sample_rules, self.global_steps)
+                        if col.generated is not None else None)  # None: no engine call, nothing to show
         t1 = time.perf_counter()
         train = None
         if col.train is not None and len(col.train):

@@ -317,3 +317,30 @@ def test_loss_aggregation_is_the_same_per_mini_batch(mode, mini_batches, dp):
                                               global_batch_size=layout.rows_per_mini_batch,
                                               loss_scale_factor=cfg.max_new_tokens)) for pc in pieces) / dp)
     assert verl_losses == pytest.approx(emb_losses, rel=1e-5, abs=1e-7)
+
+
+def test_a_step_with_no_engine_call_is_the_same_on_both_engines(monkeypatch):
+    """A method may skip every prompt it draws (Pilot-Commit's evicted, GRESO's skipped): no
+    engine call, nothing trained. Both engines log it as an empty step, with the same
+    accounting (every key zero), instead of the verl adapter failing on its first call."""
+    from trainer.embedded.collect import step_metrics
+    from trainer.methods import spec as registry
+    from trainer.methods.step import StepResult
+    from trainer.verl.step_metrics import step_accounting
+
+    def skip_all(cfg, sampler, rng):
+        empty = np.zeros(0, dtype=np.int64)
+        return StepResult(rows=empty, group=empty.copy(), advantages=np.zeros(0, dtype=np.float32),
+                          prompts_used=sampler.next_prompts(), calls=0, generated=0, stats={"skip/all": 1.0})
+
+    grpo_spec, _ = registry._REGISTRY["grpo"]
+    monkeypatch.setitem(registry._REGISTRY, "grpo", (grpo_spec, skip_all))
+    cfg = config("grpo")
+    emb, ver = Engines(cfg).step(0)
+    assert not emb.train and ver.train is None and ver.generated is None and ver.prompts_used == emb.prompts_used == P
+    assert ver.stats["time/first_call_s"] == 0.0 and ver.stats["skip/all"] == 1.0
+    setup = SimpleNamespace(n_params=SHAPE[0], n_layers=SHAPE[1], d_model=SHAPE[2])
+    e = step_metrics(cfg, setup, emb, {}, time_collect=0.0, time_train=0.0, extra_forwards=1)
+    v = step_accounting(ver.generated, None, SHAPE, extra_forwards=1, stop_ids=[0])
+    assert set(v) <= set(e) and all(v[k] == pytest.approx(e[k]) for k in v), {k: (v[k], e[k]) for k in v}
+    assert v["rollout/generated"] == 0 and v["flops/total"] == 0

@@ -74,6 +74,7 @@ def make_trainer(vr, tmp_path, **overrides):
     tr._extra, tr._eval, tr.stopped, tr.global_steps, tr._layout, tr._saved_step = {}, None, False, 1, None, -1
     tr._server_seen = None
     tr.curation_rng = np.random.default_rng(cfg.seed)
+    tr.method_state = {}
     tr.use_reference_policy, tr.use_critic, tr.ref_in_actor = False, False, False
     tr.tokenizer = SimpleNamespace(pad_token_id=vr.PAD, eos_token_id=vr.EOS,
                                    decode=lambda ids, skip_special_tokens=True: " ".join(map(str, ids)))
@@ -183,13 +184,17 @@ def test_checkpoint_saves_and_restores_the_curation_rng(vr, tmp_path, monkeypatc
     tr.global_steps = 3
     (tmp_path / "verl_checkpoints" / "global_step_3").mkdir(parents=True)
     tr.curation_rng.random(5)
+    tr.method_state.update({"aero_mem": {"clock": 3, "memory": {"records": {"item 4": [1.5, 2.5, 3, 2]}}}})
     tr._save_checkpoint()
     folder = tmp_path / "verl_checkpoints" / "global_step_3"
     assert sorted(p.name for p in folder.iterdir()) == ["curation_state.json"]
-    expected = tr.curation_rng.random(4)
+    expected, saved_state = tr.curation_rng.random(4), json.loads(json.dumps(tr.method_state))
     tr.curation_rng = np.random.default_rng(123)  # a fresh process
+    state = tr.method_state
+    tr.method_state.clear()
     tr._load_checkpoint()
     assert np.array_equal(tr.curation_rng.random(4), expected)
+    assert tr.method_state == saved_state and tr.method_state is state  # in place: the collector holds it
     lines = (tmp_path / "verl" / CHECKPOINTS_FILE).read_text().splitlines()
     assert [json.loads(line)["step"] for line in lines] == [3]
     tr._checkpoint_on_stop(3)  # a stop right after the step's own checkpoint saves nothing more
