@@ -24,9 +24,10 @@ writes each step's metrics to ``sink`` (keys in common/metric_keys.py), calls
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib import import_module
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
+
+from common.refs import load
 
 if TYPE_CHECKING:
     from trainer.config import RunConfig
@@ -67,15 +68,10 @@ def get_engine(name: str) -> EngineSpec:
         raise ValueError(f"unknown engine {name!r}; known: {', '.join(ENGINE_NAMES)}") from None
 
 
-def _load(ref: str) -> Any:
-    module, _, attr = ref.partition(":")
-    return getattr(import_module(module), attr)
-
-
 def engine_issues(cfg: RunConfig) -> list[tuple[str, str]]:
     """The run's engine's own submit-time rules (empty for an engine without any)."""
     spec = get_engine(cfg.engine)
-    return list(_load(spec.rules)(cfg)) if spec.rules else []
+    return list(load(spec.rules)(cfg)) if spec.rules else []
 
 
 def run_training(cfg: RunConfig, out_dir: str | Path, sink: MetricSink,
@@ -85,5 +81,5 @@ def run_training(cfg: RunConfig, out_dir: str | Path, sink: MetricSink,
     """Train (or resume) one run to its end on the engine its config names (the contract in the
     module docstring). ``cfg`` was parsed once, at the boundary (``parse_run_config(data,
     policy)``: the API, the worker, the CLI)."""
-    run = _load(get_engine(cfg.engine).run)
+    run = load(get_engine(cfg.engine).run)
     return run(cfg, out_dir, sink, should_stop=should_stop, progress=progress, policy=policy)

@@ -11,7 +11,8 @@ import textwrap
 import pytest
 
 from trainer.config import parse_run_config
-from trainer.engines import ENGINE_NAMES, ENGINE_SPECS, EngineSpec, _load, engine_issues, get_engine, run_training
+from common.refs import load
+from trainer.engines import ENGINE_NAMES, ENGINE_SPECS, EngineSpec, engine_issues, get_engine, run_training
 from trainer.methods.spec import specs
 from trainer.sinks import MemorySink
 from trainer.tasks.registry import TASK_SPECS
@@ -30,10 +31,10 @@ TOY_ENGINE = textwrap.dedent('''
 
 
 def test_every_registered_engine_resolves_and_verl_loads_only_when_a_run_uses_it():
-    code = ("import sys; from trainer.engines import ENGINE_SPECS, _load\n"
+    code = ("import sys; from common.refs import load; from trainer.engines import ENGINE_SPECS\n"
             "for s in ENGINE_SPECS.values():\n"
-            "    assert callable(_load(s.run)), s.name\n"
-            "    assert s.rules is None or callable(_load(s.rules)), s.name\n"
+            "    assert callable(load(s.run)), s.name\n"
+            "    assert s.rules is None or callable(load(s.rules)), s.name\n"
             "print(sorted(m for m in ('verl', 'ray') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"  # the verl engine's entry and rules resolve without verl or Ray
@@ -75,4 +76,4 @@ def test_a_new_engine_is_its_package_plus_one_registration(tmp_path, monkeypatch
 
     assert queue_for(cfg) == "gpu" and queue_for(cfg.model_copy(update={"device": "cpu"})) == "cpu"
     assert tracker_sinks(cfg.model_copy(update={"trackers": ["tensorboard"]}), tmp_path, "r") == []
-    assert callable(_load(ENGINE_SPECS["toy"].run))
+    assert callable(load(ENGINE_SPECS["toy"].run))

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from trainer.tasks.registry import TASK_SPECS, get_task_spec, load
+from common.refs import load
+from trainer.tasks.registry import TASK_SPECS, get_task_spec
 
 if TYPE_CHECKING:
     from trainer.tasks.base import Task

@@ -20,8 +20,8 @@ scorers are named as ``"module:attribute"`` and imported when used.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib import import_module
-from typing import Any, Literal
+from typing import Literal
+
 
 
 @dataclass(frozen=True)
@@ -64,12 +64,6 @@ def get_task_spec(name: str) -> TaskSpec:
         return TASK_SPECS[name]
     except KeyError:
         raise ValueError(f"unknown task {name!r}; known: {', '.join(TASK_NAMES)}") from None
-
-
-def load(ref: str) -> Any:
-    """The object a ``"module:attribute"`` reference names."""
-    module, _, attr = ref.partition(":")
-    return getattr(import_module(module), attr)
 
 
 def tasks_with(source: str) -> tuple[str, ...]:

@@ -22,7 +22,8 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
     a generated task (``extra_info.task``, trainer/verl/data.py) score by that task's verifier
     (trainer/tasks/registry.py); every other row is a math problem."""
     from trainer.tasks.base import Problem
-    from trainer.tasks.registry import TASK_SPECS, load
+    from common.refs import load
+    from trainer.tasks.registry import TASK_SPECS
 
     spec = TASK_SPECS.get(str((extra_info or {}).get("task")))
     if spec is not None and spec.score_problem is not None:

@@ -21,6 +21,20 @@ def _diff(url):
         return compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}), Base.metadata)
 
 
+def insert_queued_runs(conn, stored: dict) -> None:
+    """Queued runs with the given stored configs (run id -> config), written as an older
+    revision's store holds them (plain inserts, no model validation)."""
+    from sqlalchemy import insert
+
+    from backend.db.models import Run
+
+    for run_id, config in stored.items():
+        conn.execute(insert(Run.__table__).values(
+            id=run_id, name=f"r{run_id}", method=config["method"], engine="embedded", config=config, status="queued",
+            queue="cpu", progress=0.0, current_step=0, total_steps=0, tags=[], notes="", cancel_requested=False,
+            attempts=0))
+
+
 def test_upgrade_head_creates_schema_with_no_autogenerate_diff(empty_db_url):
     assert set(inspect(get_engine(empty_db_url)).get_table_names()) == set()
     migrate(empty_db_url)
@@ -64,7 +78,7 @@ def test_postgres_compresses_metrics_with_lz4(empty_db_url):
 def test_migration_0005_keeps_only_the_sections_each_runs_method_reads(empty_db_url):
     """Configs stored before 0005 carry every method's section; after it each keeps its own, so
     the stricter RunConfig still parses them (a queued run from before still starts)."""
-    from sqlalchemy import insert, select
+    from sqlalchemy import select
 
     from backend.db.models import Run
     from trainer.config import parse_run_config
@@ -74,11 +88,7 @@ def test_migration_0005_keeps_only_the_sections_each_runs_method_reads(empty_db_
     stored = {1: {"method": "grpo", **every}, 2: {"method": "aero", **every}, 3: {"method": "dapo", **every},
               4: {"method": "aero-mem-d", "train_size": 8, **every}, 5: {"method": "gone", **every}}
     with get_engine(empty_db_url).begin() as conn:
-        for run_id, config in stored.items():
-            conn.execute(insert(Run.__table__).values(
-                id=run_id, name=f"r{run_id}", method=config["method"], engine="embedded", config=config, status="queued",
-                queue="cpu", progress=0.0, current_step=0, total_steps=0, tags=[], notes="", cancel_requested=False,
-                attempts=0))
+        insert_queued_runs(conn, stored)
     migrate(empty_db_url)
     with get_engine(empty_db_url).connect() as conn:
         got = dict(conn.execute(select(Run.__table__.c.id, Run.__table__.c.config)).all())
@@ -144,11 +154,7 @@ def test_migration_0009_drops_the_code_sections_operator_fields_from_stored_conf
     with pytest.raises(ConfigError, match="code.network: an operator setting"):
         parse_run_config(stored[1])
     with get_engine(empty_db_url).begin() as conn:
-        for run_id, config in stored.items():
-            conn.execute(insert(Run.__table__).values(
-                id=run_id, name=f"r{run_id}", method=config["method"], engine="embedded", config=config, status="queued",
-                queue="cpu", progress=0.0, current_step=0, total_steps=0, tags=[], notes="", cancel_requested=False,
-                attempts=0))
+        insert_queued_runs(conn, stored)
         conn.execute(insert(Sweep.__table__).values(id=1, name="s", spec=spec))
     migrate(empty_db_url)
     with get_engine(empty_db_url).connect() as conn:
