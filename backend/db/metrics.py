@@ -79,14 +79,16 @@ def bump_metrics_version(session: Session, run_id: int) -> None:
 
 
 def delete_steps_after(session: Session, run_id: int, step: int) -> int:
-    """On resume from the checkpoint of ``step``: delete the run's stored steps and evals after
-    it, and bump ``metrics_version`` so no cached answer still shows them. Returns the number
+    """On resume from the checkpoint of ``step``: delete the run's stored steps, evals and
+    checkpoint records after it, and bump ``metrics_version`` so no cached answer still shows them. Returns the number
     of step rows deleted. The caller commits."""
     bump_metrics_version(session, run_id)  # first: the run's row lock, as in upsert_step_metrics
     n = session.execute(delete(StepMetric).where(StepMetric.run_id == run_id, StepMetric.step > step)).rowcount
     series.truncate_after(session, run_id, step)
     rollouts.delete_after(session, run_id, step)
     session.execute(delete(EvalResult).where(EvalResult.run_id == run_id, EvalResult.step > step))
+    # checkpoints past it are being re-made (a resume from an older one: the newer did not load)
+    session.execute(delete(Checkpoint).where(Checkpoint.run_id == run_id, Checkpoint.step > step))
     return n
 
 

@@ -16,6 +16,7 @@ naming the checkpoint (found by ``benchmarks/soak.py``), and leaves no partial f
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import random
 import shutil
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from trainer.embedded.update import Updater
 
 
+log = logging.getLogger(__name__)
 FULL_BELOW_BYTES = 1 << 20  # a failed save with less room than this left on its filesystem ran out of space
 
 
@@ -81,18 +83,41 @@ def save_checkpoint(out_dir: str | Path, step: int, state: dict[str, Any], keep:
 
 
 def load_latest_checkpoint(out_dir: str | Path) -> dict[str, Any] | None:
-    """The newest complete checkpoint's state, or None. Restores the global Python/torch RNGs."""
-    latest = _dir(out_dir) / "latest"
+    """The newest complete checkpoint's state, or None. Restores the global Python/torch RNGs.
+
+    When the checkpoint ``latest`` names does not load (a truncated or corrupt file), the run
+    resumes from the newest older one kept beside it that does (``save_checkpoint``'s ``keep``),
+    and ``latest`` is pointed at it: the steps after it are re-run. When none loads, the error
+    names the file ``latest`` points at."""
+    root = _dir(out_dir)
+    latest = root / "latest"
     if not latest.exists():
         return None
-    path = _dir(out_dir) / latest.read_text().strip() / "state.pt"
+    named = root / latest.read_text().strip()
+    path = named / "state.pt"
     try:
         state = torch.load(path, weights_only=False)
-    except Exception as e:  # noqa: BLE001 - re-raised, naming the file
-        raise CheckpointError(f"checkpoint {path} (named by {latest}) does not load: {type(e).__name__}: {e}") from e
+    except Exception as e:  # noqa: BLE001 - an older checkpoint may still serve; else re-raised, naming the file
+        older = sorted((p for p in root.glob("step_*") if p.is_dir() and p.name < named.name), reverse=True)
+        state = next((s for s in map(_try_load, older) if s is not None), None)
+        if state is None:
+            raise CheckpointError(f"checkpoint {path} (named by {latest}) does not load: {type(e).__name__}: {e}; "
+                                  f"no older checkpoint in {root} loads either") from e
+        fallback = root / f"step_{int(state['step']):06d}"
+        log.warning("checkpoint %s does not load (%s: %s); resuming from %s", path, type(e).__name__, e, fallback)
+        latest_tmp = root / "latest.tmp"
+        latest_tmp.write_text(fallback.name)
+        os.replace(latest_tmp, latest)
     random.setstate(state["py_random"])
     torch.set_rng_state(state["torch_cpu_rng"])
     return state
+
+
+def _try_load(folder: Path) -> dict[str, Any] | None:
+    try:
+        return torch.load(folder / "state.pt", weights_only=False)
+    except Exception:  # noqa: BLE001 - a missing or corrupt older checkpoint is skipped
+        return None
 
 
 def numpy_rng_state(rng: np.random.Generator) -> dict:

@@ -191,3 +191,21 @@ def test_series_aggregates_equal_sql_over_the_json(session, run_id):
     for i, k in enumerate(keys):
         assert got["mean"][k] == (None if row[1 + 2 * i] is None else pytest.approx(float(row[1 + 2 * i]), rel=1e-9)), k
         assert got["total"][k] == (None if row[2 + 2 * i] is None else pytest.approx(float(row[2 + 2 * i]), rel=1e-9)), k
+
+
+def test_a_resume_from_an_older_checkpoint_drops_the_newer_checkpoint_records(session, run_id):
+    """A run resumed from step 2's checkpoint (step 4's did not load) no longer lists step 4's:
+    the store never names a checkpoint the run has given up; step 4's is recorded again when
+    it is written again."""
+    from backend.db.metrics import list_checkpoints, record_checkpoint
+
+    upsert_step_metrics(session, run_id, {s: {"a": float(s)} for s in range(1, 5)})
+    for step in (2, 4):
+        record_checkpoint(session, run_id, step, f"/runs/{run_id}/checkpoints/step_{step:06d}")
+    session.commit()
+    assert delete_steps_after(session, run_id, 2) == 2
+    session.commit()
+    assert [c.step for c in list_checkpoints(session, run_id)] == [2]
+    record_checkpoint(session, run_id, 4, f"/runs/{run_id}/checkpoints/step_000004")
+    session.commit()
+    assert [c.step for c in list_checkpoints(session, run_id)] == [2, 4]

@@ -47,3 +47,20 @@ def test_a_truncated_checkpoint_does_not_load_and_the_error_names_it(tmp_path):
     state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])
     with pytest.raises(CheckpointError, match=r"checkpoint .*step_000003/state\.pt \(named by .*latest\) does not load"):
         load_latest_checkpoint(tmp_path)
+
+
+def test_a_corrupt_latest_checkpoint_falls_back_to_the_newest_older_one_that_loads(tmp_path, caplog):
+    """The run resumes from the last good checkpoint (the steps after it are re-run), and
+    ``latest`` names it from then on; the warning names the file that did not load."""
+    for step in (2, 4):
+        save_checkpoint(tmp_path, step, {"w": torch.full((1000,), float(step))})
+    bad = tmp_path / "checkpoints" / "step_000004" / "state.pt"
+    bad.write_bytes(bad.read_bytes()[: bad.stat().st_size // 2])
+    with caplog.at_level("WARNING"):
+        state = load_latest_checkpoint(tmp_path)
+    assert state["step"] == 2 and float(state["w"][0]) == 2.0
+    assert (tmp_path / "checkpoints" / "latest").read_text() == "step_000002"
+    assert "step_000004/state.pt does not load" in caplog.text and "resuming from" in caplog.text
+    # the next save of step 4 replaces the corrupt one, and latest follows it
+    save_checkpoint(tmp_path, 4, {"w": torch.full((1000,), 4.0)})
+    assert load_latest_checkpoint(tmp_path)["step"] == 4
