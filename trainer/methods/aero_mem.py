@@ -151,9 +151,7 @@ def aero_mem_step(cfg: RunConfig, sampler: Sampler, rng: np.random.Generator) ->
                                             rescue_budget=plan.rescue_budget, no_rescue=plan.gave_up[live])
         correct[live], n[live] = ledger["correct"], ledger["produced"]
     else:  # every prompt skipped: nothing generated, nothing trained
-        empty = np.zeros(0, dtype=np.int64)
-        res = StepResult(rows=empty, group=empty.copy(), advantages=np.zeros(0, dtype=np.float32), prompts_used=P,
-                         calls=0, generated=0)
+        res = StepResult.nothing_trained(P)
     memory = remember(memory, ids, clock, correct, n)
     sampler.state[STATE_KEY] = {"clock": clock, "memory": to_dict(memory)}
     res.prompts_used = P

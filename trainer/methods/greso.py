@@ -138,10 +138,7 @@ def _result(cfg: RunConfig, rows: list, groups: list, rewards: list, correct: np
             extra: dict[str, float]) -> StepResult:
     """The trained rows (every rollout of the sampled prompts), their groups renumbered from 0."""
     if not rows:
-        empty = np.zeros(0, dtype=np.int64)
-        stats = {mk.ZERO_ACC_AFTER_EXPLORE: 0.0, mk.ZERO_ACC_AFTER_RESCUE: 0.0, **extra}
-        return StepResult(rows=empty, group=empty.copy(), advantages=np.zeros(0, dtype=np.float32), prompts_used=used,
-                          calls=0, generated=0, stats=stats)
+        return StepResult.nothing_trained(used, {mk.ZERO_ACC_AFTER_EXPLORE: 0.0, mk.ZERO_ACC_AFTER_RESCUE: 0.0, **extra})
     row, raw = np.concatenate(rows), np.concatenate(groups)
     _, group = np.unique(raw, return_inverse=True)
     stats = {**strata_stats(correct, cfg.n_total), **extra}

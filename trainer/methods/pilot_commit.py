@@ -189,13 +189,6 @@ def remember(memory: dict[str, dict], pc: PilotCommitConfig, keys: list, verdict
     return recovered, newly
 
 
-def _empty(used: int, extra: dict[str, float]) -> StepResult:
-    """A step that piloted nothing (every drawn prompt evicted): no rollout, nothing trained."""
-    empty = np.zeros(0, dtype=np.int64)
-    return StepResult(rows=empty, group=empty.copy(), advantages=np.zeros(0, dtype=np.float32), prompts_used=used,
-                      calls=0, generated=0, stats={mk.ZERO_ACC_AFTER_EXPLORE: 0.0, mk.ZERO_ACC_AFTER_RESCUE: 0.0, **extra})
-
-
 def pilot_commit_step(cfg: RunConfig, sampler: Sampler, rng: np.random.Generator | None = None) -> StepResult:
     """One Pilot-Commit step (module docstring); evicted and deferred prompts live in ``sampler.state``."""
     pc, n = cfg.pilot_commit, cfg.n_total
@@ -257,8 +250,8 @@ def pilot_commit_step(cfg: RunConfig, sampler: Sampler, rng: np.random.Generator
     stats = {"pilot_commit/piloted": float(len(piloted_c)), "pilot_commit/pilot_rollouts": float(n_p * len(piloted_c)),
              "pilot_commit/committed": float(len(rows)), "pilot_commit/evicted_total": float(len(evicted)),
              "pilot_commit/unspent": float(left), **{f"pilot_commit/{k}": float(v) for k, v in count.items()}}
-    if not len(piloted_c):
-        return _empty(used, stats)
+    if not len(piloted_c):  # every drawn prompt evicted: nothing piloted
+        return StepResult.nothing_trained(used, {mk.ZERO_ACC_AFTER_EXPLORE: 0.0, mk.ZERO_ACC_AFTER_RESCUE: 0.0, **stats})
     stats.update(strata_stats(piloted_c, n_p))
     stats[mk.ZERO_ACC_AFTER_RESCUE] = float((np.concatenate(final_c) == 0).mean())
     row = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)

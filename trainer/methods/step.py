@@ -45,6 +45,13 @@ class StepResult:
     stats: dict[str, float] = field(default_factory=dict)
     cost_metrics: CostMetrics | None = None
 
+    @classmethod
+    def nothing_trained(cls, prompts_used: int, stats: dict[str, float] | None = None) -> StepResult:
+        """A step that skipped every prompt it drew: no engine call, no row, nothing trained."""
+        empty = np.zeros(0, dtype=np.int64)
+        return cls(rows=empty, group=empty.copy(), advantages=np.zeros(0, dtype=np.float32), prompts_used=prompts_used,
+                   calls=0, generated=0, stats=dict(stats or {}))
+
 
 def correct_counts(correct: np.ndarray, rows_of: list[np.ndarray]) -> np.ndarray:
     """int[P]: correct rollouts among each prompt's rows (``correct`` indexed by global id)."""

@@ -329,9 +329,7 @@ def test_a_step_with_no_engine_call_is_the_same_on_both_engines(monkeypatch):
     from trainer.verl.step_metrics import step_accounting
 
     def skip_all(cfg, sampler, rng):
-        empty = np.zeros(0, dtype=np.int64)
-        return StepResult(rows=empty, group=empty.copy(), advantages=np.zeros(0, dtype=np.float32),
-                          prompts_used=sampler.next_prompts(), calls=0, generated=0, stats={"skip/all": 1.0})
+        return StepResult.nothing_trained(sampler.next_prompts(), {"skip/all": 1.0})
 
     grpo_spec, _ = registry._REGISTRY["grpo"]
     monkeypatch.setitem(registry._REGISTRY, "grpo", (grpo_spec, skip_all))
