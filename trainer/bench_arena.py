@@ -25,7 +25,7 @@ import common.metric_keys as mk
 from trainer.core.reach import COSTS
 from trainer.core.stats import mean_ci, paired_diff_ci, paired_permutation_test, problem_scores
 
-FIELDS = ("flops_total", "step_s", "rollouts_generated", "rollouts_trained", "zero_acc_after_rescue")
+FIELDS = ("flops_total", "step_s", "rollouts_generated", "rollouts_trained", "zero_acc_after_rescue", "waste_flops_frac")
 FRACTIONS = (0.5, 0.75, 0.9)
 TEST_NAME = "paired sign-flip permutation over problems (last evaluation, seeds averaged)"
 

@@ -117,12 +117,13 @@ def _reach_cell(row: dict[str, Any], cost: str, spec: str, scale: float) -> str:
 
 def render_leaderboard(rows: list[dict[str, Any]], k: int, baseline: str | None) -> str:
     """The arena's leaderboard (trainer/bench_arena.py) as Markdown: accuracy and p-value, costs
-    per step, then the compute to reach 50/75/90% of the baseline's gain per seed."""
+    per step and the share of FLOPs that trained nothing (``waste/flops_frac``), then the compute
+    to reach 50/75/90% of the baseline's gain per seed: FLOPs, seconds, rollouts and tokens generated."""
     if not rows:
         return ""
     base = baseline or "the baseline"
     head = ["method", f"final Avg@{k}", f"diff vs {base}", "p", "GFLOPs / step", "s / step", "rollouts gen / step",
-            "rollouts trained / step", "zero-acc ratio"]
+            "rollouts trained / step", "zero-acc ratio", "wasted FLOPs"]
     lines = [f"Leaderboard (equal rollout budget n_total per prompt; mean ± 95% t half-width across seeds; p: paired "
              f"sign-flip permutation over problems of the last evaluation against {base}):", "",
              _row(head), _row(["---"] * len(head))]
@@ -132,15 +133,16 @@ def render_leaderboard(rows: list[dict[str, Any]], k: int, baseline: str | None)
                            NOT_APPLICABLE if r["baseline"] else _p(r["test"]),
                            stat_text(r["flops_total"], ".2f", scale=1e9), stat_text(r["step_s"], ".3f"),
                            stat_text(r["rollouts_generated"], ".1f"), stat_text(r["rollouts_trained"], ".1f"),
-                           stat_text(r["zero_acc_after_rescue"])]))
+                           stat_text(r["zero_acc_after_rescue"]), stat_text(r.get("waste_flops_frac"))]))
     head = ["method", "target (of the gain)", "GFLOPs to reach, per seed", "seconds to reach, per seed",
-            "rollouts to reach, per seed"]
+            "rollouts to reach, per seed", "k tokens to reach, per seed"]
     lines += ["", f"Compute to reach {base}'s gain, per seed (training compute only; 'not reached' kept):", "",
               _row(head), _row(["---"] * len(head))]
     for r in rows:
         for t in r["reach"]:
             lines.append(_row([r["method"], f"{t['fraction']:.0%}", _reach_cell(t, "flops", ".0f", 1e9),
-                               _reach_cell(t, "seconds", ".1f", 1.0), _reach_cell(t, "rollouts", ".0f", 1.0)]))
+                               _reach_cell(t, "seconds", ".1f", 1.0), _reach_cell(t, "rollouts", ".0f", 1.0),
+                               _reach_cell(t, "tokens", ".0f", 1e3)]))
     return "\n".join(lines)
 
 

@@ -14,7 +14,8 @@ def _report(seed: int, x_correct: int, reach_x: dict | None):
     def run(correct):
         return {"last_per_problem": {mk.OVERALL: [[4, correct]] * 3}}
 
-    runs = {"grpo": [{"fraction": f, "reached": True, "flops": 100.0 * f, "seconds": 10.0 * f} for f in (0.5, 0.75, 0.9, 1.0)],
+    runs = {"grpo": [{"fraction": f, "reached": True, "flops": 100.0 * f, "seconds": 10.0 * f, "tokens": 4000.0 * f}
+                     for f in (0.5, 0.75, 0.9, 1.0)],
             "x": [{"fraction": f, "reached": False, "flops": None, "seconds": None} for f in (0.5, 0.75, 0.9, 1.0)]}
     if reach_x:
         runs["x"][0] = {"fraction": 0.5, "reached": True, **reach_x}
@@ -37,7 +38,7 @@ def test_paired_test_by_hand():
 
 
 def test_leaderboard_keeps_not_reached_per_seed():
-    reports = [_report(0, 4, {"flops": 30.0, "seconds": 3.0}), _report(1, 2, None)]
+    reports = [_report(0, 4, {"flops": 30.0, "seconds": 3.0, "tokens": 2500.0}), _report(1, 2, None)]
     rows = leaderboard(reports, _summary(), "grpo")
     base, x = rows
     assert base["baseline"] and base["test"] is None and base["diff"] is None
@@ -49,3 +50,6 @@ def test_leaderboard_keeps_not_reached_per_seed():
     md = render_leaderboard(rows, 8, "grpo")
     assert "1/2: s0 0; s1 not reached" in md  # 30 FLOPs show as 0 GFLOPs
     assert "diff vs grpo" in md and "**grpo**" in md
+    assert "1/2: s0 2; s1 not reached" in md  # 2,500 tokens to reach, in thousands
+    assert "2/2: s0 2; s1 2" in md  # GRPO's own 2,000 tokens at 50%
+    assert md.splitlines()[2].endswith("| wasted FLOPs |")
