@@ -264,8 +264,15 @@ class RunControl:
         """Heartbeat + latest progress, conditional on owning the run (heartbeat thread)."""
         with self._lock:
             values, self.pending = self.pending, {}
-        with session_scope(self.url) as s:
-            cancel = repo.record_progress(s, self.run_id, worker=self.me, **values)
+        try:
+            with session_scope(self.url) as s:
+                cancel = repo.record_progress(s, self.run_id, worker=self.me, **values)
+        except Exception:
+            # the store refused this beat (a restart, a lock): keep its progress for the next beat,
+            # unless a newer step arrived meanwhile; else a run could end with its row a step behind
+            with self._lock:
+                self.pending = {**values, **self.pending}
+            raise
         if cancel is None:
             self.lost = True
         else:

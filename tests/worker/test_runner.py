@@ -9,6 +9,7 @@ from datetime import timedelta
 
 import pytest
 from sqlalchemy import update
+from sqlalchemy.exc import OperationalError
 
 from backend.db.models import Run, utcnow
 from backend.db.session import session_scope
@@ -214,6 +215,31 @@ def test_run_control_progress_cancel_and_lost_ownership(db_url, make_run):
     assert ctl.lost and get_run(db_url, rid).current_step == 2
     with pytest.raises(RunLost):
         ctl.progress(4, 4, {})
+
+
+def test_a_beat_the_store_refused_is_written_by_the_next_beat(db_url, make_run, tmp_path):
+    # Found by the soak: a PostgreSQL restart failed the beat that carried a run's last step, the
+    # values were dropped, and the run succeeded with its row at step 3 of 4.
+    rid = make_run()
+    acquire(db_url, rid, "me:1:1", WS)
+    ctl = RunControl(db_url, rid, "me:1:1")
+    ctl.kick = lambda: None
+    ctl.progress(3, 4, {})
+    ctl.url = f"sqlite:///{tmp_path / 'no-such-dir' / 'store.sqlite'}"  # a store that cannot be reached
+    with pytest.raises(OperationalError):
+        ctl.beat()
+    ctl.url = db_url
+    ctl.beat()  # the final beat (execute_run) or the heartbeat's next one
+    r = get_run(db_url, rid)
+    assert (r.current_step, r.progress) == (3, 0.75)
+    ctl.progress(4, 4, {})
+    ctl.url = f"sqlite:///{tmp_path / 'no-such-dir' / 'store.sqlite'}"
+    with pytest.raises(OperationalError):
+        ctl.beat()
+    ctl.progress(5, 5, {})  # a newer step while the store was away wins over the refused one
+    ctl.url = db_url
+    ctl.beat()
+    assert get_run(db_url, rid).current_step == 5
 
 
 def test_queued_run_with_a_cancel_request_is_cancelled_not_started(db_url, make_run):
