@@ -285,6 +285,14 @@ class RunControl:
             self.pending = {"step": step, "total_steps": total}
         self.kick()
 
+    def settle(self, step: int | None, total: int) -> None:
+        """The trainer's last step, for the final beat. A run resumed from its last checkpoint
+        (its worker killed after the last step's checkpoint, before the run was marked) trains no
+        step and reports none, so without this it would succeed with its row a step behind."""
+        if step is not None:
+            with self._lock:
+                self.pending = {**self.pending, "step": step, "total_steps": total}
+
     def should_stop(self) -> bool:
         if terminating():  # the signal's own SystemExit was swallowed (see terminating)
             log.warning("run %s: the worker is shutting down; leaving at this step boundary", self.run_id)
@@ -439,6 +447,7 @@ def _train(settings: Settings, ws: WorkerSettings, run: Run, why: str, me: str) 
         if ok and alerts is not None:
             alerts.ended("failed", f"{type(exc).__name__}: {exc}")
         return "failed" if ok else "lost"
+    control.settle(summary.get("last_step"), cfg.steps)
     control.beat()  # the final progress, fresh flags (the heartbeat thread has stopped)
     if control.lost:
         return "lost"

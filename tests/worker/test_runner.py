@@ -273,6 +273,24 @@ def test_execute_run_marks_a_failing_run_failed_with_its_error(db_url, make_run,
     assert get_run(db_url, rid).attempts == 1
 
 
+def test_a_run_resumed_at_its_last_checkpoint_succeeds_with_its_row_at_the_last_step(db_url, make_run, tmp_path):
+    # Found by the soak: a worker SIGKILLed after the last step's checkpoint, before the run was
+    # marked; the next worker resumed at the last step, trained nothing, reported no progress, and
+    # the run succeeded with its row at step 3 of 4.
+    from backend.settings import Settings
+    from worker.runner import execute_run
+
+    settings = Settings(data_dir=tmp_path, database_url=db_url)
+    rid = make_run(steps=2)
+    assert execute_run(rid, settings, WS) == "succeeded"
+    # as the killed worker left it: running, owned by a dead process, the row one step behind
+    set_run(db_url, rid, status="running", current_step=1, progress=0.5, finished_at=None,
+            worker=f"{socket.gethostname()}:{dead_pid()}:1")
+    assert execute_run(rid, settings, WS) == "succeeded"
+    r = get_run(db_url, rid)
+    assert (r.status, r.current_step, r.total_steps, r.progress, r.attempts) == ("succeeded", 2, 2, 1.0, 2)
+
+
 def _store_outage() -> Exception:
     from sqlalchemy.exc import OperationalError
 
