@@ -14,6 +14,7 @@ from fastapi import FastAPI
 
 from backend.api.errors import BodySizeLimit, QueryNulGuard, install_error_handlers
 from backend.api.rate_limit import RateLimit
+from backend.api.server_timing import ServerTiming
 from backend.api.routes import access, compare, health, methods, metrics, rollouts, run_actions, runs, sweeps
 from backend.db.migrate import migrate
 from backend.db.session import get_engine, make_sessionmaker
@@ -62,6 +63,7 @@ def create_app(settings: Settings | None = None, *, enqueue: Enqueuer | None = N
     if settings.rate_limit_per_s > 0:  # outermost: a flooding caller is refused before anything else runs
         app.add_middleware(RateLimit, rate=settings.rate_limit_per_s,
                            burst=settings.rate_limit_burst or 2 * settings.rate_limit_per_s)
+    app.add_middleware(ServerTiming)  # outermost: the time includes the limiter's and the body cap's
     return app
 
 
