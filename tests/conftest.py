@@ -3,6 +3,10 @@
 torch's intra-op threads: on this 2-core machine the suite runs beside real worker, API and
 browser processes; with torch's default 2 threads a busy machine runs the tiny model ~10x
 slower than with 1 (measured), so tests use 1 thread unless AERO_TEST_THREADS says otherwise.
+
+Workers the suite starts train at the suite's own priority (AERO_WORKER_NICE=0): a niced worker
+beside two busy test processes gets a tenth of a core and its runs outlast the tests' waits.
+tests/worker/test_worker_nice.py checks the platform's default.
 """
 
 import os
@@ -13,6 +17,7 @@ import pytest
 import torch
 
 torch.set_num_threads(int(os.environ.get("AERO_TEST_THREADS", "1")))
+os.environ.setdefault("AERO_WORKER_NICE", "0")
 
 
 # What the Makefile's timing pass greps for to choose the files it collects.

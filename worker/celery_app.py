@@ -12,6 +12,8 @@ hostage. With Redis an unacked message whose worker vanished is handed out again
 
 from __future__ import annotations
 
+import os
+
 from celery import Celery, signals
 from kombu import Queue
 
@@ -93,6 +95,22 @@ def _bound_the_exit(**_) -> None:
     from worker import exit_guard
 
     exit_guard.install()
+
+
+@signals.worker_process_init.connect
+def _yield_the_cpu(**_) -> None:
+    """Each pool process (the one that trains) lowers its CPU priority to AERO_WORKER_NICE, so the
+    API and the store on the same host stay responsive while runs train on its CPUs
+    (docs/deploy.md "Worker settings"). Only ever lowered: an unprivileged process cannot raise it."""
+    lower_priority(WorkerSettings().nice)
+
+
+def lower_priority(nice: int) -> int:
+    """Set this process's niceness to ``nice`` if that is lower priority than now; return the niceness."""
+    current = os.getpriority(os.PRIO_PROCESS, 0)
+    if nice > current:
+        os.setpriority(os.PRIO_PROCESS, 0, nice)
+    return os.getpriority(os.PRIO_PROCESS, 0)
 
 
 app = make_app()

@@ -12,11 +12,20 @@ from dataclasses import dataclass, field
 
 
 def _float(name: str, default: float) -> float:
-    return float(os.environ.get(name, default))
+    try:
+        return float(os.environ.get(name, default))
+    except ValueError:
+        raise ValueError(f"{name} must be a number; got {os.environ[name]!r}") from None
 
 
 def _int(name: str, default: int) -> int:
-    return int(os.environ.get(name, default))
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        raise ValueError(f"{name} must be an integer; got {os.environ[name]!r}") from None
+
+
+DEFAULT_NICE = 10  # AERO_WORKER_NICE
 
 
 @dataclass(frozen=True)
@@ -38,3 +47,14 @@ class WorkerSettings:
     # Metric sink: flush at least this often (and on every checkpoint step and at close); a
     # quarter second keeps a live view within ~0.3 s of the trainer for fast steps too.
     sink_flush_s: float = field(default_factory=lambda: _float("AERO_SINK_FLUSH_S", 0.25))
+    # CPU priority of the processes that train (Unix niceness, 0-19). Training takes every core it
+    # can get; where the API, the dashboard or the store share the host, a positive niceness lets
+    # them answer first and training takes the rest (it loses nothing on a host with cores to spare).
+    # 0 leaves the worker at its parent's priority.
+    nice: int = field(default_factory=lambda: _int("AERO_WORKER_NICE", DEFAULT_NICE))
+
+    def __post_init__(self) -> None:
+        # checked where every worker process starts (make_app), so a bad value stops the worker
+        # with its name instead of failing in each pool process it forks
+        if not 0 <= self.nice <= 19:
+            raise ValueError(f"AERO_WORKER_NICE must be 0-19 (a Unix niceness: 0 = the parent's priority); got {self.nice}")
