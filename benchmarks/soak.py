@@ -17,7 +17,9 @@ start ``--user-stagger-s`` apart behind it, and the rest is paced over the soak;
 follow the live metric streams of running runs (reconnecting with Last-Event-ID when a stream
 breaks); ``--pollers`` clients read runs' metrics with the API's response cache off. Once, a
 flooding user sends ``--flood-rps`` requests a second for ``--flood-s`` seconds (valid PATCHes,
-invalid and oversized POSTs, async httpx) against the API's rate limit.
+invalid and oversized POSTs, async httpx, from a process of its own) against the API's rate limit.
+The workers train at the platform's CPU priority (``AERO_WORKER_NICE``, default 10: the API and
+the store answer first on a shared host); ``--worker-nice 0`` trains at the API's priority.
 
 Submissions and faults are spread over ``--duration-s`` (default: 15 s per fault + 30 s), then
 the runs drain. The faults, at seeded random times, one at a time, each recorded with its time
@@ -31,7 +33,9 @@ state.pt to half its size, start a new worker (which resumes the run). A fault t
 in progress and finds none within 3 s submits one of its own (user ``soak-target``).
 ``--store sqlite`` has no Redis or PostgreSQL to restart. The flood is time-boxed to
 ``--flood-s``: the report gives the rate the client reached (a loaded 2-core box does not send
-1,000 httpx requests a second).
+1,000 httpx requests a second: ~140), and ``--rate-limit`` (per API process) defaults to 20/s so
+that rate is well over it. The API runs as the compose file runs it (``python -m backend.serve
+--workers 2``); each response's ``Server-Timing`` gives the API's own share of a read's latency.
 
 Redis persistence: the broker must not lose a task message across a restart (the reaper does not
 re-send queued runs: docs/deploy.md), so Redis runs with ``--appendonly yes --appendfsync
@@ -104,6 +108,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from backend.api.server_timing import app_ms  # noqa: E402
+from worker.settings import DEFAULT_NICE  # noqa: E402
+
 FAULT_KINDS = ("worker_kill", "redis_restart", "pg_restart", "api_kill", "disk_full", "ckpt_truncate")
 SERVERLESS_FAULTS = ("worker_kill", "api_kill", "disk_full", "ckpt_truncate")  # --store sqlite
 TERMINAL = ("succeeded", "failed", "cancelled")
@@ -157,8 +164,12 @@ class Options:
     disk_full_s: float = 4.0
     flood_s: float = 3.0
     flood_rps: float = 1000.0
-    rate_limit: float = 50.0
+    # per API process: a 2-core box with 4 workers training sends ~140 requests/s, not 1,000, so a
+    # limit the flood exceeds (2 processes x 20/s + bursts of 40) is what makes it a test of the limiter
+    rate_limit: float = 20.0
     max_body_bytes: int = 65536
+    api_workers: int = 2  # API processes (backend.serve --workers), as the compose file runs it
+    worker_nice: int | None = None  # AERO_WORKER_NICE of the workers; None = the platform's default
     poll_interval_s: float = 0.5
     user_stagger_s: float = 2.0
     duration_s: float = 0.0  # 0 = from the number of faults
@@ -435,7 +446,8 @@ class Lab:
                     "AERO_VISIBILITY_TIMEOUT_S": str(opts.visibility_timeout_s), "AERO_STALE_AFTER_S": str(opts.stale_after_s),
                     "AERO_MAX_ATTEMPTS": str(opts.max_attempts), "AERO_SSE_POLL_S": "1", "AERO_METRICS_CACHE_MB": "0",
                     "AERO_RATE_LIMIT_PER_S": str(opts.rate_limit), "AERO_RATE_LIMIT_BURST": str(2 * opts.rate_limit),
-                    "AERO_MAX_BODY_BYTES": str(opts.max_body_bytes)}
+                    "AERO_MAX_BODY_BYTES": str(opts.max_body_bytes),
+                    **({} if opts.worker_nice is None else {"AERO_WORKER_NICE": str(opts.worker_nice)})}
         self.url = ""
 
     # ------------------------------------------------------------ services
@@ -484,8 +496,10 @@ class Lab:
             return False
 
     def start_api(self) -> None:
-        self.api = self._spawn(f"api-{self.api_starts}", [sys.executable, "-m", "uvicorn", "backend.main:app", "--host",
-                                                          "127.0.0.1", "--port", str(self.api_port), "--log-level", "warning"])
+        # as the compose file runs it: one process per core, each on its own SO_REUSEPORT socket
+        self.api = self._spawn(f"api-{self.api_starts}", [sys.executable, "-m", "backend.serve", "--workers", str(self.opts.api_workers),
+                                                          "--host", "127.0.0.1", "--port", str(self.api_port), "--log-level",
+                                                          "warning", "--no-access-log"])
         self.api_starts += 1
         wait_until(self.healthy, 60, "API health", proc=self.api)
 
@@ -584,6 +598,7 @@ class Record:
     submissions: Counter = field(default_factory=Counter)
     accepted: dict[int, dict] = field(default_factory=dict)  # run id -> {user, t}
     reads: list[tuple[float, float, int | str, str]] = field(default_factory=list)  # (t, seconds, status, user)
+    read_app_ms: list[tuple[float, float]] = field(default_factory=list)  # (t, the API's Server-Timing app ms) of 200s
     follows: list[Follow] = field(default_factory=list)
     sse_statuses: Counter = field(default_factory=Counter)
     flood: dict = field(default_factory=dict)
@@ -825,6 +840,9 @@ class Load:
                 try:
                     r = await c.get(f"/runs/{rid}/metrics", params={"keys": "reward/mean,time/step_s"})
                     status: int | str = r.status_code
+                    app = app_ms(r.headers.get("server-timing"))
+                    if r.status_code == 200 and app is not None:
+                        self.rec.read_app_ms.append((t0, app))
                     if r.status_code == 429:
                         await asyncio.sleep(float(r.headers.get("retry-after", 1)))
                 except httpx.HTTPError as e:
@@ -835,59 +853,26 @@ class Load:
     # ------------------------------------------------------------ the flood
 
     async def flood(self, token: str, own_run: int | None) -> None:
-        opts, counts = self.opts, Counter()
-        retry_after_ok = retry_after_bad = 0
-        big = json.dumps({"config": tiny_config("grpo", 2, 2), "notes": "x" * (opts.max_body_bytes + 4096)}).encode()
-        bad = {"config": {"method": "grpo", "steps": "many", "no_such_field": 1}}
-        n = max(1, int(opts.flood_rps * opts.flood_s))
-        limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
-        sem = asyncio.Semaphore(256)
-        async with httpx.AsyncClient(base_url=f"{self.api}/api", headers=self.auth(token), timeout=10, limits=limits) as c:
-
-            async def one(i: int) -> None:
-                nonlocal retry_after_ok, retry_after_bad
-                kind = ("oversized", "invalid", "valid")[i % 3]
-                try:
-                    if kind == "oversized":
-                        r = await c.post("/runs", content=big, headers={"content-type": "application/json"})
-                    elif kind == "invalid" or own_run is None:
-                        r = await c.post("/runs", json=bad)
-                    else:
-                        r = await c.patch(f"/runs/{own_run}", json={"tags": [f"flood-{i % 7}"]})
-                    counts[f"{kind} {r.status_code}"] += 1
-                    if r.status_code == 429:
-                        ra = r.headers.get("retry-after", "")
-                        if ra.isdigit() and int(ra) >= 1:
-                            retry_after_ok += 1
-                        else:
-                            retry_after_bad += 1
-                except httpx.HTTPError as e:
-                    counts[f"{kind} {type(e).__name__}"] += 1
-                finally:
-                    sem.release()
-
-            tasks = []
-            t0, p0 = now(), time.perf_counter()
-            for i in range(n):  # open loop at the aimed rate, for --flood-s at most (a busy client falls behind)
-                if time.perf_counter() - p0 >= opts.flood_s:
-                    break
-                delay = p0 + i / opts.flood_rps - time.perf_counter()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                await sem.acquire()
-                tasks.append(asyncio.create_task(one(i)))
-            sent_s = time.perf_counter() - p0
-            await asyncio.gather(*tasks)
-            t1 = now()
-        n = len(tasks)
-        by_status = Counter()
-        for k, v in counts.items():
+        """The flood comes from a process of its own: from the harness' event loop, which also
+        drives every SSE client and poller, a loaded box sent a third of the rate it reached alone."""
+        opts = self.opts
+        big = json.dumps({"config": tiny_config("grpo", 2, 2), "notes": "x" * (opts.max_body_bytes + 4096)})
+        job = {"api": self.api, "token": token, "own_run": own_run, "rps": opts.flood_rps, "seconds": opts.flood_s,
+               "big": big}
+        child = await asyncio.create_subprocess_exec(sys.executable, str(Path(__file__).resolve()), "--flood-child",
+                                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT)
+        out, _ = await child.communicate(json.dumps(job).encode())
+        if child.returncode != 0:
+            raise RuntimeError(f"the flood process exited {child.returncode}")
+        f = json.loads(out)
+        by_status: Counter = Counter()
+        for k, v in f["counts"].items():
             by_status[k.split(" ", 1)[1]] += v
-        self.rec.flood = {"start": t0, "end": t1, "aimed_rps": opts.flood_rps, "requests": n, "sent_s": round(sent_s, 2),
-                          "achieved_rps": round(n / max(sent_s, 1e-9)), "by_kind_status": dict(counts),
-                          "by_status": dict(by_status), "429_with_retry_after": retry_after_ok,
-                          "429_without_retry_after": retry_after_bad}
-        self.rec.windows.append(Window("flood", t0, t1, {"requests": n, "achieved_rps": self.rec.flood["achieved_rps"]}))
+        self.rec.flood = {"start": f["t0"], "end": f["t1"], "aimed_rps": opts.flood_rps, "requests": f["n"],
+                          "sent_s": round(f["sent_s"], 2), "achieved_rps": round(f["n"] / max(f["sent_s"], 1e-9)),
+                          "by_kind_status": f["counts"], "by_status": dict(by_status),
+                          "429_with_retry_after": f["retry_after_ok"], "429_without_retry_after": f["retry_after_bad"]}
+        self.rec.windows.append(Window("flood", f["t0"], f["t1"], {"requests": f["n"], "achieved_rps": self.rec.flood["achieved_rps"]}))
 
     # ------------------------------------------------------------ faults
 
@@ -1288,6 +1273,7 @@ def analyse(opts: Options, lab: Lab, rec: Record) -> dict:
     flood = rec.flood
     fw = (flood.get("start", -1), flood.get("end", -1))
     outside = [d for t, d, st, _ in rec.reads if st == 200 and not in_windows(t, rec.windows, opts.grace_s)]
+    app_outside = [ms / 1000.0 for t, ms in rec.read_app_ms if not in_windows(t, rec.windows, opts.grace_s)]
     during_flood = [(d, st) for t, d, st, _ in rec.reads if fw[0] <= t <= fw[1]]
     read_status = Counter(str(st) for _, _, st, _ in rec.reads)
     errors_outside = sum(1 for t, _, st, _ in rec.reads if st != 200 and not in_windows(t, rec.windows, opts.grace_s))
@@ -1309,6 +1295,8 @@ def analyse(opts: Options, lab: Lab, rec: Record) -> dict:
         "setup": {"store": opts.store if not opts.database_url else "postgres (external)", "workers": opts.workers,
                   "users": opts.users, "runs_target": opts.runs, "sse_clients": opts.sse, "pollers": opts.pollers,
                   "steps": opts.steps, "batch_prompts": opts.batch_prompts, "seed": opts.seed,
+                  "worker_nice": DEFAULT_NICE if opts.worker_nice is None else opts.worker_nice,
+                  "api_workers": opts.api_workers,
                   "duration_s": opts.duration(),
                   "redis_persistence": opts.redis_persistence if opts.store != "sqlite" else None,
                   "tmpfs_mb": opts.tmpfs_mb if lab.disk.mounted else None, "cpus": os.cpu_count(),
@@ -1322,6 +1310,7 @@ def analyse(opts: Options, lab: Lab, rec: Record) -> dict:
         "skipped": list(rec.skipped_faults) + [{"kind": "note", "why": n} for n in lab.notes],
         "latency": {
             "metric_read_ms (uncached, outside windows)": _ms(outside), "metric_read_target_p99_ms": 100,
+            "metric_read_app_ms (the API's own time, Server-Timing)": _ms(app_outside),
             "step_to_sse_ms (outside windows)": _ms(sse_lat), "step_to_sse_target_p99_ms": 300,
             "reads by status": dict(read_status), "read errors outside windows": errors_outside,
             "sse samples excluded: connected after the write": sse_catchup,
@@ -1450,6 +1439,59 @@ def run(opts: Options) -> dict:
             shutil.rmtree(root, ignore_errors=True)
 
 
+async def flood_requests(job: dict) -> dict:
+    """One user's flood (``--flood-child``: the job on stdin, the counts on stdout): an open loop at
+    ``rps`` for ``seconds`` at most, a third each of oversized bodies (413), invalid configs (422)
+    and valid PATCHes of the user's own run; a busy client falls behind rather than queueing."""
+    counts: Counter = Counter()
+    retry_after_ok = retry_after_bad = 0
+    big, own_run, rps = job["big"].encode(), job["own_run"], job["rps"]
+    bad = {"config": {"method": "grpo", "steps": "many", "no_such_field": 1}}
+    n = max(1, int(rps * job["seconds"]))
+    limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+    sem = asyncio.Semaphore(256)
+    headers = {"Authorization": f"Bearer {job['token']}"}
+    async with httpx.AsyncClient(base_url=f"{job['api']}/api", headers=headers, timeout=10, limits=limits) as c:
+
+        async def one(i: int) -> None:
+            nonlocal retry_after_ok, retry_after_bad
+            kind = ("oversized", "invalid", "valid")[i % 3]
+            try:
+                if kind == "oversized":
+                    r = await c.post("/runs", content=big, headers={"content-type": "application/json"})
+                elif kind == "invalid" or own_run is None:
+                    r = await c.post("/runs", json=bad)
+                else:
+                    r = await c.patch(f"/runs/{own_run}", json={"tags": [f"flood-{i % 7}"]})
+                counts[f"{kind} {r.status_code}"] += 1
+                if r.status_code == 429:
+                    ra = r.headers.get("retry-after", "")
+                    if ra.isdigit() and int(ra) >= 1:
+                        retry_after_ok += 1
+                    else:
+                        retry_after_bad += 1
+            except httpx.HTTPError as e:
+                counts[f"{kind} {type(e).__name__}"] += 1
+            finally:
+                sem.release()
+
+        tasks = []
+        t0, p0 = now(), time.perf_counter()
+        for i in range(n):
+            if time.perf_counter() - p0 >= job["seconds"]:
+                break
+            delay = p0 + i / rps - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            await sem.acquire()
+            tasks.append(asyncio.create_task(one(i)))
+        sent_s = time.perf_counter() - p0
+        await asyncio.gather(*tasks)
+        t1 = now()
+    return {"t0": t0, "t1": t1, "n": len(tasks), "sent_s": sent_s, "counts": dict(counts),
+            "retry_after_ok": retry_after_ok, "retry_after_bad": retry_after_bad}
+
+
 def parse_faults(spec: str) -> dict[str, int]:
     out = {}
     for part in filter(None, (p.strip() for p in spec.split(","))):
@@ -1461,6 +1503,10 @@ def parse_faults(spec: str) -> dict[str, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--flood-child"]:
+        print(json.dumps(asyncio.run(flood_requests(json.load(sys.stdin)))))
+        return 0
     d = Options()
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--store", choices=["postgres", "sqlite"], default=d.store,
@@ -1489,6 +1535,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="flood requests per second aimed at (the report says what the client reached)")
     ap.add_argument("--rate-limit", type=float, default=d.rate_limit, help="AERO_RATE_LIMIT_PER_S of the API (burst 2x)")
     ap.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes, help="AERO_MAX_BODY_BYTES of the API")
+    ap.add_argument("--api-workers", type=int, default=d.api_workers,
+                    help="API processes (python -m backend.serve --workers N; the compose file's 2); rate limits are per process")
+    ap.add_argument("--worker-nice", type=int, default=None,
+                    help="AERO_WORKER_NICE of the workers (default: the platform's, 10; 0 trains at the API's priority)")
     ap.add_argument("--poll-interval-s", type=float, default=d.poll_interval_s, help="each poller's mean pause between reads")
     ap.add_argument("--user-stagger-s", type=float, default=d.user_stagger_s, help="user i starts submitting i times this late")
     ap.add_argument("--duration-s", type=float, default=d.duration_s,
