@@ -40,7 +40,8 @@ def test_short_soak_with_a_worker_kill_an_api_restart_and_a_redis_restart_loses_
     base = tmp_path / "soak"
     opts = soak.Options(store="postgres", database_url=pg_url, workers=2, users=2, runs=8, sse=4, pollers=2,
                         faults={"worker_kill": 1, "api_kill": 1, "redis_restart": 1}, pg_port=0, redis_port=0,
-                        tmpfs_mb=0, flood_s=1.0, flood_rps=300, rate_limit=10, duration_s=40, base_dir=str(base), quiet=True)
+                        tmpfs_mb=0, flood_s=1.0, flood_rps=300, rate_limit=10, duration_s=40, base_dir=str(base), quiet=True,
+                        worker_nice=0)  # as the suite's other workers (tests/conftest.py)
     try:
         report = soak.run(opts)
     finally:
@@ -51,6 +52,11 @@ def test_short_soak_with_a_worker_kill_an_api_restart_and_a_redis_restart_loses_
     assert inv["succeeded_steps_once"]["checked"] >= 8
     assert {"worker_kill", "api_kill", "redis_restart", "flood"} <= set(report["fault_counts"]), report["faults"]
     assert report["flood"]["by_status"].get("429") and report["flood"]["by_status"].get("413")
+    # the API ran as compose runs it (2 processes) and told its own time on every read
+    assert report["setup"]["api_workers"] == 2 and report["setup"]["worker_nice"] == 0
+    reads, app = (report["latency"][k] for k in ("metric_read_ms (uncached, outside windows)",
+                                                  "metric_read_app_ms (the API's own time, Server-Timing)"))
+    assert app["n"] == reads["n"] > 0 and app["p50"] <= reads["p50"]
     # every process it started is gone: the API, reaper and workers (AERO_DATA_DIR under the base
     # dir in their environment) and redis-server (its --dir)
     leftovers = [p for p in Path("/proc").glob("[0-9]*") if int(p.name) != os.getpid() and str(base) in _proc_text(p)]
