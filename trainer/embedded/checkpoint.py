@@ -62,6 +62,13 @@ def _save_failed(tmp: Path, exc: Exception) -> Exception:
     return CheckpointError(f"writing checkpoint {tmp} failed: {type(exc).__name__}: {exc}")
 
 
+def _point_latest(root: Path, name: str) -> None:
+    """Point ``latest`` at the checkpoint directory ``name``, atomically (a crash leaves the old pointer)."""
+    tmp = root / "latest.tmp"
+    tmp.write_text(name)
+    os.replace(tmp, root / "latest")
+
+
 def save_checkpoint(out_dir: str | Path, step: int, state: dict[str, Any], keep: int = 2) -> Path:
     """Write ``state`` (tensors, state dicts, plain values) for ``step`` and point ``latest`` at it."""
     root = _dir(out_dir)
@@ -74,9 +81,7 @@ def save_checkpoint(out_dir: str | Path, step: int, state: dict[str, Any], keep:
     except Exception as e:  # noqa: BLE001 - re-raised, naming the file (and a full disk)
         raise _save_failed(tmp, e) from e
     os.replace(tmp, path / "state.pt")
-    latest_tmp = root / "latest.tmp"
-    latest_tmp.write_text(path.name)
-    os.replace(latest_tmp, root / "latest")
+    _point_latest(root, path.name)
     for old in sorted(p for p in root.glob("step_*") if p.is_dir())[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return path
@@ -105,9 +110,7 @@ def load_latest_checkpoint(out_dir: str | Path) -> dict[str, Any] | None:
                                   f"no older checkpoint in {root} loads either") from e
         fallback = root / f"step_{int(state['step']):06d}"
         log.warning("checkpoint %s does not load (%s: %s); resuming from %s", path, type(e).__name__, e, fallback)
-        latest_tmp = root / "latest.tmp"
-        latest_tmp.write_text(fallback.name)
-        os.replace(latest_tmp, latest)
+        _point_latest(root, fallback.name)
     random.setstate(state["py_random"])
     torch.set_rng_state(state["torch_cpu_rng"])
     return state

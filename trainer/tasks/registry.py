@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 
-
 @dataclass(frozen=True)
 class TaskSpec:
     name: str
