@@ -2,6 +2,7 @@
 
     run = acquire(run_id)                  # claim a queued run, or take over an orphaned one
     cfg = parse_run_config(run.config)     # the config stored at submission
+    reconcile_checkpoints(...)             # the store keeps nothing past this host's checkpoint
     run_training(cfg, <data>/runs/<id>, DbSink, should_stop, progress)   # resumes from a checkpoint
     finish(run_id, succeeded | cancelled | failed)
 
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import socket
 import threading
@@ -46,6 +48,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from backend.db import runs as repo
+from backend.db.metrics import delete_steps_after, latest_checkpoint, step_count
 from backend.db.models import FINISHED_STATUSES, Run, utcnow
 from backend.db.session import get_engine, make_sessionmaker, session_scope
 from backend.settings import Settings, get_settings
@@ -333,6 +336,68 @@ def run_dir(settings: Settings, run_id: int) -> Path:
     return settings.runs_dir / str(run_id)
 
 
+# ---------------------------------------------------------------- before training: the store's checkpoints vs this host's
+
+
+class MissingCheckpoint(RuntimeError):
+    """The store records a checkpoint newer than any this host can load, and the operator's
+    AERO_MISSING_CHECKPOINT=fail says not to restart without it."""
+
+
+def _previous_worker(why: str) -> str | None:
+    """The previous owner named by a takeover's reason (:func:`decide`), ``host:pid:start``."""
+    m = re.search(r"previous worker (\S+) is gone", why)
+    return m.group(1) if m else None
+
+
+def reconcile_checkpoints(url: str, run: Run, steps: int, out_dir: Path, me: str, why: str, mode: str) -> int:
+    """Make the store hold one attempt of ``run`` before it (re)starts here: what this host can
+    resume from, the step of ``out_dir``'s checkpoint (0 without one), is where the store's rows
+    end. Returns that step.
+
+    A run taken over (or resumed by its user) on a host that does not share the run directory
+    finds no checkpoint and starts at step 0, while the store still holds the earlier attempt's
+    later steps, evals, rollout samples and checkpoint records, mixed into its curves. When the
+    store's newest checkpoint is newer than this host's, ``mode`` (AERO_MISSING_CHECKPOINT)
+    decides: ``fail`` raises :class:`MissingCheckpoint` naming the worker that had the run and the
+    checkpoint's path; ``restart`` warns, naming the lost checkpoint, and deletes every row after
+    this host's step (``backend.db.metrics.delete_steps_after``, as ``DbSink.truncate_after``).
+    Rows past this host's step without a newer checkpoint (the earlier attempt died before it
+    checkpointed again) are deleted too, quietly. Writes only while ``me`` owns the run."""
+    from trainer.local_checkpoint import local_checkpoint_step
+
+    here = local_checkpoint_step(out_dir) or 0
+    with session_scope(url) as s:
+        stored = latest_checkpoint(s, run.id)
+        last = step_count(s, run.id)[1]
+    lost = stored if stored is not None and stored.step > here else None
+    if lost is None and (last is None or last <= here):
+        return here  # nothing stored past what this host resumes from
+    if lost is not None:
+        prev = _previous_worker(why)
+        writer = (f"worker {prev} (host {prev.rsplit(':', 2)[0]})" if prev
+                  else "an earlier attempt of this run (the store does not name its worker)")
+        found = f"only the checkpoint of step {here}" if here else "no checkpoint"
+        what = (f"run {run.id}: the store's newest checkpoint, step {lost.step} at {lost.path}, was written by {writer}, "
+                f"but this worker ({me}) finds {found} in its run directory {out_dir}")
+        if mode == "fail":
+            raise MissingCheckpoint(
+                f"{what}. The run directory is not shared between the workers: put AERO_DATA_DIR's runs/ on a "
+                f"volume every worker host mounts (docs/deploy.md, 'Run outputs'), then resume the run; or set "
+                f"AERO_MISSING_CHECKPOINT=restart to let a worker restart it from its own checkpoint")
+        log.warning("%s; restarting from step %d: the store's steps, evals, rollouts and checkpoint records after it "
+                    "are deleted (AERO_MISSING_CHECKPOINT=restart; share the run directory across workers to resume "
+                    "instead, docs/deploy.md)", what, here)
+    else:
+        log.info("run %s: dropping the store's steps after %d (this host's checkpoint; stored up to %s)",
+                 run.id, here, last)
+    with session_scope(url) as s:  # the ownership check first: a lost run deletes nothing
+        if repo.record_progress(s, run.id, step=here, total_steps=steps, worker=me) is None:
+            raise RunLost(run.id)
+        delete_steps_after(s, run.id, here)
+    return here
+
+
 def _send_ticket(settings: Settings, queue: str) -> None:
     """With a running quota, a ticket that found only capped owners' runs did nothing: when a run
     ends (a slot frees), send one more ticket if runs are still queued there (an extra ticket
@@ -421,6 +486,7 @@ def _train(settings: Settings, ws: WorkerSettings, run: Run, why: str, me: str) 
         # the store some other way (or a policy tightened since) is refused here, before compute.
         policy = settings.run_policy
         cfg = parse_run_config(run.config, policy)
+        reconcile_checkpoints(url, run, cfg.steps, out_dir, me, why, ws.missing_checkpoint)
         sink = DbSink(url, run_id, owner=me, flush_s=ws.sink_flush_s)
         alerts = AlertSink(url, run_id, run.name, cfg.alerts, policy.webhook_hosts, control.request_stop)
         sinks = MultiSink(sink, alerts, *tracker_sinks(cfg, out_dir, run.name))
@@ -469,4 +535,4 @@ def _train(settings: Settings, ws: WorkerSettings, run: Run, why: str, me: str) 
 
 
 __all__ = ["worker_identity", "owner_state", "Decision", "decide", "acquire", "RunLost", "RunControl", "error_text",
-           "run_dir", "wait_for_store", "execute_run"]
+           "run_dir", "MissingCheckpoint", "reconcile_checkpoints", "wait_for_store", "execute_run"]

@@ -26,6 +26,7 @@ def _int(name: str, default: int) -> int:
 
 
 DEFAULT_NICE = 10  # AERO_WORKER_NICE
+MISSING_CHECKPOINT_CHOICES = ("restart", "fail")  # AERO_MISSING_CHECKPOINT
 
 
 @dataclass(frozen=True)
@@ -52,9 +53,17 @@ class WorkerSettings:
     # them answer first and training takes the rest (it loses nothing on a host with cores to spare).
     # 0 leaves the worker at its parent's priority.
     nice: int = field(default_factory=lambda: _int("AERO_WORKER_NICE", DEFAULT_NICE))
+    # A run resumed here whose newest checkpoint in the store is not in this host's run directory
+    # (a run directory not shared between worker hosts): "restart" drops the store's steps after
+    # what is here and trains them again; "fail" fails the run naming the host and the path.
+    missing_checkpoint: str = field(
+        default_factory=lambda: os.environ.get("AERO_MISSING_CHECKPOINT", "restart").strip().lower())
 
     def __post_init__(self) -> None:
         # checked where every worker process starts (make_app), so a bad value stops the worker
         # with its name instead of failing in each pool process it forks
         if not 0 <= self.nice <= 19:
             raise ValueError(f"AERO_WORKER_NICE must be 0-19 (a Unix niceness: 0 = the parent's priority); got {self.nice}")
+        if self.missing_checkpoint not in MISSING_CHECKPOINT_CHOICES:
+            raise ValueError(f"AERO_MISSING_CHECKPOINT must be one of {', '.join(MISSING_CHECKPOINT_CHOICES)}; "
+                             f"got {self.missing_checkpoint!r}")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -112,10 +113,12 @@ def test_submit_train_stream_compare(broker, platform, request):
     print(f"\n[{broker}] worker ready in {t_worker:.1f}s; two {STEPS}-step runs done in {time.monotonic() - t0:.1f}s")
 
 
-def _crash_and_resume(p, db_url: str, recover) -> dict:
+def _crash_and_resume(p, db_url: str, recover, lose_run_dir: bool = False) -> dict:
     """Submit a 16-step run (checkpoint every 2), SIGKILL the worker's process group after step 3,
     call ``recover(p)`` (start a worker, maybe the reaper), wait for the run to succeed. 16 steps,
-    not 6: a tiny step takes ~0.4 s, and a 6-step run once finished before the kill landed."""
+    not 6: a tiny step takes ~0.4 s, and a 6-step run once finished before the kill landed.
+    ``lose_run_dir``: delete the run directory after the kill, as a worker on another host that
+    does not share it sees it (AERO_MISSING_CHECKPOINT=restart: the run restarts from step 0)."""
     steps = 16
     p.start_api()
     w1 = p.start_worker("worker1")
@@ -127,6 +130,8 @@ def _crash_and_resume(p, db_url: str, recover) -> dict:
         t_kill = time.monotonic()
         assert run_row(db_url, rid).status == "running", "the run ended before the kill: make it longer"
         before = stored_steps(db_url, rid)
+        if lose_run_dir:
+            shutil.rmtree(p.tmp / "data" / "runs" / str(rid))
         recover(p)
         p.wait(lambda: run_row(db_url, rid).worker not in (None, first_owner), 90, "another worker to take the run")
         t_taken = time.monotonic() - t_kill
@@ -140,8 +145,11 @@ def _crash_and_resume(p, db_url: str, recover) -> dict:
     # It resumed from a checkpoint, not from scratch: steps up to the last checkpoint before the
     # kill (>= 2) kept their original rows; the re-done steps were rewritten by the new worker.
     kept = [s for s, ts in after if (s, ts) in set(before)]
-    assert kept and kept == list(range(1, max(kept) + 1)) and max(kept) >= 2 and max(kept) % 2 == 0
     assert run.attempts == 2
+    if lose_run_dir:  # restarted from step 0: every row is the second attempt's, none of the first's
+        assert kept == [] and "restarting from step 0" in p.logs(400)
+        return {"taken_s": t_taken, "done_s": t_done, "resumed_after_step": 0, "steps_before_kill": len(before)}
+    assert kept and kept == list(range(1, max(kept) + 1)) and max(kept) >= 2 and max(kept) % 2 == 0
     return {"taken_s": t_taken, "done_s": t_done, "resumed_after_step": max(kept), "steps_before_kill": len(before)}
 
 
@@ -151,6 +159,15 @@ def test_sigkill_mid_run_redelivered_over_redis(platform, pg_url):
     p = platform(pg_url, "redis", AERO_VISIBILITY_TIMEOUT_S=3, AERO_STALE_AFTER_S=600)
     timing = _crash_and_resume(p, pg_url, lambda p: p.start_worker("worker2"))
     print(f"\n[redis crash] {timing}")
+
+
+def test_sigkill_then_resumed_on_a_host_without_the_run_directory_restarts_as_one_attempt(platform, pg_url):
+    # The next worker does not see the run directory (not shared across hosts): the store's rows
+    # past step 0 (steps, rollouts, checkpoint records) go before it restarts, so the curve is one
+    # attempt's, not the first attempt's steps mixed with the second's (docs/deploy.md)
+    p = platform(pg_url, "redis", AERO_VISIBILITY_TIMEOUT_S=3, AERO_STALE_AFTER_S=600)
+    timing = _crash_and_resume(p, pg_url, lambda p: p.start_worker("worker2"), lose_run_dir=True)
+    print(f"\n[redis crash, run directory lost] {timing}")
 
 
 def test_sigkill_mid_run_recovered_by_reaper_on_embedded_broker(platform, sqlite_url):
