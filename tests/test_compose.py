@@ -1,5 +1,7 @@
 """docker-compose.yml (no Docker engine here): services, ports, env wiring and healthchecks agree
-with each other, with docker/Dockerfile, and with the settings the code actually reads."""
+with each other, with docker/Dockerfile, and with the settings the code actually reads; each GPU
+worker owns its own GPU. PyYAML's safe loader resolves the anchors and ``<<`` merges as compose
+does."""
 
 from __future__ import annotations
 
@@ -13,7 +15,16 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 SERVICES = COMPOSE["services"]
-APP_SERVICES = ("api", "worker", "worker-cpu", "reaper", "dashboard")
+
+
+def nvidia_devices(svc: dict) -> list[dict]:
+    devices = (((svc.get("deploy") or {}).get("resources") or {}).get("reservations") or {}).get("devices") or []
+    return [d for d in devices if d.get("driver") == "nvidia" or "gpu" in (d.get("capabilities") or [])]
+
+
+GPU_WORKERS = tuple(name for name, svc in SERVICES.items() if nvidia_devices(svc))
+APP_SERVICES = ("api", *GPU_WORKERS, "worker-cpu", "reaper", "dashboard")
+WORKERS = (*GPU_WORKERS, "worker-cpu")
 
 
 def env(name: str) -> dict[str, str]:
@@ -38,7 +49,7 @@ def resolve_default(text: str) -> str:
 
 
 def test_services_present():
-    assert {"redis", "postgres", "api", "worker", "dashboard", "reaper"} <= set(SERVICES)
+    assert {"redis", "postgres", "api", "worker-gpu0", "worker-cpu", "dashboard", "reaper"} <= set(SERVICES)
 
 
 def test_every_service_has_a_healthcheck_and_depends_only_on_healthy_services():
@@ -50,7 +61,7 @@ def test_every_service_has_a_healthcheck_and_depends_only_on_healthy_services():
 
 def test_database_url_points_at_the_postgres_service_with_its_credentials():
     pg = {k: str(v) for k, v in SERVICES["postgres"]["environment"].items()}
-    for name in ("api", "worker", "worker-cpu", "reaper"):
+    for name in ("api", *WORKERS, "reaper"):
         url = urlsplit(resolve_default(env(name)["DATABASE_URL"]))
         assert url.scheme == "postgresql+psycopg"
         assert (url.hostname, url.port or 5432) == ("postgres", 5432)
@@ -60,12 +71,12 @@ def test_database_url_points_at_the_postgres_service_with_its_credentials():
 
 
 def test_redis_url_points_at_the_redis_service():
-    for name in ("api", "worker", "worker-cpu", "reaper"):
+    for name in ("api", *WORKERS, "reaper"):
         url = urlsplit(env(name)["REDIS_URL"])
         assert (url.scheme, url.hostname, url.port) == ("redis", "redis", 6379)
     # Every process that sends or consumes tasks must see the same broker and store.
-    assert len({env(n)["REDIS_URL"] for n in ("api", "worker", "worker-cpu", "reaper")}) == 1
-    assert len({env(n)["DATABASE_URL"] for n in ("api", "worker", "worker-cpu", "reaper")}) == 1
+    assert len({env(n)["REDIS_URL"] for n in ("api", *WORKERS, "reaper")}) == 1
+    assert len({env(n)["DATABASE_URL"] for n in ("api", *WORKERS, "reaper")}) == 1
 
 
 def test_ports_match_what_the_processes_listen_on():
@@ -95,9 +106,10 @@ def test_workers_consume_the_queues_the_api_routes_to():
     from backend.settings import Settings
 
     s = Settings()
-    gpu = command("worker")
-    assert gpu[:4] == ["celery", "-A", "worker.celery_app", "worker"]
-    assert set(arg(gpu, "-Q").split(",")) == {s.cpu_queue, s.gpu_queue}
+    for name in GPU_WORKERS:
+        gpu = command(name)
+        assert gpu[:4] == ["celery", "-A", "worker.celery_app", "worker"]
+        assert set(arg(gpu, "-Q").split(",")) == {s.cpu_queue, s.gpu_queue}
     assert arg(command("worker-cpu"), "-Q") == s.cpu_queue
     assert command("reaper")[:3] == ["python", "-m", "worker.reaper"]
     assert "--alive-file" in command("reaper")
@@ -106,13 +118,14 @@ def test_workers_consume_the_queues_the_api_routes_to():
 
 def test_workers_stop_with_a_cold_shutdown():
     # SIGQUIT hands the running task's message back to the broker; SIGTERM would wait for the run.
-    assert SERVICES["worker"]["stop_signal"] == SERVICES["worker-cpu"]["stop_signal"] == "SIGQUIT"
+    assert {SERVICES[name]["stop_signal"] for name in WORKERS} == {"SIGQUIT"}
 
 
-def test_gpu_reservation_on_the_worker_only():
-    devices = SERVICES["worker"]["deploy"]["resources"]["reservations"]["devices"]
-    assert devices[0]["driver"] == "nvidia" and devices[0]["capabilities"] == ["gpu"]
-    assert "cu" in resolve_default(SERVICES["worker"]["build"]["args"]["TORCH_INDEX"])
+def test_gpu_reservation_on_the_gpu_workers_only():
+    for name in GPU_WORKERS:
+        devices = nvidia_devices(SERVICES[name])
+        assert [(d["driver"], d["capabilities"]) for d in devices] == [("nvidia", ["gpu"])], name
+        assert "cu" in resolve_default(SERVICES[name]["build"]["args"]["TORCH_INDEX"])
     for name in ("api", "reaper", "dashboard", "worker-cpu"):
         assert "deploy" not in SERVICES[name], name
         assert SERVICES[name]["build"]["args"]["TORCH_INDEX"] == "cpu"
@@ -156,3 +169,81 @@ def test_build_context_leaves_out_virtualenvs_and_data():
     ignored = set((ROOT / ".dockerignore").read_text().split())
     assert {".git", ".venv", "aero-data", "**/__pycache__", "*.sqlite"} <= ignored
     assert not any(p.startswith(("trainer", "backend", "worker", "cli", "dashboard")) for p in ignored)  # the code ships
+
+
+# -- one GPU per GPU worker -------------------------------------------------------------------
+# Docker gives a reservation of `count: N` the GPUs 0..N-1, so N replicas of one service (or
+# several services with `count`) all get GPU 0. Each GPU worker names its GPU(s) by id instead.
+
+
+def device_ids(name: str) -> list[str]:
+    return [str(i) for d in nvidia_devices(SERVICES[name]) for i in d.get("device_ids") or []]
+
+
+def queues(name: str) -> set[str]:
+    """The queues a worker service consumes: its command's -Q/--queues, else AERO_WORKER_QUEUES."""
+    cmd = command(name)
+    for flag in ("-Q", "--queues"):
+        if flag in cmd:
+            return set(resolve_default(arg(cmd, flag)).split(","))
+    return set(resolve_default(env(name).get("AERO_WORKER_QUEUES", "")).split(",")) - {""}
+
+
+def test_there_are_gpu_workers():
+    assert len(GPU_WORKERS) >= 2 and "worker-gpu0" in GPU_WORKERS
+
+
+@pytest.mark.parametrize("name", GPU_WORKERS)
+def test_each_gpu_worker_reserves_its_gpus_by_id_not_by_count(name):
+    for device in nvidia_devices(SERVICES[name]):
+        assert "count" not in device, f"{name}: `count` maps to GPUs 0..N-1 on every replica; name device_ids"
+        assert device.get("device_ids"), f"{name}: reserve the GPU by device_ids"
+    # literal ids: an interpolated one could make two services take the same GPU
+    assert device_ids(name) and all(re.fullmatch(r"\d+", i) for i in device_ids(name)), device_ids(name)
+
+
+def test_no_gpu_is_reserved_by_two_services():
+    owners: dict[str, str] = {}
+    for name in GPU_WORKERS:
+        for i in device_ids(name):
+            assert i not in owners, f"GPU {i} is reserved by both {owners[i]} and {name}"
+            owners[i] = name
+
+
+@pytest.mark.parametrize("name", GPU_WORKERS)
+def test_each_gpu_worker_consumes_the_gpu_queue(name):
+    from backend.settings import Settings
+
+    assert Settings().gpu_queue in queues(name)
+    cmd = command(name)  # its healthcheck pings the Celery node name it runs as
+    node = arg(cmd, "--hostname").replace("%h", "$$HOSTNAME")
+    assert f"-d {node}" in " ".join(SERVICES[name]["healthcheck"]["test"])
+
+
+def test_one_gpu_worker_by_default_the_others_by_profile():
+    """`docker compose up` on a one-GPU host must not start a worker for a GPU it lacks."""
+    default = [n for n in GPU_WORKERS if not SERVICES[n].get("profiles")]
+    assert default == ["worker-gpu0"] and device_ids("worker-gpu0") == ["0"]
+    for name in GPU_WORKERS:
+        if name != "worker-gpu0":
+            assert SERVICES[name]["profiles"] == [f"gpu{device_ids(name)[0]}"], name
+    assert SERVICES["worker-cpu"]["profiles"] == ["cpu"] and queues("worker-cpu") == {"cpu"}
+
+
+def test_the_documented_compose_commands_name_services_that_exist():
+    """Every `--scale NAME=` and profile in docs/deploy.md and the compose header names a
+    service or profile of this file; no GPU worker is scaled above 1 (its replicas would
+    share its GPU)."""
+    profiles = {p for svc in SERVICES.values() for p in svc.get("profiles") or []}
+    for path in ("docs/deploy.md", "docker-compose.yml"):
+        text = (ROOT / path).read_text()
+        lines = [line for line in text.splitlines() if "docker compose" in line or "COMPOSE_PROFILES" in line]
+        assert lines, path
+        for line in lines:
+            for name, n in re.findall(r"--scale[ =]([\w-]+)=(\d+)", line):
+                assert name in SERVICES, (path, line)
+                assert name not in GPU_WORKERS or int(n) <= 1, (path, line)
+            for p in re.findall(r"--profile[ =]([\w-]+)", line):
+                assert p in profiles, (path, line)
+            for group in re.findall(r"COMPOSE_PROFILES=([\w,-]+)", line):
+                assert set(group.split(",")) <= profiles, (path, line)
