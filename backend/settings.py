@@ -75,6 +75,7 @@ class Settings(BaseSettings):
     quota_active_runs: int = Field(0, ge=0, validation_alias=AliasChoices("AERO_QUOTA_ACTIVE_RUNS", "quota_active_runs"))
     quota_running_runs: int = Field(0, ge=0, validation_alias=AliasChoices("AERO_QUOTA_RUNNING_RUNS", "quota_running_runs"))
     quota_run_work: int = Field(0, ge=0, validation_alias=AliasChoices("AERO_QUOTA_RUN_WORK", "quota_run_work"))
+    quota_running_gpus: int = Field(0, ge=0, validation_alias=AliasChoices("AERO_QUOTA_RUNNING_GPUS", "quota_running_gpus"))
     # The operator's run policy, from the AERO_SANDBOX_* / AERO_MAX_* / AERO_DATA_ROOTS variables
     # (trainer.operator_policy.ENV); tests pass ``policy=RunPolicy(...)``. Use ``run_policy``.
     policy: RunPolicy = Field(default_factory=RunPolicy.from_env, validation_alias=AliasChoices("policy"))

@@ -49,16 +49,36 @@ def worker(
     queues: Annotated[Optional[str], typer.Option("--queues", "-Q", help="Comma-separated queues (env AERO_WORKER_QUEUES; "
                                                   "default cpu, plus gpu with CUDA).")] = None,
     concurrency: Annotated[Optional[int], typer.Option("--concurrency", "-c", help="Runs at once (env AERO_WORKER_CONCURRENCY; default 1).")] = None,
+    gpus: Annotated[Optional[str], typer.Option("--gpus", help="GPU ids this worker owns, e.g. 0,1,2,3 (env "
+                                                "AERO_WORKER_GPUS): it starts a Ray head of its own with exactly these, "
+                                                "and Ray places each run's GPUs on them (no two runs share one; a run that "
+                                                "does not fit waits). On a host without CUDA they are logical GPUs. "
+                                                "docs/scale.md")] = None,
+    ray_address: Annotated[Optional[str], typer.Option("--ray-address", help="Join this Ray cluster (host:port; env "
+                                                       "AERO_RAY_ADDRESS) and place every GPU run on it, verl runs of "
+                                                       "several nodes included. docs/scale.md")] = None,
 ):
     """Start a Celery worker in the foreground ('aero up' starts one for you)."""
     from backend.settings import broker_url, get_settings
     from worker.celery_app import default_queues, is_embedded
+    from worker.ray_head import parse_gpus, run_with_head
     from worker.settings import WorkerSettings
 
     settings, ws = get_settings(), WorkerSettings()
     qs = csv_items(queues) or default_queues(settings, ws)
     argv = worker_argv(qs, concurrency or ws.concurrency, is_embedded(broker_url(settings)))
+    try:
+        owned = parse_gpus(gpus if gpus is not None else os.environ.get("AERO_WORKER_GPUS"))
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--gpus") from None
+    if owned and ray_address:
+        raise typer.BadParameter("give either --gpus (a Ray head of the worker's own) or --ray-address (the "
+                                 "operator's cluster), not both", param_hint="--gpus")
     os.chdir(ROOT)
+    if owned:
+        raise typer.Exit(run_with_head(argv, owned))
+    if ray_address:
+        os.environ["AERO_RAY_ADDRESS"] = ray_address
     os.execv(argv[0], argv)
 
 

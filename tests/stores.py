@@ -74,3 +74,16 @@ def truncate_all(url: str) -> None:
         if engine.dialect.name == "postgresql":
             for (seq,) in conn.execute(text("SELECT sequencename FROM pg_sequences WHERE schemaname = current_schema()")):
                 conn.execute(text(f'ALTER SEQUENCE "{seq}" RESTART WITH 1'))
+
+
+def old_runs_table():
+    """The runs table as the first revisions hold it, without the model's later columns (whose
+    Python defaults an insert through the model's table would send to a table that lacks them)."""
+    import sqlalchemy as sa
+
+    from backend.db.models import Run, utcnow
+
+    names = ("id", "name", "method", "engine", "config", "status", "queue", "progress", "current_step", "total_steps",
+             "tags", "notes", "cancel_requested", "attempts")
+    cols = [sa.Column(n, Run.__table__.c[n].type) for n in names]
+    return sa.Table("runs", sa.MetaData(), *cols, sa.Column("created_at", sa.DateTime, default=utcnow))

@@ -21,6 +21,7 @@ from trainer.alerts import AlertsConfig, rule_issues
 from trainer.engines import ENGINE_NAMES, engine_issues
 from trainer.methods.section import Strict
 from trainer.methods.spec import all_sections, get_method, method_names, section_readers, specs
+from trainer.resources import ResourcesConfig, resource_issues
 from trainer.safetext import no_control_chars  # noqa: F401  (also backend.schemas's, via this module)
 from trainer.tasks.registry import PRESET_NAMES, PRESET_TASK, TASK_NAMES, TASK_SPECS, get_task_spec
 
@@ -173,6 +174,9 @@ class _RunFields(Strict):
                                                              "updates (lr 5e-6) are not rounded away; on CPU it stores the weights in bf16.")
     verifier_timeout_s: float = Field(5.0, gt=0.0, le=600.0)
     optim: OptimConfig = Field(default_factory=OptimConfig)
+    resources: ResourcesConfig = Field(default_factory=ResourcesConfig, description="GPUs per node, nodes and "
+                                       "rollout tensor parallelism the run holds while it trains (trainer/resources.py): "
+                                       "a run waits until they are free and never shares a GPU with another run.")
     code: CodeConfig = Field(default_factory=CodeConfig)
     alerts: AlertsConfig = Field(default_factory=AlertsConfig, description="Alert rules and early stopping "
                                  "(trainer/alerts.py): each rule notifies (recorded, posted to the webhook) and/or stops "
@@ -299,6 +303,7 @@ def cross_field_issues(cfg: RunConfig) -> list[tuple[str, str]]:
         if not name.strip() or not str(path).strip():
             issues.append(("benchmarks", f"each benchmark needs a name and a local file path; got {name!r}: {path!r}"))
     issues += engine_issues(cfg)
+    issues += resource_issues(cfg)
     issues += method_issues(cfg)
     if cfg.train_size is not None and task.source != "generated":
         issues.append(("train_size", f"a finite training set is an option of the generated tasks; the {cfg.task} "

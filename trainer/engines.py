@@ -18,7 +18,10 @@ trains (or resumes from ``out_dir``'s checkpoint) the parsed ``RunConfig`` to it
 writes each step's metrics to ``sink`` (keys in common/metric_keys.py), calls
 ``progress(step, steps, metrics)`` after each step, stops at a step boundary when
 ``should_stop()`` says so, and returns ``{"status": "completed" | "stopped", "last_step",
-"final_eval", ...}``. ``policy`` is the operator's (trainer/operator_policy.py).
+"final_eval", ...}``. ``policy`` is the operator's (trainer/operator_policy.py). An engine
+that places its own work on Ray (``uses_ray``) also takes ``on_wait(text | None)``, told what the
+run waits for while its GPUs are taken and None once placed, and ``on_placed(summary)``
+(trainer/placement.py); :func:`run_training` places the other engines' GPU runs itself.
 """
 
 from __future__ import annotations
@@ -48,6 +51,9 @@ class EngineSpec:
     own_trackers: bool = False
     # True when a run with device="auto" goes to the GPU queue (an engine made for clusters)
     gpu_by_default: bool = False
+    # True when the engine runs on Ray and places its workers itself (trainer/placement.py):
+    # its run function takes on_wait and on_placed
+    uses_ray: bool = False
     extra: str | None = None  # the pip extra that installs it, for error messages
 
 
@@ -56,7 +62,7 @@ ENGINE_SPECS: dict[str, EngineSpec] = {s.name: s for s in (
                run="trainer.embedded.loop:run_embedded"),
     EngineSpec("verl", "verl 0.9.1's RayPPOTrainer (Ray, FSDP; vLLM or our HF rollout), for clusters and the CPU",
                run="trainer.verl:run_verl", rules="trainer.verl.rules:verl_issues", own_trackers=True,
-               gpu_by_default=True, extra="verl"),
+               gpu_by_default=True, uses_ray=True, extra="verl"),
 )}
 ENGINE_NAMES: tuple[str, ...] = tuple(ENGINE_SPECS)
 
@@ -77,9 +83,36 @@ def engine_issues(cfg: RunConfig) -> list[tuple[str, str]]:
 def run_training(cfg: RunConfig, out_dir: str | Path, sink: MetricSink,
                  should_stop: Callable[[], bool] | None = None,
                  progress: Callable[[int, int, dict], None] | None = None,
-                 policy: RunPolicy | None = None) -> dict[str, Any]:
+                 policy: RunPolicy | None = None,
+                 on_wait: Callable[[str | None], None] | None = None,
+                 on_placed: Callable[[dict], None] | None = None) -> dict[str, Any]:
     """Train (or resume) one run to its end on the engine its config names (the contract in the
     module docstring). ``cfg`` was parsed once, at the boundary (``parse_run_config(data,
-    policy)``: the API, the worker, the CLI)."""
-    run = load(get_engine(cfg.engine).run)
-    return run(cfg, out_dir, sink, should_stop=should_stop, progress=progress, policy=policy)
+    policy)``: the API, the worker, the CLI). A GPU run of an engine that does not place itself
+    holds its GPU through the operator's Ray cluster when there is one (trainer/placement.py):
+    ``on_wait`` hears what it waits for, ``on_placed`` where it landed; stopped while it waits,
+    it returns ``{"status": "stopped", "last_step": None}`` without training."""
+    spec = get_engine(cfg.engine)
+    run = load(spec.run)
+    if spec.uses_ray:
+        return run(cfg, out_dir, sink, should_stop=should_stop, progress=progress, policy=policy, on_wait=on_wait,
+                   on_placed=on_placed)
+    from trainer.placement import placed_embedded, wants_placement
+    from trainer.resources import gpus_per_node
+
+    cuda = cfg.device == "cuda" or (cfg.device == "auto" and _cuda_available())
+    gpus = gpus_per_node(cfg, cuda)
+    if not wants_placement(False, gpus):
+        return run(cfg, out_dir, sink, should_stop=should_stop, progress=progress, policy=policy)
+    with placed_embedded(gpus, cuda, should_stop, on_wait) as placement:
+        if placement is None:
+            return {"status": "stopped", "last_step": None, "final_eval": None}
+        if on_placed is not None:
+            on_placed(placement.summary())
+        return run(cfg, out_dir, sink, should_stop=should_stop, progress=progress, policy=policy)
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()

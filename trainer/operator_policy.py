@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from trainer.alerts import webhook_policy_issues
+from trainer.resources import gpus_held
 
 if TYPE_CHECKING:
     from trainer.config import RunConfig
@@ -70,6 +71,10 @@ class RunPolicy(BaseModel):
     max_aero_k_max: int = Field(100, ge=0, description="Cap on aero.k_max.")
     max_aero_k: float = Field(1000.0, ge=1, allow_inf_nan=False, description="Cap on aero.k (always finite).")
     max_aero_delta_n: int = Field(1024, ge=1, description="Cap on aero.delta_n (rescue rollouts per prompt per round).")
+    max_gpus: int = Field(8, ge=0, description="Cap on the GPUs one run holds (resources.gpus_per_node x "
+                          "resources.nodes; a logical GPU on device=cpu counts too).")
+    max_nodes: int = Field(1, ge=1, description="Cap on resources.nodes: a run over several nodes needs the operator's "
+                           "Ray cluster (AERO_RAY_ADDRESS) and a run directory every node sees, so it is opt-in.")
     max_dapo_gen_rounds: int = Field(64, ge=1, description="Cap on dapo.max_gen_rounds (prompt batches generated "
                                      "per step: each one costs a GRPO step's generation).")
     rollout_sample_prompts: int = Field(4, ge=0, le=4096, description="Rollouts stored per step: this many random "
@@ -125,6 +130,8 @@ ENV: dict[str, str] = {
     "max_aero_k": "AERO_MAX_AERO_K",
     "max_aero_delta_n": "AERO_MAX_AERO_DELTA_N",
     "max_dapo_gen_rounds": "AERO_MAX_DAPO_GEN_ROUNDS",
+    "max_gpus": "AERO_MAX_GPUS",
+    "max_nodes": "AERO_MAX_NODES",
     "rollout_sample_prompts": "AERO_ROLLOUT_SAMPLE_PROMPTS",
     "rollout_sample_max_rows": "AERO_ROLLOUT_SAMPLE_MAX_ROWS",
     "rollout_text_chars": "AERO_ROLLOUT_TEXT_CHARS",
@@ -146,6 +153,7 @@ CAPS: tuple[tuple[str, str], ...] = (
     ("aero.k", "max_aero_k"),
     ("aero.delta_n", "max_aero_delta_n"),
     ("dapo.max_gen_rounds", "max_dapo_gen_rounds"),
+    ("resources.nodes", "max_nodes"),
     ("code.memory_mb", "sandbox_memory_mb"),
     ("code.max_processes", "sandbox_max_processes"),
     ("code.max_output_bytes", "sandbox_max_output_bytes"),
@@ -203,6 +211,10 @@ def policy_issues(cfg: RunConfig, policy: RunPolicy) -> list[tuple[str, str]]:
         elif value > limit:
             shown = int(limit) if isinstance(limit, float) and limit.is_integer() else limit
             issues.append((field, f"at most {shown} (operator cap {ENV[cap]})"))
+    gpus = gpus_held(cfg, cuda=cfg.device == "cuda")
+    if gpus > policy.max_gpus:
+        issues.append(("resources.gpus_per_node", f"the run would hold {gpus} GPUs (gpus_per_node x nodes); at most "
+                       f"{policy.max_gpus} (operator cap AERO_MAX_GPUS)"))
     if cfg.code.audit_hook == "fallback" and policy.sandbox_audit_hook == "always":
         issues.append(("code.audit_hook", "the operator requires the audit hook always (AERO_SANDBOX_AUDIT_HOOK)"))
     issues += webhook_policy_issues(cfg.alerts, policy.webhook_hosts)

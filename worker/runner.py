@@ -173,7 +173,8 @@ def _act(url: str, run: Run, d: Decision, me: str, max_attempts: int) -> Run | N
     return None
 
 
-def _claim_fair(url: str, ticket: int, me: str, queue: str | None, running_cap: int) -> tuple[Run | None, str]:
+def _claim_fair(url: str, ticket: int, me: str, queue: str | None, running_cap: int,
+                gpu_cap: int = 0) -> tuple[Run | None, str]:
     """The ticket's fresh delivery: cancel its own run if that was cancelled while queued, then
     claim the run the fair-share rule picks on the ticket's queue."""
     note = ""
@@ -186,7 +187,7 @@ def _claim_fair(url: str, ticket: int, me: str, queue: str | None, running_cap: 
     if queue is None:
         return None, f"run {ticket} does not exist and the message named no queue"
     with make_sessionmaker(get_engine(url))() as s:  # not session_scope: claim_next commits its reads itself
-        run = repo.claim_next(s, queue, me, ticket, running_cap)
+        run = repo.claim_next(s, queue, me, ticket, running_cap, gpu_cap=gpu_cap)
         s.commit()
     if run is None:
         return None, f"{note}no queued run on {queue} to take (ticket {ticket})"
@@ -195,11 +196,12 @@ def _claim_fair(url: str, ticket: int, me: str, queue: str | None, running_cap: 
 
 def acquire(url: str, run_id: int, me: str, ws: WorkerSettings,
             sleep: Callable[[float], None] = time.sleep, now: Callable[[], datetime] = utcnow,
-            queue: str | None = None, running_cap: int = 0) -> tuple[Run | None, str]:
+            queue: str | None = None, running_cap: int = 0, gpu_cap: int = 0) -> tuple[Run | None, str]:
     """Serve the ticket ``run_id`` in process ``me``: go back to the running run this message
     was serving if its first delivery's worker is gone (takeover), else claim the queued run the
     fair-share rule picks on the ticket's queue (``queue`` when the ticket's run no longer
-    exists); owners at ``running_cap`` running runs are skipped. Returns (run, why) with run None
+    exists); owners at ``running_cap`` running runs, or whose running runs' GPUs plus the next
+    run's would pass ``gpu_cap``, are skipped. Returns (run, why) with run None
     when there is nothing to run (nothing queued, owned by a live worker, failed for lack of
     attempts). ``sleep`` and ``now`` are injectable for tests."""
     first_beat: Any = ...
@@ -209,7 +211,7 @@ def acquire(url: str, run_id: int, me: str, ws: WorkerSettings,
         with session_scope(url) as s:
             run = repo.run_of_ticket(s, run_id)
         if run is None:
-            return _claim_fair(url, run_id, me, queue, running_cap)
+            return _claim_fair(url, run_id, me, queue, running_cap, gpu_cap)
         age = _age_s(run.heartbeat_at, now())
         d = decide(run.status, worker=run.worker, me=me, owner=owner_state(run.worker), heartbeat_age_s=age,
                    attempts=run.attempts, cancel_requested=run.cancel_requested,
@@ -309,6 +311,22 @@ class RunControl:
             raise RunLost(self.run_id)
         self.cancel = self.cancel or bool(row.cancel_requested)
         return self.cancel or self.early_stop is not None
+
+    def waiting(self, text: str | None) -> None:
+        """What the run waits for before its first step (its GPUs), or None once placed: recorded
+        at once (trainer/placement.py calls this only when the text changes)."""
+        self._record(waiting_for=text)
+
+    def placed(self, summary: dict) -> None:
+        """Where the run was placed (the Ray cluster, nodes, GPU ids), recorded with its GPU count."""
+        log.info("run %s placed: %s", self.run_id, summary)
+        self._record(waiting_for=None, placement=summary)
+
+    def _record(self, **values: Any) -> None:
+        with session_scope(self.url) as s:
+            if not repo.record_placement(s, self.run_id, self.me, **values):
+                self.lost = True
+                raise RunLost(self.run_id)
 
     def request_stop(self, alert: Any) -> None:
         """An alert rule asks the run to stop at the next step boundary (worker/alerts.py)."""
@@ -449,7 +467,8 @@ def execute_run(run_id: int, settings: Settings | None = None, ws: WorkerSetting
     after the wait raises: Celery retries the task, and the reaper covers the rest, as before."""
     settings, ws = settings or get_settings(), ws or WorkerSettings()
     url, me = settings.database_url, worker_identity()
-    run, why = acquire(url, run_id, me, ws, queue=queue, running_cap=settings.quota_running_runs)
+    caps = {"running_cap": settings.quota_running_runs, "gpu_cap": settings.quota_running_gpus}
+    run, why = acquire(url, run_id, me, ws, queue=queue, **caps)
     if run is None:
         log.info("ticket %s skipped: %s", run_id, why)
         return f"skipped: {why}"
@@ -462,13 +481,13 @@ def execute_run(run_id: int, settings: Settings | None = None, ws: WorkerSetting
                 if resumes == STORE_RESUMES or not wait_for_store(url):
                     raise
             log.info("run %s: the store answers again; resuming the run in this process", run.id)
-            run, why = acquire(url, run_id, me, ws, queue=queue, running_cap=settings.quota_running_runs)
+            run, why = acquire(url, run_id, me, ws, queue=queue, **caps)
             if run is None:  # the reaper re-queued it meanwhile and another ticket took it
                 log.info("ticket %s skipped: %s", run_id, why)
                 return f"skipped: {why}"
         raise AssertionError("unreachable")  # the loop returns or raises
     finally:
-        if settings.quota_running_runs:
+        if settings.quota_running_runs or settings.quota_running_gpus:
             _send_ticket(settings, run_queue)
 
 
@@ -494,7 +513,7 @@ def _train(settings: Settings, ws: WorkerSettings, run: Run, why: str, me: str) 
         with Heartbeat(control.beat, ws.heartbeat_s) as hb:
             control.kick = hb.kick
             summary = run_training(cfg, out_dir, sinks, should_stop=control.should_stop, progress=control.progress,
-                                   policy=policy)
+                                   policy=policy, on_wait=control.waiting, on_placed=control.placed)
         t_train = time.perf_counter() - t_train
     except RunLost:
         log.warning("run %s: lost ownership (re-queued or taken over elsewhere); stopping without writing", run_id)

@@ -103,6 +103,14 @@ class Run(Base):
     # Why a run ended before its last step other than a cancel: the alert rule that stopped it
     # (trainer/alerts.py). None for a run that ran to its end, was cancelled or crashed.
     stop_reason: Mapped[str | None] = mapped_column(Text, default=None)
+    # GPUs the run holds while it trains (resources.gpus_per_node x nodes, trainer/resources.py):
+    # set at submit, corrected by the worker once placed; AERO_QUOTA_RUNNING_GPUS counts them.
+    gpus: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # What a claimed run waits for before its first step (its GPUs, trainer/placement.py); None
+    # once placed, and for a run that needs no placement.
+    waiting_for: Mapped[str | None] = mapped_column(Text, default=None)
+    # Where it trains: the Ray cluster, nodes and GPU ids it was given (trainer/placement.py).
+    placement: Mapped[dict[str, Any] | None] = mapped_column(Json, default=None)
 
 
 class StepMetric(Base):

@@ -76,8 +76,8 @@ def _side_effects(dst: str) -> dict[str, Any]:
     if dst == "running":
         return {"heartbeat_at": now, "started_at": func.coalesce(Run.started_at, now), "attempts": Run.attempts + 1}
     if dst == "queued":
-        return {"worker": None, "heartbeat_at": None}
-    return {"finished_at": now}  # a finished status
+        return {"worker": None, "heartbeat_at": None, "waiting_for": None}
+    return {"finished_at": now, "waiting_for": None}  # a finished status: it waits for nothing
 
 
 def _owned_by(worker: str | None) -> ColumnElement[bool]:
@@ -130,11 +130,18 @@ def fair_order(queued_heads: dict[str | None, int], running: dict[str | None, in
     return [queued_heads[o] for o in eligible]
 
 
-def fair_candidates(session: Session, queue: str, running_cap: int = 0) -> list[int]:
-    """:func:`fair_order` over the store's queued and running runs of ``queue`` (three grouped reads)."""
+def fair_candidates(session: Session, queue: str, running_cap: int = 0, gpu_cap: int = 0) -> list[int]:
+    """:func:`fair_order` over the store's queued and running runs of ``queue`` (three grouped reads;
+    two more with ``gpu_cap``: owners whose running runs' GPUs plus their next run's would pass it
+    are left out, so that run waits)."""
     q = Run.queue == queue
     heads = dict(session.execute(select(Run.owner, func.min(Run.id)).where(
         q, Run.status == "queued", Run.cancel_requested.is_(False)).group_by(Run.owner)).all())
+    if gpu_cap and heads:
+        held = dict(session.execute(select(Run.owner, func.sum(Run.gpus)).where(
+            Run.status == "running").group_by(Run.owner)).all())
+        asks = dict(session.execute(select(Run.id, Run.gpus).where(Run.id.in_(list(heads.values())))).all())
+        heads = {o: h for o, h in heads.items() if int(held.get(o) or 0) + asks.get(h, 0) <= gpu_cap}
     if not heads:
         return []
     running = dict(session.execute(select(Run.owner, func.count(Run.id)).where(
@@ -147,7 +154,7 @@ def fair_candidates(session: Session, queue: str, running_cap: int = 0) -> list[
 
 
 def claim_next(session: Session, queue: str, worker: str, ticket: int, running_cap: int = 0,
-               tries: int = 20) -> Run | None:
+               tries: int = 20, gpu_cap: int = 0) -> Run | None:
     """Claim for ``worker`` the queued run of ``queue`` the fair-share rule picks (:func:`fair_order`),
     recording ``ticket``; None when no run is eligible. Race-safe: each attempt is the compare-and-set
     of :func:`claim_run` (``UPDATE ... WHERE status = 'queued'``), and a worker that loses a race
@@ -158,7 +165,7 @@ def claim_next(session: Session, queue: str, worker: str, ticket: int, running_c
     transaction that turns into a write fails if another process wrote meanwhile; see
     backend/db/session.py). The caller commits the claim."""
     for _ in range(tries):
-        candidates = fair_candidates(session, queue, running_cap)
+        candidates = fair_candidates(session, queue, running_cap, gpu_cap)
         session.commit()
         if not candidates:
             return None
@@ -204,6 +211,29 @@ def record_progress(session: Session, run_id: int, step: int | None = None, tota
     if row is not None and step is not None:
         notify_run_changed(session, run_id)  # progress moved: live views show it
     return None if row is None else bool(row[0])
+
+
+_UNSET: Any = object()
+
+
+def record_placement(session: Session, run_id: int, worker: str, *, waiting_for: Any = _UNSET,
+                     placement: dict[str, Any] | None = None) -> bool:
+    """What the running run of ``worker`` waits for (a text, or None once placed) and where it was
+    placed (trainer/placement.py; its GPUs are counted into ``gpus``). False when the run is no
+    longer ``worker``'s."""
+    values: dict[str, Any] = {}
+    if waiting_for is not _UNSET:
+        values["waiting_for"] = waiting_for
+    if placement is not None:
+        values["placement"] = placement
+        values["gpus"] = sum(len(ids) for ids in placement.get("gpu_ids", []))
+    if not values:
+        return True
+    ok = session.execute(update(Run).where(Run.id == run_id, Run.status == "running", Run.worker == worker)
+                         .values(**values)).rowcount == 1
+    if ok:
+        notify_run_changed(session, run_id)  # live views show the wait and the placement
+    return ok
 
 
 def mark_succeeded(session: Session, run_id: int, worker: str | None = None) -> bool:
@@ -282,8 +312,10 @@ def create_run(
     notes: str = "",
     sweep_id: int | None = None,
     owner: str | None = None,
+    gpus: int = 0,
 ) -> Run:
-    """Insert a queued run of ``owner``. ``config`` is a validated RunConfig as JSON (``model_dump(mode='json')``)."""
+    """Insert a queued run of ``owner`` that will hold ``gpus`` GPUs. ``config`` is a validated
+    RunConfig as JSON (``model_dump(mode='json')``)."""
     run = Run(
         name=name or config.get("name") or f"{config['method']}-seed{config['seed']}",
         method=config["method"],
@@ -296,6 +328,7 @@ def create_run(
         notes=notes,
         sweep_id=sweep_id,
         owner=owner,
+        gpus=gpus,
     )
     session.add(run)
     session.flush()
@@ -415,7 +448,7 @@ def runs_by_status(session: Session) -> dict[str, int]:
 __all__ = [
     "TRANSITIONS", "RunNotFound", "RunConflict", "can_transition", "sources_of", "claim_run", "cancel_queued",
     "fair_order", "fair_candidates", "claim_next", "run_of_ticket",
-    "take_over", "record_progress", "mark_succeeded", "mark_cancelled", "mark_failed", "orphan_fate",
+    "take_over", "record_progress", "record_placement", "mark_succeeded", "mark_cancelled", "mark_failed", "orphan_fate",
     "release_orphan", "stale_runs", "create_run", "get_run", "list_runs", "update_run",
     "request_cancel", "delete_run", "runs_by_status",
 ]

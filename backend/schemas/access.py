@@ -40,6 +40,7 @@ class QuotaUsage(BaseModel):
     limits: dict[str, int] = Field(description="The operator's quotas by variable name (0 = no limit).")
     queued: int
     running: int
+    running_gpus: int = Field(0, description="GPUs held by the user's running runs (AERO_QUOTA_RUNNING_GPUS counts them).")
 
 
 class MePublic(BaseModel):

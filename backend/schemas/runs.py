@@ -53,6 +53,12 @@ class RunPublic(BaseModel):
     config: dict[str, Any]
     stop_reason: str | None = Field(None, description="The alert rule that stopped the run early (trainer/alerts.py), "
                                     "if one did.")
+    gpus: int = Field(0, description="GPUs the run holds while it trains (resources.gpus_per_node x nodes; logical "
+                      "GPUs on device=cpu).")
+    waiting_for: str | None = Field(None, description="What a running run waits for before its first step (its GPUs, "
+                                    "while other runs hold them); null once placed.")
+    placement: dict[str, Any] | None = Field(None, description="Where it trains: the Ray cluster, its nodes and the GPU "
+                                             "ids Ray gave it (null: placed by nothing, e.g. a CPU run).")
 
 
 class RunsPublic(BaseModel):

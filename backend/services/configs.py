@@ -10,6 +10,7 @@ from typing import Any
 from trainer.config import ConfigError, RunConfig, parse_run_config
 from trainer.engines import get_engine
 from trainer.operator_policy import RunPolicy
+from trainer.resources import gpus_held
 
 
 MAX_JSON_DEPTH = 8  # nesting levels of a sweep override (RunConfig itself is 2 deep)
@@ -79,6 +80,13 @@ def validate_config(data: dict[str, Any] | RunConfig, policy: RunPolicy | None =
     if issues:
         raise ConfigError(issues)
     return parse_run_config(raw, policy)
+
+
+def run_gpus(cfg: RunConfig) -> int:
+    """The GPUs the run will hold, as the submit-time quota and the workers' GPU quota count them
+    (trainer/resources.py; an embedded ``device=auto`` run counts 0 here, and its worker records 1
+    once it places it on a GPU)."""
+    return gpus_held(cfg, cuda=cfg.device == "cuda")
 
 
 def queue_for(cfg: RunConfig, cpu_queue: str = "cpu", gpu_queue: str = "gpu") -> str:

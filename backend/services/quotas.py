@@ -6,6 +6,8 @@ variable                    what it limits (per user)                           
 ``AERO_QUOTA_ACTIVE_RUNS``  queued plus running runs                            submit: 429
 ``AERO_QUOTA_RUN_WORK``     one run's work, ``steps x batch_prompts x n_total``  submit: 429
 ``AERO_QUOTA_RUNNING_RUNS`` runs running at the same time                       the workers' claim
+``AERO_QUOTA_RUNNING_GPUS`` GPUs held by running runs (``resources``, logical   the workers' claim;
+                            GPUs included); a run asking for more alone         submit: 429
 ==========================  ==================================================  ===============
 
 A submission over a quota is refused whole (a sweep is all or nothing) with a 429 that names
@@ -34,10 +36,12 @@ class Quotas:
     active_runs: int = 0
     running_runs: int = 0
     run_work: int = 0
+    running_gpus: int = 0
 
     @classmethod
     def of(cls, settings: Any) -> Quotas:
-        return cls(settings.quota_active_runs, settings.quota_running_runs, settings.quota_run_work)
+        return cls(settings.quota_active_runs, settings.quota_running_runs, settings.quota_run_work,
+                   settings.quota_running_gpus)
 
 
 class QuotaExceeded(Exception):
@@ -51,6 +55,8 @@ class QuotaExceeded(Exception):
     def _usage_text(self, what: str) -> str:
         if self.limit == "AERO_QUOTA_RUN_WORK":
             return f"asked for {self.requested} (steps x batch_prompts x n_total); lower one of them"
+        if self.limit == "AERO_QUOTA_RUNNING_GPUS":
+            return f"asked for a run of {self.requested} GPUs (resources.gpus_per_node x nodes); lower them"
         return f"has {self.usage} and this submission adds {self.requested}; wait for some to finish or cancel some"
 
     def body(self) -> dict[str, Any]:
@@ -75,12 +81,18 @@ def active_runs(session: Session, user: str) -> int:
 def usage(session: Session, user: str) -> dict[str, int]:
     counts = dict(session.execute(select(Run.status, func.count(Run.id)).where(
         Run.owner == user, Run.status.in_(("queued", "running"))).group_by(Run.status)).all())
-    return {"queued": int(counts.get("queued", 0)), "running": int(counts.get("running", 0))}
+    gpus = session.scalar(select(func.sum(Run.gpus)).where(Run.owner == user, Run.status == "running"))
+    return {"queued": int(counts.get("queued", 0)), "running": int(counts.get("running", 0)), "running_gpus": int(gpus or 0)}
 
 
-def check_submission(session: Session, quotas: Quotas, user: str, works: Sequence[int]) -> None:
-    """Raise :class:`QuotaExceeded` if adding runs of these ``works`` would pass a quota of ``user``.
-    Call after :func:`lock_user`, in the transaction that stores the runs."""
+def check_submission(session: Session, quotas: Quotas, user: str, works: Sequence[int],
+                     gpus: Sequence[int] = ()) -> None:
+    """Raise :class:`QuotaExceeded` if adding runs of these ``works`` (holding these ``gpus``) would
+    pass a quota of ``user``: a run that alone asks for more GPUs than the running quota could
+    never start. Call after :func:`lock_user`, in the transaction that stores the runs."""
+    if quotas.running_gpus and max(gpus, default=0) > quotas.running_gpus:
+        raise QuotaExceeded(user, "AERO_QUOTA_RUNNING_GPUS", quotas.running_gpus, 0, max(gpus),
+                            "allows that many GPUs held by one user's running runs")
     if quotas.run_work:
         biggest = max(works, default=0)
         if biggest > quotas.run_work:
@@ -93,17 +105,18 @@ def check_submission(session: Session, quotas: Quotas, user: str, works: Sequenc
                                 "allows that many queued plus running runs per user")
 
 
-def admit(session: Session, quotas: Quotas, user: str, role: str, works: Sequence[int]) -> None:
+def admit(session: Session, quotas: Quotas, user: str, role: str, works: Sequence[int],
+          gpus: Sequence[int] = ()) -> None:
     """Lock ``user``'s quota and check a submission of runs of these ``works``. Over a quota: the
     transaction is rolled back, the refusal is recorded in the audit log (committed on its own) and
     :class:`QuotaExceeded` raised, so nothing else is stored."""
-    if not (quotas.active_runs or quotas.run_work):
+    if not (quotas.active_runs or quotas.run_work or quotas.running_gpus):
         return
     from backend.db import audit  # the audit log is a store module; imported here to keep this one light
 
     lock_user(session, user)
     try:
-        check_submission(session, quotas, user, works)
+        check_submission(session, quotas, user, works, gpus)
     except QuotaExceeded as e:
         session.rollback()
         audit.record(session, "quota.refuse", user=user, role=role, after={**e.body(), "message": str(e)})

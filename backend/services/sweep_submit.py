@@ -11,7 +11,7 @@ from backend.db import runs as repo
 from backend.db.models import Run, Sweep
 from backend.db.sweeps import create_sweep, discard_sweep
 from backend.queue import Enqueuer
-from backend.services.configs import queue_for, validate_config
+from backend.services.configs import queue_for, run_gpus, validate_config
 from backend.services.sweeps import MAX_RUNS_PER_SWEEP, expand_grid, run_name
 from common.dotted import flatten, nest
 from trainer.config import ConfigError, RunConfig, SharedConfig, for_method, unread_sections
@@ -89,7 +89,8 @@ def build_sweep(session: Session, *, name: str, base: SharedConfig, methods: lis
     sweep = create_sweep(session, name, spec, owner=owner)
     runs = [
         repo.create_run(session, cfg.model_dump(mode="json"), queue=queue_for(cfg, cpu_queue, gpu_queue),
-                        name=run_name(name, p, len(overrides)), tags=tags, sweep_id=sweep.id, owner=owner)
+                        name=run_name(name, p, len(overrides)), tags=tags, sweep_id=sweep.id, owner=owner,
+                        gpus=run_gpus(cfg))
         for p, cfg in zip(points, configs)
     ]
     return sweep, runs

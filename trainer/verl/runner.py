@@ -9,19 +9,24 @@ logs every step to ``sink`` (``log``/``log_eval``), resumes from OUT's latest ch
     -------------------------               --------------------------------------
     data -> OUT/verl_data/*.parquet
     overrides -> hydra compose + checks
-    ray.init; runner.run.remote(config) --> build datasets, PlatformTrainer, workers; fit()
+    ray_session (the run's own Ray job)
+    node_groups: one placement group per
+      node, waits while GPUs are taken
+    runner.run.remote(config, groups) -->  build datasets, PlatformTrainer, workers on the
+                                           held groups (held_pools); fit()
     relay OUT/verl/*.jsonl -> sink   <----  PlatformLogger -> JsonlSink(OUT/verl)
     should_stop() -> touch OUT/verl/STOP -> polled after each step: checkpoint, stop
+    kill the runner, remove its groups,
+      disconnect (the job's actors die)
 
 The actor may run on another node: OUT must be on a filesystem every node sees.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import sys
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -63,14 +68,12 @@ def resolve_device(cfg: RunConfig) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def gpus_per_node(device: str) -> int:
-    """Workers per node: ``AERO_VERL_GPUS``, else the launcher's GPU count (1 on the CPU: one FSDP
-    worker, a logical Ray GPU)."""
-    if os.environ.get("AERO_VERL_GPUS"):
-        return int(os.environ["AERO_VERL_GPUS"])
-    import torch
-
-    return (torch.cuda.device_count() or 1) if device == "cuda" else 1
+def run_gpus_per_node(cfg: RunConfig) -> int:
+    """FSDP ranks per node: the run's ``resources.gpus_per_node``; unset, the operator's default
+    ``AERO_VERL_GPUS``, else 1 (trainer/resources.py)."""
+    if cfg.resources.gpus_per_node is not None:
+        return cfg.resources.gpus_per_node
+    return int(os.environ.get("AERO_VERL_GPUS") or 1)
 
 
 def sample_rule_env() -> dict[str, str]:
@@ -97,9 +100,9 @@ def platform_env(device: str) -> dict[str, str]:
     return env
 
 
-def build_verl_config(cfg: RunConfig, out_dir: Path, n_gpus_per_node: int | None = None, nnodes: int = 1,
-                      device: str | None = None):
-    """Data files, model directory, overrides and the composed + validated verl config for ``cfg``."""
+def build_verl_config(cfg: RunConfig, out_dir: Path, device: str | None = None):
+    """Data files, model directory, overrides and the composed + validated verl config for ``cfg``:
+    its GPUs per node, nodes and rollout TP from ``cfg.resources``."""
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
 
@@ -109,9 +112,9 @@ def build_verl_config(cfg: RunConfig, out_dir: Path, n_gpus_per_node: int | None
 
     device = device or resolve_device(cfg)
     train, vals = prepare(cfg, out_dir)
-    n_gpus_per_node = n_gpus_per_node or gpus_per_node(device)
     overrides = to_overrides(cfg, out_dir=out_dir, train_file=train, val_files=vals, model_dir=model_dir(cfg, out_dir),
-                             n_gpus_per_node=n_gpus_per_node, nnodes=nnodes, device=device)
+                             n_gpus_per_node=run_gpus_per_node(cfg), nnodes=cfg.resources.nodes,
+                             tensor_parallel=cfg.resources.rollout_tp, device=device)
     overrides += [o for o in os.environ.get("AERO_VERL_OVERRIDES", "").split() if o]  # expert escape hatch
     config = compose(overrides)
     validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
@@ -121,7 +124,7 @@ def build_verl_config(cfg: RunConfig, out_dir: Path, n_gpus_per_node: int | None
 class PlatformTaskRunner:
     """The Ray task runner (verl's main_ppo_v0.TaskRunner, building an PlatformTrainer)."""
 
-    def run(self, config) -> dict[str, Any]:
+    def run(self, config, groups: list | None = None) -> dict[str, Any]:
         from omegaconf import OmegaConf
         from verl.trainer.main_ppo_v0 import BaseTaskRunner
         from verl.trainer.ppo.utils import create_rl_dataset, create_rl_sampler
@@ -146,7 +149,8 @@ class PlatformTaskRunner:
         sink = JsonlSink(out_dir / "verl")
         trainer = PlatformTrainer(
             config=config, tokenizer=tokenizer, processor=processor, role_worker_mapping=roles.role_worker_mapping,
-            resource_pool_manager=roles.init_resource_pool_mgr(config), ray_worker_group_cls=wg_cls,
+            resource_pool_manager=held_pools(roles.init_resource_pool_mgr(config), groups),
+            ray_worker_group_cls=wg_cls,
             train_dataset=train_ds, val_dataset=val_ds, collate_fn=collate_fn,
             train_sampler=create_rl_sampler(config.data, train_ds),
             run_cfg=run_cfg, sink=sink, should_stop=stop_file_flag(out_dir / "verl" / "STOP"),
@@ -160,67 +164,58 @@ class PlatformTaskRunner:
                 "last_step": trainer.platform_logger.last_step}
 
 
-def start_ray(config, env: dict[str, str], device: str) -> None:
-    """A local Ray (or the cluster RAY_ADDRESS names) with our environment in every worker; on the
-    CPU, logical GPUs for verl's resource pools (they schedule workers, no device behind them)."""
-    import ray
+def held_pools(manager, groups: list | None):
+    """verl's resource-pool manager over the placement groups the run already holds
+    (trainer/placement.py): its pools use them instead of making their own, and skip verl's
+    "available GPUs less than desired" check (the held GPUs are the run's, not free)."""
+    if groups is None:
+        return manager
+    from verl.single_controller.ray.base import sort_placement_group_by_node_ip
+
+    class HeldPools(type(manager)):  # type: ignore[misc]
+        def create_resource_pool(self):
+            spec = list(self.resource_pool_spec.items())
+            if len(spec) != 1 or len(spec[0][1]) != len(groups):
+                raise RuntimeError(f"the run holds {len(groups)} node groups for one pool; verl asks for {spec}")
+            self._check_resource_available = lambda: None
+            super().create_resource_pool()
+            pool = self.resource_pool_dict[spec[0][0]]
+            pool.pgs = sort_placement_group_by_node_ip(groups)
+
+    return HeldPools(resource_pool_spec=manager.resource_pool_spec, mapping=manager.mapping,
+                     max_colocate_count=manager.max_colocate_count)
+
+
+def runtime_env_of(config, env: dict[str, str]) -> dict[str, Any]:
+    """The run's own Ray runtime environment: verl's, plus our plugins and trackers (env)."""
     from omegaconf import OmegaConf
     from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
 
     runtime_env = OmegaConf.to_container(OmegaConf.create(get_ppo_ray_runtime_env(config)))
     runtime_env.setdefault("env_vars", {}).update(env)
-    kwargs: dict[str, Any] = {"runtime_env": runtime_env}
-    if device == "cpu" and not os.environ.get("RAY_ADDRESS"):
-        # logical resources: verl's bundles ask for max_colocate_count CPUs per worker, plus the
-        # task runner, agent-loop and reward workers; threads are capped by OMP_NUM_THREADS
-        kwargs["num_gpus"] = int(config.trainer.n_gpus_per_node) * int(config.trainer.nnodes)
-        kwargs["num_cpus"] = max(os.cpu_count() or 1, 16)
-    with real_std_streams():
-        ray.init(**kwargs)
-
-
-@contextlib.contextmanager
-def real_std_streams():
-    """The process's own stdout/stderr while Ray connects: a Celery worker replaces them with
-    logging proxies that have no file descriptor, and Ray's ``faulthandler.enable()`` needs one."""
-    saved = sys.stdout, sys.stderr
-    try:
-        for name in ("stdout", "stderr"):
-            stream = getattr(sys, name)
-            try:
-                stream.fileno()
-            except (AttributeError, OSError, ValueError):
-                setattr(sys, name, getattr(sys, f"__{name}__"))
-        yield
-    finally:
-        sys.stdout, sys.stderr = saved
-
-
-def release(runner) -> None:
-    """End a run's Ray actors and placement groups: the task runner owns the worker, rollout and
-    agent-loop actors (they die with it), and the resource pools it made must be freed for the
-    next run on the same Ray (a worker process runs one run after another)."""
-    import ray
-    from ray.util.placement_group import PlacementGroup, remove_placement_group
-
-    ray.kill(runner, no_restart=True)
-    for pg_id, info in ray.util.placement_group_table().items():
-        if info.get("state") != "REMOVED":
-            remove_placement_group(PlacementGroup(ray.PlacementGroupID(bytes.fromhex(pg_id))))
+    return runtime_env
 
 
 def run_verl(cfg: RunConfig, out_dir: str | Path, sink: MetricSink,
              should_stop: Callable[[], bool] | None = None,
-             progress: Callable[[int, int, dict], None] | None = None) -> dict[str, Any]:
+             progress: Callable[[int, int, dict], None] | None = None,
+             on_wait: Callable[[str | None], None] | None = None,
+             on_placed: Callable[[dict], None] | None = None) -> dict[str, Any]:
     """Train ``cfg`` (engine 'verl', parsed by the caller) on a Ray cluster; the contract of
-    trainer.engines.run_training."""
+    trainer.engines.run_training. The run is a Ray job of its own (trainer/placement.py): it
+    holds one placement group per node until it ends, waits (``on_wait``) while they are taken,
+    and frees only what it made."""
     check_verl_config(cfg)
     try:
-        import ray
+        import ray  # noqa: F401  (fail here, with what to install, before any data is written)
     except ImportError as e:
         raise ImportError("the verl engine needs verl: pip install 'aero-lab[verl]' (verl==0.9.1)") from e
-    from trainer.verl.step_metrics import JsonlRelay, latest_checkpoint_step
+    from trainer.placement import Placement, cluster_address, describe_groups, node_groups, ray_session, release_groups
 
+    if cfg.resources.nodes > 1 and cluster_address() is None:
+        raise ConfigError([("resources.nodes", f"{cfg.resources.nodes} nodes need a Ray cluster of several nodes: the "
+                            "operator sets AERO_RAY_ADDRESS on the worker (docs/scale.md); without it a run has a Ray "
+                            "of its own, on one host")])
     out_dir = Path(out_dir)
     (out_dir / "verl").mkdir(parents=True, exist_ok=True)
     (out_dir / "config.json").write_text(cfg.model_dump_json(indent=2))
@@ -233,17 +228,46 @@ def run_verl(cfg: RunConfig, out_dir: str | Path, sink: MetricSink,
 
     register()
     config = build_verl_config(cfg, out_dir, device=device)
-    if not ray.is_initialized():
-        start_ray(config, env, device)
+    gpus, nodes = int(config.trainer.n_gpus_per_node), int(config.trainer.nnodes)
+    t0 = time.monotonic()
+    with ray_session(runtime_env_of(config, env), own_gpus=gpus * nodes) as cluster:
+        groups = node_groups(gpus, nodes, should_stop, on_wait)
+        if groups is None:  # stopped while it waited: nothing trained
+            return {"status": "stopped", "last_step": None, "final_eval": None, "n_params": None, "data_pos": None}
+        try:
+            where = Placement(cluster, *describe_groups(groups), waited_s=time.monotonic() - t0)
+            if on_wait is not None:
+                on_wait(None)
+            if on_placed is not None:
+                on_placed(where.summary())
+            result, relay, seen = _fit(cfg, config, out_dir, sink, groups, stop_file, should_stop, progress)
+        finally:
+            release_groups(groups)
+    relay.pump()
+    if progress is not None and relay.last_step > seen:
+        progress(relay.last_step, cfg.steps, relay.last_metrics)
+    sink.close()
+    return {"status": result["status"], "last_step": max(result["last_step"], relay.last_step),
+            "final_eval": relay.final_eval if result["status"] == "completed" else None,
+            "n_params": model_shape(config.actor_rollout_ref.model.path)[0], "data_pos": None, "placement": where.summary()}
+
+
+def _fit(cfg: RunConfig, config, out_dir: Path, sink: MetricSink, groups: list, stop_file: Path,
+         should_stop: Callable[[], bool] | None, progress: Callable[[int, int, dict], None] | None):
+    """The task runner's fit on the held groups, relaying its metrics to ``sink`` as they come."""
+    import ray
+
+    from trainer.verl.step_metrics import JsonlRelay, latest_checkpoint_step
+
     resumed = latest_checkpoint_step(config.trainer.default_local_dir)
     if resumed:  # steps past the checkpoint are trained again: nothing of them may stay stored
         JsonlSink(out_dir / "verl").truncate_after(resumed)
         sink.truncate_after(resumed)
     relay = JsonlRelay(out_dir / "verl", sink)
     runner = ray.remote(num_cpus=1)(PlatformTaskRunner).remote()
+    seen = 0
     try:
-        ref = runner.run.remote(config)
-        seen = 0
+        ref = runner.run.remote(config, groups)
         while not ray.wait([ref], timeout=POLL_S)[0]:
             relay.pump()
             if progress is not None and relay.last_step > seen:
@@ -253,11 +277,5 @@ def run_verl(cfg: RunConfig, out_dir: str | Path, sink: MetricSink,
                 stop_file.touch()
         result = ray.get(ref)
     finally:
-        release(runner)
-    relay.pump()
-    if progress is not None and relay.last_step > seen:
-        progress(relay.last_step, cfg.steps, relay.last_metrics)
-    sink.close()
-    return {"status": result["status"], "last_step": max(result["last_step"], relay.last_step),
-            "final_eval": relay.final_eval if result["status"] == "completed" else None,
-            "n_params": model_shape(config.actor_rollout_ref.model.path)[0], "data_pos": None}
+        ray.kill(runner, no_restart=True)  # its worker, rollout and agent-loop actors die with it
+    return result, relay, seen

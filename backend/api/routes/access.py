@@ -31,7 +31,7 @@ ADMIN_ONLY: dict[int | str, dict] = {401: {"description": "No valid token."}, 40
 
 def _quota(session, settings, user: str) -> QuotaUsage:
     limits = {"AERO_QUOTA_ACTIVE_RUNS": settings.quota_active_runs, "AERO_QUOTA_RUNNING_RUNS": settings.quota_running_runs,
-              "AERO_QUOTA_RUN_WORK": settings.quota_run_work}
+              "AERO_QUOTA_RUN_WORK": settings.quota_run_work, "AERO_QUOTA_RUNNING_GPUS": settings.quota_running_gpus}
     return QuotaUsage(limits=limits, **usage(session, user))
 
 

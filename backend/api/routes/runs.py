@@ -12,7 +12,7 @@ from backend.db import audit
 from backend.db import runs as repo
 from backend.db.models import Run
 from backend.schemas import RunCreate, RunPublic, RunsPublic, RunStatus, RunUpdate, Tag, UserName
-from backend.services.configs import queue_for, validate_config
+from backend.services.configs import queue_for, run_gpus, validate_config
 from backend.services.quotas import Quotas, admit, run_work
 from backend.services.submit import enqueue_or_fail
 from trainer.config import ConfigError
@@ -39,9 +39,9 @@ def create_run(body: RunCreate, session: SessionDep, settings: SettingsDep, enqu
         cfg = validate_config(body.config, settings.run_policy)
     except ConfigError as e:
         raise config_validation_error(e, ["body", "config"]) from None
-    admit(session, Quotas.of(settings), who.user, who.role, [run_work(cfg)])
+    admit(session, Quotas.of(settings), who.user, who.role, [run_work(cfg)], [run_gpus(cfg)])
     run = repo.create_run(session, cfg.model_dump(mode="json"), queue=queue_for(cfg, settings.cpu_queue, settings.gpu_queue),
-                          name=body.name, tags=body.tags, notes=body.notes, owner=who.user)
+                          name=body.name, tags=body.tags, notes=body.notes, owner=who.user, gpus=run_gpus(cfg))
     audit.record(session, "run.create", user=who.user, role=who.role, target=f"run:{run.id}", after=audit.run_state(run))
     session.commit()
     return enqueue_or_fail(session, enqueue, [run])[0]

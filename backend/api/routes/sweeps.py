@@ -15,6 +15,7 @@ from backend.db import sweeps as repo
 from backend.db.models import RUN_STATUSES
 from backend.schemas import RunPublic, SweepCreate, SweepPublic, SweepsPublic, SweepSummary
 from backend.services.configs import MAX_JSON_DEPTH, json_shape_issue
+from backend.services.configs import run_gpus
 from backend.services.quotas import Quotas, admit, run_work
 from backend.services.sweep_submit import SweepConfigError, SweepTooLarge, build_sweep, enqueue_sweep
 
@@ -53,7 +54,7 @@ def create_sweep(body: SweepCreate, session: SessionDep, settings: SettingsDep, 
     quotas = Quotas.of(settings)
 
     def admit_grid(configs) -> None:
-        admit(session, quotas, who.user, who.role, [run_work(c) for c in configs])
+        admit(session, quotas, who.user, who.role, [run_work(c) for c in configs], [run_gpus(c) for c in configs])
 
     try:
         sweep, runs = build_sweep(session, name=body.name, base=body.base, methods=list(body.methods), seeds=body.seeds,

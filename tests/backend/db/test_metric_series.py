@@ -13,7 +13,8 @@ from backend.db import runs as repo
 from backend.db import series
 from backend.db.metrics import delete_steps_after, read_step_metrics, upsert_step_metrics
 from backend.db.migrate import downgrade, migrate
-from backend.db.models import MetricChunk, MetricSeries, Run, StepMetric, utcnow
+from backend.db.models import MetricChunk, MetricSeries, StepMetric, utcnow
+from tests.stores import old_runs_table
 from backend.db.session import get_engine, make_sessionmaker
 from backend.services.downsample import downsample_indices
 from backend.services.metric_reads import dumps, metrics_payload
@@ -136,7 +137,7 @@ def test_migration_0004_builds_the_copy_from_stored_rows(empty_db_url):
     stored = {1: {s: random_metrics(rng, s) for s in range(0, 2 * C + 9)}, 2: {5: {"a": 1}, 7: {"b": None}}}
     with engine.begin() as conn:
         for run_id in stored:
-            conn.execute(insert(Run.__table__).values(id=run_id, name=f"r{run_id}", method="grpo", engine="embedded", config={},
+            conn.execute(insert(old_runs_table()).values(id=run_id, name=f"r{run_id}", method="grpo", engine="embedded", config={},
                                                       status="succeeded", queue="cpu", progress=1.0, current_step=0,
                                                       total_steps=0, tags=[], notes="", cancel_requested=False, attempts=0))
             conn.execute(insert(StepMetric.__table__), [{"run_id": run_id, "step": s, "metrics": m, "logged_at": utcnow()}

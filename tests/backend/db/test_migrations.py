@@ -26,10 +26,10 @@ def insert_queued_runs(conn, stored: dict) -> None:
     revision's store holds them (plain inserts, no model validation)."""
     from sqlalchemy import insert
 
-    from backend.db.models import Run
+    from tests.stores import old_runs_table
 
     for run_id, config in stored.items():
-        conn.execute(insert(Run.__table__).values(
+        conn.execute(insert(old_runs_table()).values(
             id=run_id, name=f"r{run_id}", method=config["method"], engine="embedded", config=config, status="queued",
             queue="cpu", progress=0.0, current_step=0, total_steps=0, tags=[], notes="", cancel_requested=False,
             attempts=0))
