@@ -80,6 +80,10 @@ ADVANCED_FIELDS: tuple[tuple[str, str], ...] = (
     ("checkpoint_every", "checkpoint every (steps)"), ("entropy_coef", "entropy coef"), ("kl_coef", "KL coef"),
     ("device", "device"),
 )
+RESOURCE_FIELDS: tuple[tuple[str, str], ...] = (
+    ("resources.gpus_per_node", "GPUs per node (0 = auto)"), ("resources.nodes", "nodes"),
+    ("resources.rollout_tp", "rollout tensor parallelism"),
+)
 
 
 FALLBACK_HELP: dict[str, str] = {  # for fields whose schema has no description
@@ -101,6 +105,7 @@ def sections_for(menu: MethodMenu, methods: Sequence[str]) -> dict[str, tuple[tu
             out.setdefault(str(sec["title"]), tuple((str(path), str(label)) for path, label in sec["form"]))
     if any(s.get("clip", "symmetric") == "symmetric" for s in specs):
         out["Policy update"] = CLIP_FIELDS
+    out["Resources"] = RESOURCE_FIELDS
     out["Advanced"] = ADVANCED_FIELDS
     return out
 

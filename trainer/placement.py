@@ -58,13 +58,14 @@ class Placement:
     node_ips: list[str] = field(default_factory=list)
     gpu_ids: list[list[str]] = field(default_factory=list)
     waited_s: float = 0.0
+    placed_at: float = field(default_factory=time.time)  # Unix time the run got its GPUs
     groups: list[Any] = field(default_factory=list, repr=False)  # placement groups (verl)
     holder: Any = field(default=None, repr=False)  # the embedded run's GPU holder actor
 
     def summary(self) -> dict[str, Any]:
         """JSON for the run's record and logs."""
         return {"cluster": self.cluster, "nodes": self.nodes, "node_ips": self.node_ips, "gpu_ids": self.gpu_ids,
-                "waited_s": round(self.waited_s, 3)}
+                "waited_s": round(self.waited_s, 3), "placed_at": round(self.placed_at, 3)}
 
 
 # ---------------------------------------------------------------- the run's Ray session

@@ -136,7 +136,7 @@ def main() -> None:
         config: dict[str, Any] = model_fields(model, doc)
         sections = forms.form_specs(doc, menu, methods)
         for section, specs in sections.items():
-            with st.expander(section, expanded=section != "Advanced"):
+            with st.expander(section, expanded=section not in ("Advanced", "Resources")):
                 cols = st.columns(3)
                 for i, spec in enumerate(specs):
                     with cols[i % 3]:

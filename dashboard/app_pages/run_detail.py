@@ -57,6 +57,10 @@ def header(run: dict, style: MethodStyle) -> None:
         st.info(msg + (f" Note: {ui.md(run['error'])}" if run.get("error") else ""), icon=":material/hourglass_top:")
     if run["status"] == "running" and run.get("cancel_requested"):
         st.warning("Cancel requested: the worker stops within one step.", icon=":material/stop_circle:")
+    if run["status"] == "running" and run.get("waiting_for"):
+        st.info(f"**Waiting for its GPUs**: {ui.md(run['waiting_for'])}. Other runs hold them; it starts as soon as they "
+                "are free (it has not failed, and can be cancelled).", icon=":material/hourglass_top:")
+    resources_line(run)
     c1, c2, c3 = st.columns([2, 2, 5])
     if ui.is_live(run) and not run.get("cancel_requested") and ui.may_change(run):
         if c3.button("Cancel run", icon=":material/stop_circle:", key="detail_cancel"):
@@ -72,6 +76,20 @@ def header(run: dict, style: MethodStyle) -> None:
         st.page_link(ui.PAGES["compare"], label="Compare with its sweep" if run.get("sweep_id") else "Compare",
                      query_params={"sweep": str(run["sweep_id"])} if run.get("sweep_id") else {"runs": str(run["id"])},
                      icon=":material/compare_arrows:")
+
+
+def resources_line(run: dict) -> None:
+    """What the run asked for (its config's resources) and where Ray placed it."""
+    res = (run.get("config") or {}).get("resources") or {}
+    asked = (f"{res.get('gpus_per_node') if res.get('gpus_per_node') is not None else 'auto'} GPU(s) per node x "
+             f"{res.get('nodes', 1)} node(s)" + (f", rollout TP {res['rollout_tp']}" if res.get("rollout_tp", 1) > 1 else ""))
+    where = run.get("placement") or {}
+    placed = ""
+    if where.get("gpu_ids"):
+        gpus = "; ".join(f"{ip}: GPU {','.join(ids)}" for ip, ids in zip(where.get("node_ips", []), where["gpu_ids"]))
+        placed = f" · placed on {gpus} ({'a Ray of its own' if where.get('cluster') == 'own' else 'Ray ' + where['cluster']}" \
+                 f", waited {where.get('waited_s', 0):.1f} s)"
+    st.caption(f"Resources: {ui.md(asked)}{ui.md(placed)}")
 
 
 def progress(run: dict, summary: dict, style: MethodStyle) -> None:
@@ -180,8 +198,8 @@ def main() -> None:
     with st.expander("Config", icon=":material/tune:"):
         st.json(run["config"], expanded=True)
     with st.expander("Run record", icon=":material/info:"):
-        st.json({k: run[k] for k in ("queue", "worker", "attempts", "created_at", "started_at", "finished_at",
-                                       "heartbeat_at", "tags", "notes", "sweep_id")}, expanded=True)
+        st.json({k: run.get(k) for k in ("queue", "worker", "attempts", "gpus", "placement", "created_at", "started_at",
+                                           "finished_at", "heartbeat_at", "tags", "notes", "sweep_id")}, expanded=True)
 
 
 main()

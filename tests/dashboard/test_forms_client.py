@@ -35,7 +35,7 @@ def test_field_specs_carry_paper_defaults_and_help(doc):
 
 def test_every_form_field_exists_in_the_schema(doc):
     sections = tuple(sec.form for s in specs() for sec in s.sections)  # each method module's form inputs
-    for fields in (forms.COMMON_FIELDS, forms.CLIP_FIELDS, forms.ADVANCED_FIELDS, *sections):
+    for fields in (forms.COMMON_FIELDS, forms.CLIP_FIELDS, forms.ADVANCED_FIELDS, forms.RESOURCE_FIELDS, *sections):
         for path, _ in fields:
             assert forms.field_schema(doc, path) is not None, path
 
@@ -44,10 +44,10 @@ def test_sections_follow_the_method(doc, seeded):
     menu = forms.MethodMenu.from_specs(AeroClient(seeded.url).methods())  # the specs over HTTP, as the app reads them
     assert list(menu.choices)[:5] == ["grpo", "dapo", "aero", "aero-s1", "aero-s1s2"]
     assert menu.names == tuple(menu.choices) and menu.text("aero") == menu.choices["aero"] and menu.text("x") == "x"
-    assert list(forms.form_specs(doc, menu, ["grpo"])) == ["Training", "Policy update", "Advanced"]
-    assert list(forms.form_specs(doc, menu, ["dapo"])) == ["Training", "DAPO", "Advanced"]
+    assert list(forms.form_specs(doc, menu, ["grpo"])) == ["Training", "Policy update", "Resources", "Advanced"]
+    assert list(forms.form_specs(doc, menu, ["dapo"])) == ["Training", "DAPO", "Resources", "Advanced"]
     assert list(forms.form_specs(doc, menu, ["aero-s1", "dapo"])) == ["Training", "AERO sampling (paper defaults)", "DAPO",
-                                                                       "Policy update", "Advanced"]
+                                                                       "Policy update", "Resources", "Advanced"]
 
 
 def _spec(name: str, description: str, sections: tuple[str, ...] = (), clip: str = "symmetric") -> dict:
@@ -63,19 +63,19 @@ def test_menus_from_different_specs_do_not_affect_each_other():
     menu_b = forms.MethodMenu.from_specs([_spec("aero", "AERO", ("aero",)), _spec("grpo", "GRPO (b)")])
     assert dict(menu_a.choices) == {"grpo": "GRPO", "dapo": "DAPO"} and menu_a.names == ("grpo", "dapo")
     assert dict(menu_b.choices) == {"aero": "AERO", "grpo": "GRPO (b)"} and menu_b.names == ("aero", "grpo")
-    assert list(forms.sections_for(menu_a, ["dapo"])) == ["Training", "DAPO", "Advanced"]
-    assert list(forms.sections_for(menu_b, ["dapo"])) == ["Training", "Policy update", "Advanced"]  # b has no dapo
-    assert list(forms.sections_for(menu_b, ["aero"])) == ["Training", "AERO", "Policy update", "Advanced"]
-    assert list(forms.sections_for(menu_a, ["aero"])) == ["Training", "Policy update", "Advanced"]
+    assert list(forms.sections_for(menu_a, ["dapo"])) == ["Training", "DAPO", "Resources", "Advanced"]
+    assert list(forms.sections_for(menu_b, ["dapo"])) == ["Training", "Policy update", "Resources", "Advanced"]  # b has no dapo
+    assert list(forms.sections_for(menu_b, ["aero"])) == ["Training", "AERO", "Policy update", "Resources", "Advanced"]
+    assert list(forms.sections_for(menu_a, ["aero"])) == ["Training", "Policy update", "Resources", "Advanced"]
     specs_a[1]["sections"].clear()  # the caller's specs change later: the menu built from them does not
     specs_a.append(_spec("aero", "AERO"))
-    assert menu_a.names == ("grpo", "dapo") and list(forms.sections_for(menu_a, ["dapo"])) == ["Training", "DAPO", "Advanced"]
+    assert menu_a.names == ("grpo", "dapo") and list(forms.sections_for(menu_a, ["dapo"])) == ["Training", "DAPO", "Resources", "Advanced"]
     with pytest.raises(dataclasses.FrozenInstanceError):
         menu_a.choices = {}  # type: ignore[misc]
     with pytest.raises(TypeError):
         menu_a.choices["x"] = "X"  # type: ignore[index]
     assert forms.NO_MENU.names == () and not forms.NO_MENU.specs  # untouched by every menu built above
-    assert list(forms.sections_for(forms.NO_MENU, ["aero"])) == ["Training", "Policy update", "Advanced"]
+    assert list(forms.sections_for(forms.NO_MENU, ["aero"])) == ["Training", "Policy update", "Resources", "Advanced"]
 
 
 def test_nest_and_submission_bodies():
