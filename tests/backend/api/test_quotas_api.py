@@ -118,3 +118,39 @@ def test_concurrent_submissions_of_one_user_cannot_both_pass_the_count(quota_cli
             t.join(60)
     assert sorted(codes) == [201] * 3 + [429] * 5
     assert counts(session)[0] == 3
+
+
+def verl_cpu(data_dir) -> dict:
+    """A verl run on the CPU (logical GPUs) reading files under the platform's data roots."""
+    return {"engine": "verl", "task": "math", "preset": None, "model_path": f"{data_dir}/m",
+            "train_data": f"{data_dir}/d.jsonl", "device": "cpu", "shuffle_mini_batches": False}
+
+
+def test_gpu_quota_refuses_a_run_that_could_never_start_and_stores_what_runs_hold(quota_client, session, make_settings):
+    client, h = quota_client(quota_running_gpus=2)
+    VERL_CPU = verl_cpu(make_settings().data_dir)
+    with client:
+        r = client.post("/api/runs", json={"config": {**VERL_CPU, "resources": {"gpus_per_node": 4}}}, headers=h["alice"])
+        assert r.status_code == 429, r.text
+        assert r.json()["quota"]["limit"] == "AERO_QUOTA_RUNNING_GPUS" and "resources.gpus_per_node" in r.json()["detail"]
+        r = client.post("/api/runs", json={"config": {**VERL_CPU, "resources": {"gpus_per_node": 2}}}, headers=h["alice"])
+        assert r.status_code == 201 and r.json()["gpus"] == 2 and r.json()["waiting_for"] is None
+        assert client.post("/api/runs", json={"config": TINY}, headers=h["alice"]).json()["gpus"] == 0  # a CPU run
+        me = client.get("/api/me", headers=h["alice"]).json()
+        assert me["quota"]["limits"]["AERO_QUOTA_RUNNING_GPUS"] == 2 and me["quota"]["running_gpus"] == 0
+
+
+def test_resources_are_sweepable_and_each_run_holds_its_own(quota_client, session, make_settings):
+    client, h = quota_client(policy=make_settings().run_policy.model_copy(update={"max_gpus": 4}))
+    VERL_CPU = verl_cpu(make_settings().data_dir)
+    with client:
+        body = {"methods": ["grpo"], "seeds": [0], "base": VERL_CPU,
+                "overrides": [{"resources.gpus_per_node": 1}, {"resources.gpus_per_node": 2}]}
+        r = client.post("/api/sweeps", json=body, headers=h["alice"])
+        assert r.status_code == 201, r.text
+        runs = client.get("/api/runs", params={"sweep_id": r.json()["id"]}).json()["data"]
+        assert sorted(x["gpus"] for x in runs) == [1, 2]
+        assert sorted(x["config"]["resources"]["gpus_per_node"] for x in runs) == [1, 2]
+        bad = {**body, "overrides": [{"resources.gpus_per_node": 8}]}
+        r = client.post("/api/sweeps", json=bad, headers=h["alice"])
+        assert r.status_code == 422 and "AERO_MAX_GPUS" in r.text, r.text

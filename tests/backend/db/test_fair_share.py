@@ -91,3 +91,24 @@ def test_racing_workers_claim_distinct_runs(db, session):
     for t in threads:
         t.join(60)
     assert sorted(g for g in got if g is not None) == sorted(ids)  # every run once, none twice
+
+
+def test_the_gpu_quota_counts_gpus_held_not_runs(session):
+    """AERO_QUOTA_RUNNING_GPUS=4: alice's 2-GPU run and 4-GPU run cannot run together (6 > 4), her
+    two 2-GPU runs can; bob's runs are his own. The runs' ``gpus`` are what submit stored."""
+    big = repo.create_run(session, CFG, queue="cpu", owner="alice", gpus=2)
+    huge = repo.create_run(session, CFG, queue="cpu", owner="alice", gpus=4)
+    small = repo.create_run(session, CFG, queue="cpu", owner="alice", gpus=2)
+    bobs = repo.create_run(session, CFG, queue="cpu", owner="bob", gpus=4)
+    session.commit()
+    assert repo.claim_next(session, "cpu", "w1", ticket=big.id, gpu_cap=4).id == big.id
+    session.commit()
+    # alice holds 2: her next run (4 GPUs) would make 6, so bob's is next, and then nothing of hers fits
+    assert repo.claim_next(session, "cpu", "w2", ticket=huge.id, gpu_cap=4).id == bobs.id
+    session.commit()
+    assert repo.claim_next(session, "cpu", "w3", ticket=small.id, gpu_cap=4) is None
+    repo.mark_succeeded(session, big.id)
+    session.commit()
+    assert repo.claim_next(session, "cpu", "w4", ticket=small.id, gpu_cap=4).id == huge.id  # 4 fits once 2 are free
+    session.commit()
+    assert repo.claim_next(session, "cpu", "w5", ticket=small.id, gpu_cap=0).id == small.id  # 0 = no quota
