@@ -259,3 +259,21 @@ def test_aero_up_end_to_end(tmp_path):
     stopped = "AERO Lab stopped (API, worker, reaper" + (", dashboard)" if has_dashboard else ")")
     assert log.read_text().rstrip().endswith(stopped)
     print(f"\n[aero up] stopped {len(children)} children in {stop_s:.1f}s")
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--gpus", "0,x"], "GPU ids such as 0,1,2,3"),
+    (["--gpus", "1,1"], "names a GPU twice"),
+    (["--gpus", "0", "--ray-address", "10.0.0.1:6379"], "not both"),
+])
+def test_worker_refuses_a_bad_gpu_set_in_one_line_before_starting_anything(args, words):
+    r = subprocess.run([sys.executable, "-m", "cli.main", "worker", *args], capture_output=True, text=True, timeout=120,
+                       cwd=Path(__file__).resolve().parents[2])
+    said = " ".join((r.stdout + r.stderr).replace("│", " ").split())  # rich's box wraps the message
+    assert r.returncode == 2 and words in said and "Traceback" not in r.stderr, r.stderr
+
+
+def test_parse_gpus_reads_ids():
+    from worker.ray_head import parse_gpus
+
+    assert parse_gpus("0, 2,5") == ["0", "2", "5"] and parse_gpus("") == [] and parse_gpus(None) == []
