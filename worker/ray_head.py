@@ -64,11 +64,12 @@ def start_head(gpus: list[str], port: int | None = None) -> tuple[subprocess.Pop
     which the caller must pass on to whoever joins) and wait until it answers; returns (process,
     address)."""
     port = port or free_port()
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(gpus), "RAY_USAGE_STATS_ENABLED": "0"}
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(gpus), "RAY_USAGE_STATS_ENABLED": "0",
+           "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}  # nothing of ours runs on it once the worker stops
     env.pop("RAY_ADDRESS", None)
     from ray.util import get_node_ip_address
 
-    proc = subprocess.Popen(head_command(gpus, port), env=env, start_new_session=True)
+    proc = subprocess.Popen(head_command(gpus, port), env=env, preexec_fn=_own_group_dies_with_parent)
     ip = get_node_ip_address()
     address = f"{ip}:{port}"  # the address Ray's own nodes and drivers use (the GCS listens there)
     deadline = time.monotonic() + READY_S
@@ -82,6 +83,16 @@ def start_head(gpus: list[str], port: int | None = None) -> tuple[subprocess.Pop
         time.sleep(0.5)
     stop_head(proc)
     raise RuntimeError(f"the worker's Ray head did not answer on {address} within {READY_S:.0f} s")
+
+
+def _own_group_dies_with_parent() -> None:
+    """In the head's process, before exec: a process group of its own (signals to the worker's
+    group go to Celery, which the worker stops first), and SIGTERM when the worker's process dies,
+    however it dies (a SIGKILL included), so a head never outlives its worker."""
+    import ctypes
+
+    os.setsid()
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def stop_head(proc: subprocess.Popen, timeout_s: float = 5.0) -> None:
