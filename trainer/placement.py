@@ -31,6 +31,7 @@ import random
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 BUNDLE_CPUS = 3  # logical CPUs per GPU bundle: verl's ResourcePoolManager.max_colocate_count default
@@ -231,6 +232,36 @@ def _where() -> tuple[str, str, list[str]]:
 
     ctx = ray.get_runtime_context()
     return ctx.get_node_id(), ray.util.get_node_ip_address(), [str(i) for i in ray.get_gpu_ids()]
+
+
+def check_shared_dir(groups: list, out_dir: str | os.PathLike) -> None:
+    """Fail fast unless every node of the run sees its run directory: the launcher writes a marker
+    there and a task on each of the run's nodes reads it back (verl's ranks write checkpoints on
+    their own nodes, and a node that writes elsewhere loses them hours later). Raises
+    :class:`PlacementError` naming each node that cannot see it, and what to mount."""
+    import uuid
+
+    import ray
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    marker = Path(out_dir) / f".aero-visible-{uuid.uuid4().hex}"
+    marker.write_text(marker.name)
+    try:
+        probe = ray.remote(num_cpus=0, num_gpus=0)(_sees)
+        seen = ray.get([probe.options(scheduling_strategy=PlacementGroupSchedulingStrategy(g, 0)).remote(str(marker))
+                        for g in groups])
+    finally:
+        marker.unlink(missing_ok=True)
+    blind = [f"{ip} (node {node[:12]})" for node, ip, ok in seen if not ok]
+    if blind:
+        raise PlacementError(f"the run directory {out_dir} is not visible on {', '.join(blind)}: a run over several nodes "
+                             "writes checkpoints there from every node. Mount the same shared filesystem at the same "
+                             "path on every node (the worker's AERO_DATA_DIR) and resubmit (docs/scale.md)")
+
+
+def _sees(path: str) -> tuple[str, str, bool]:
+    node, ip, _ = _where()
+    return node, ip, Path(path).is_file() and Path(path).read_text() == Path(path).name
 
 
 def release_groups(groups: list) -> None:

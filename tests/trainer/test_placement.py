@@ -162,3 +162,38 @@ def test_local_cuda_index_maps_rays_id_to_this_process(visible, ray_id, index, m
 def test_local_cuda_index_refuses_a_gpu_this_process_cannot_see():
     with pytest.raises(placement.PlacementError, match="CUDA_VISIBLE_DEVICES=0,1"):
         placement.local_cuda_index("5", "0,1")
+
+
+def test_a_node_that_cannot_see_the_run_directory_is_named_before_any_step(cluster, monkeypatch, tmp_path):
+    """A third node in a mount namespace of its own, where a tmpfs hides the run directory's
+    parent: what a node without the shared filesystem sees."""
+    monkeypatch.setenv("AERO_RAY_ADDRESS", cluster)
+    run_dir = tmp_path / "runs" / "7"
+    run_dir.mkdir(parents=True)
+    ray_bin = str(Path(sys.executable).parent / "ray")
+    blind = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                              f"mount -t tmpfs tmpfs {tmp_path} && exec {ray_bin} start --block --address={cluster} "
+                              "--num-cpus=2 --num-gpus=0 --resources='{\"blind\": 1}' --disable-usage-stats"],
+                             start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        with placement.ray_session():
+            deadline = time.monotonic() + 90
+            while ray.cluster_resources().get("blind", 0) < 1:
+                assert time.monotonic() < deadline and blind.poll() is None, "the blind node did not join"
+                time.sleep(0.5)
+            head = ray.get_runtime_context().get_node_id()
+            from ray.util.placement_group import placement_group
+
+            seeing = placement_group([{"CPU": 1}], bundle_label_selector=[{"ray.io/node-id": head}])
+            not_seeing = placement_group([{"CPU": 1, "blind": 1}])
+            ray.get([seeing.ready(), not_seeing.ready()], timeout=60)
+            blind_node = ray.util.placement_group_table(not_seeing)["bundles_to_node_id"][0]
+            placement.check_shared_dir([seeing], run_dir)  # the launcher's own node sees it
+            with pytest.raises(placement.PlacementError) as e:
+                placement.check_shared_dir([seeing, not_seeing], run_dir)
+            assert f"node {blind_node[:12]}" in str(e.value) and f"node {head[:12]}" not in str(e.value)
+            assert str(run_dir) in str(e.value) and "AERO_DATA_DIR" in str(e.value)
+            assert list(run_dir.iterdir()) == []  # the marker is gone either way
+            placement.release_groups([seeing, not_seeing])
+    finally:
+        ray_head.stop_head(blind)

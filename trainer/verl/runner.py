@@ -210,7 +210,8 @@ def run_verl(cfg: RunConfig, out_dir: str | Path, sink: MetricSink,
         import ray  # noqa: F401  (fail here, with what to install, before any data is written)
     except ImportError as e:
         raise ImportError("the verl engine needs verl: pip install 'aero-lab[verl]' (verl==0.9.1)") from e
-    from trainer.placement import Placement, cluster_address, describe_groups, node_groups, ray_session, release_groups
+    from trainer.placement import (Placement, check_shared_dir, cluster_address, describe_groups, node_groups, ray_session,
+                                   release_groups)
 
     if cfg.resources.nodes > 1 and cluster_address() is None:
         raise ConfigError([("resources.nodes", f"{cfg.resources.nodes} nodes need a Ray cluster of several nodes: the "
@@ -236,6 +237,8 @@ def run_verl(cfg: RunConfig, out_dir: str | Path, sink: MetricSink,
             return {"status": "stopped", "last_step": None, "final_eval": None, "n_params": None, "data_pos": None}
         try:
             where = Placement(cluster, *describe_groups(groups), waited_s=time.monotonic() - t0)
+            if len(set(where.nodes)) > 1:
+                check_shared_dir(groups, out_dir)
             if on_wait is not None:
                 on_wait(None)
             if on_placed is not None:
