@@ -15,6 +15,13 @@ head). Stop the API, the workers and the reaper first: a restore is not safe bes
 and the runs they hold would lose their owners. Restoring over a store that holds runs needs
 ``force`` (the CLI's ``--yes``). The two formats do not cross: a SQLite backup restores into
 SQLite, a pg_dump archive into PostgreSQL.
+
+A restore works on a new machine: on SQLite it creates the data directory (0700) and the store
+file (0600); on PostgreSQL it restores into the empty database that the URL names (created
+beforehand, e.g. ``createdb``). Before it changes anything it reads the whole snapshot and
+refuses (:class:`SnapshotRefused`, one line saying why) a file that is not a snapshot, one that
+is truncated or damaged, one without AERO Lab's schema, and one from a newer release (an
+Alembic revision this code does not know, which no migration here could bring to head).
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from pathlib import Path
 
 from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 PGDUMP_MAGIC = b"PGDMP"
@@ -36,6 +44,10 @@ PGDUMP_MAGIC = b"PGDMP"
 
 class BackupError(RuntimeError):
     """A backup or restore that cannot be done, with what to do about it."""
+
+
+class SnapshotRefused(BackupError):
+    """A restore refused before it changed anything (a bad snapshot, the wrong store, runs held)."""
 
 
 @dataclass(frozen=True)
@@ -60,7 +72,9 @@ def file_kind(path: Path) -> str:
         return "sqlite"
     if head.startswith(PGDUMP_MAGIC):
         return "postgresql"
-    raise BackupError(f"{path}: not an AERO Lab backup (neither a SQLite database nor a pg_dump archive)")
+    if not head:
+        raise SnapshotRefused(f"{path}: not an AERO Lab backup (an empty file)")
+    raise SnapshotRefused(f"{path}: not an AERO Lab backup (neither a SQLite database nor a pg_dump archive)")
 
 
 def _sqlite_path(url: str) -> Path:
@@ -94,6 +108,95 @@ def _run(argv: list[str], env: dict[str, str]) -> None:
         raise BackupError(f"{Path(argv[0]).name} failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
 
 
+def _snapshot_uri(path: Path) -> str:
+    """A read-only URI for a snapshot file: ``immutable`` (nobody writes a snapshot), so SQLite
+    neither locks it nor creates -wal/-shm files beside it (a read-only medium is fine)."""
+    return Path(path).resolve().as_uri() + "?immutable=1"
+
+
+def _known_revisions() -> tuple[set[str], str]:
+    """The Alembic revisions this code knows, and its head."""
+    from alembic.script import ScriptDirectory
+
+    from backend.db.migrate import alembic_config
+
+    script = ScriptDirectory.from_config(alembic_config())
+    return {s.revision for s in script.walk_revisions()}, ", ".join(script.get_heads())
+
+
+def _check_revisions(src: Path, revisions: list[str]) -> None:
+    if not revisions:
+        raise SnapshotRefused(f"{src}: not an AERO Lab backup (no schema revision in its alembic_version table)")
+    known, head = _known_revisions()
+    if unknown := [r for r in revisions if r not in known]:
+        raise SnapshotRefused(f"{src} is from a newer AERO Lab (schema revision {', '.join(unknown)}; this release "
+                              f"knows up to {head}): upgrade AERO Lab here first, then restore")
+
+
+def _check_sqlite_snapshot(src: Path) -> None:
+    """Refuse a truncated or damaged SQLite snapshot, or one that is not an AERO Lab store of a
+    schema this code knows."""
+    size = src.stat().st_size
+    with open(src, "rb") as f:
+        header = f.read(100)
+    if len(header) < 100:
+        raise SnapshotRefused(f"{src} is truncated: {size} bytes, shorter than a SQLite header")
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(header[28:32], "big")
+    if header[24:28] == header[92:96] and pages and size < page_size * pages:  # the header's page count is valid
+        raise SnapshotRefused(f"{src} is truncated: {size:,} of its {page_size * pages:,} bytes")
+    try:
+        with closing(sqlite3.connect(_snapshot_uri(src), uri=True)) as conn:
+            problems = [row[0] for row in conn.execute("PRAGMA quick_check")]
+            if problems != ["ok"]:
+                raise SnapshotRefused(f"{src} is damaged: {problems[0]}")
+            tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if "alembic_version" not in tables or "runs" not in tables:
+                raise SnapshotRefused(f"{src}: a SQLite database, but not an AERO Lab backup (no runs or "
+                                      "alembic_version table)")
+            revisions = [row[0] for row in conn.execute("SELECT version_num FROM alembic_version")]
+    except sqlite3.DatabaseError as e:
+        raise SnapshotRefused(f"{src} is damaged or truncated: {e}") from None
+    _check_revisions(src, revisions)
+
+
+def _check_pgdump_snapshot(src: Path) -> None:
+    """Read the whole archive (a truncated one fails here, not halfway through a restore) and
+    refuse one that is not an AERO Lab store of a schema this code knows."""
+    pg_restore = _tool("pg_restore")
+    proc = subprocess.run([pg_restore, "--file=/dev/null", str(src)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        why = proc.stderr.strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
+        raise SnapshotRefused(f"{src} is truncated or damaged (pg_restore cannot read it to its end): {why[0]}")
+    proc = subprocess.run([pg_restore, "--data-only", "--table=alembic_version", "--file=-", str(src)],
+                          capture_output=True, text=True)
+    lines = proc.stdout.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("COPY ") and ".alembic_version " in line), None)
+    if proc.returncode != 0 or start is None:
+        raise SnapshotRefused(f"{src}: a pg_dump archive, but not an AERO Lab backup (no alembic_version table)")
+    revisions = []
+    for line in lines[start + 1:]:
+        if line == "\\.":
+            break
+        revisions.append(line.strip())
+    _check_revisions(src, revisions)
+
+
+def check_snapshot(src: str | Path) -> str:
+    """The store kind a snapshot holds, after reading all of it; :class:`SnapshotRefused` if it is
+    not a whole snapshot of an AERO Lab store whose schema this code knows."""
+    src = Path(src)
+    if not src.is_file():
+        raise SnapshotRefused(f"{src}: no such backup file")
+    kind = file_kind(src)
+    if kind == "sqlite":
+        _check_sqlite_snapshot(src)
+    else:
+        _check_pgdump_snapshot(src)
+    return kind
+
+
 def _sqlite_copy(source_uri: str, target: str) -> None:
     """SQLite's online backup from ``source_uri`` (read-only URI) into the database ``target``."""
     with closing(sqlite3.connect(source_uri, uri=True)) as source, closing(sqlite3.connect(target)) as dest:
@@ -122,37 +225,52 @@ def backup(url: str, dest: str | Path) -> Snapshot:
     return Snapshot(kind, dest, dest.stat().st_size)
 
 
+def _shown(url: str) -> str:
+    return make_url(url).render_as_string(hide_password=True)
+
+
 def run_count(url: str) -> int:
-    """Runs in the store at ``url`` (0 for a store without the table yet)."""
+    """Runs in the store at ``url`` (0 for a store without the table yet, or a SQLite file that
+    does not exist yet: which this does not create)."""
+    if store_kind(url) == "sqlite" and not _sqlite_path(url).exists():
+        return 0
     engine = create_engine(url)
     try:
         if "runs" not in inspect(engine).get_table_names():
             return 0
         with engine.connect() as conn:
             return int(conn.execute(text("SELECT count(*) FROM runs")).scalar_one())
+    except OperationalError as e:
+        why = str(e.orig).strip().splitlines()[0] if e.orig is not None else str(e)
+        hint = " (create the empty database first: createdb NAME)" if "does not exist" in why else ""
+        raise SnapshotRefused(f"cannot open the store at {_shown(url)}: {why}{hint}") from None
     finally:
         engine.dispose()
 
 
 def restore(url: str, src: str | Path, force: bool = False) -> Snapshot:
-    """Replace the store at ``url`` with the snapshot in ``src`` (module docstring). Refuses a
-    store that holds runs unless ``force``."""
+    """Replace the store at ``url`` with the snapshot in ``src`` (module docstring). Refuses
+    (:class:`SnapshotRefused`, nothing changed) a bad snapshot, one of the other store kind, and a
+    store that holds runs unless ``force``. On SQLite the data directory is created if missing."""
     kind, src = store_kind(url), Path(src)
-    if not src.is_file():
-        raise BackupError(f"{src}: no such backup file")
-    held = file_kind(src)
+    held = check_snapshot(src)
     if held != kind:
-        raise BackupError(f"{src} is a {held} backup and DATABASE_URL is a {kind} store: restore it into a {held} store")
+        raise SnapshotRefused(f"{src} is a {held} backup and DATABASE_URL is a {kind} store: restore it into a "
+                              f"{held} store")
     if not force and (n := run_count(url)):
-        raise BackupError(f"the store holds {n} runs, which the restore would replace: pass --yes to replace them "
-                          "(stop the API, workers and reaper first)")
+        raise SnapshotRefused(f"the store holds {n} runs, which the restore would replace: pass --yes to replace "
+                              "them (stop the API, workers and reaper first)")
     from backend.db.session import get_engine
 
     get_engine(url).dispose()  # this process's pooled connections must not outlive the old store
     if kind == "sqlite":
+        from backend.settings import private_file
+
         target_path = _sqlite_path(url)
-        target_path.parent.mkdir(parents=True, exist_ok=True)
-        _sqlite_copy(f"file:{src}?mode=ro", str(target_path))  # every page of the target is replaced
+        if not target_path.parent.exists():  # a new machine: the data directory, 0700
+            target_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        private_file(target_path, create=True)  # 0600 (and its journals, which take the file's mode)
+        _sqlite_copy(_snapshot_uri(src), str(target_path))  # every page of the target is replaced
     else:
         conninfo, env = _libpq(url)
         _run([_tool("pg_restore"), "--clean", "--if-exists", "--no-owner", "--no-privileges", "--single-transaction",

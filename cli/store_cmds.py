@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 commands = typer.Typer()
 console = Console()
@@ -42,15 +43,22 @@ def restore_cmd(
     database_url: Annotated[Optional[str], typer.Option(help=URL_HELP)] = None,
     yes: Annotated[bool, typer.Option("--yes", help="Replace a store that holds runs.")] = False,
 ):
-    """Replace the store with a snapshot. Stop the API, workers and reaper first."""
-    from backend.backup import BackupError, restore
+    """Replace the store with a snapshot. Stop the API, workers and reaper first.
+
+    Works on a new machine: a SQLite store's data directory is created; a PostgreSQL
+    DATABASE_URL names an empty database. A file that is not a whole snapshot, or one from a
+    newer AERO Lab, is refused before anything changes."""
+    from backend.backup import BackupError, SnapshotRefused, restore
     from backend.db.migrate import migrate
 
     url = _url(database_url)
     try:
         snap = restore(url, file, force=yes)
         migrate(url)  # a snapshot from an older release is brought to this release's schema
+    except SnapshotRefused as e:
+        console.print(f"[red]restore refused, nothing changed:[/red] {escape(str(e))}", soft_wrap=True)
+        raise typer.Exit(1) from None
     except BackupError as e:
-        console.print(f"[red]restore failed:[/red] {e}")
+        console.print(f"[red]restore failed:[/red] {escape(str(e))}", soft_wrap=True)
         raise typer.Exit(1) from None
     console.print(f"restored the {snap.kind} store from {snap.path}")
