@@ -10,7 +10,7 @@ from pathlib import Path
 
 BACKEND = Path(__file__).resolve().parents[2] / "backend"
 ALLOWED_TRAINER = ("trainer.config", "trainer.operator_policy", "trainer.methods.spec", "trainer.tasks.registry",
-                   "trainer.engines",
+                   "trainer.engines", "trainer.resources",
                    "trainer.core.passk", "trainer.core.reach", "trainer.core.stats")
 FORBIDDEN = ("worker", "dashboard", "torch", "transformers", "streamlit", "cli")
 
