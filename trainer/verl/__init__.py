@@ -25,13 +25,14 @@ from typing import Any
 VERL_VERSION = "0.9.1"
 
 
-def run_verl(cfg, out_dir, sink, should_stop=None, progress=None, policy=None) -> dict[str, Any]:
+def run_verl(cfg, out_dir, sink, should_stop=None, progress=None, policy=None, on_wait=None,
+             on_placed=None) -> dict[str, Any]:
     """The verl engine's run (the contract in trainer/engines.py): see
     :func:`trainer.verl.runner.run_verl` (imported lazily). ``policy`` is accepted for the
     contract; verl trains no task that runs the code sandbox (trainer/verl/rules.py)."""
     from trainer.verl.runner import run_verl as _run
 
-    return _run(cfg, out_dir, sink, should_stop=should_stop, progress=progress)
+    return _run(cfg, out_dir, sink, should_stop=should_stop, progress=progress, on_wait=on_wait, on_placed=on_placed)
 
 
 __all__ = ["VERL_VERSION", "run_verl"]
