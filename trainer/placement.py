@@ -38,6 +38,7 @@ BUNDLE_CPUS = 3  # logical CPUs per GPU bundle: verl's ResourcePoolManager.max_c
 POLL_S = 0.5  # how often a waiting run looks at should_stop and the cluster's free GPUs
 REGROUP_S = 30.0  # a multi-node request holding some nodes but not all this long lets go and retries
 NAMESPACE = "aero"
+NO_PRESTART = ("RAY_prestart_worker_first_driver", "0")  # see ray_session
 
 
 class PlacementError(RuntimeError):
@@ -82,6 +83,9 @@ def ray_session(runtime_env: dict[str, Any] | None = None, *, own_gpus: int = 0,
 
     if ray.is_initialized():  # a session left behind by a crashed run in this process: not ours
         ray.shutdown()
+    # A Ray we start ourselves must not prestart one idle Python worker per logical CPU for its
+    # first driver (16+ processes importing Ray on a 2-core host): workers start as tasks need them.
+    os.environ.setdefault(NO_PRESTART[0], NO_PRESTART[1])
     address = address or cluster_address()
     kwargs: dict[str, Any] = {"runtime_env": runtime_env or {}, "namespace": NAMESPACE, "log_to_driver": True}
     if address:

@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from trainer.placement import BUNDLE_CPUS
+from trainer.placement import BUNDLE_CPUS, NO_PRESTART
 
 READY_S = 90.0  # how long the head may take to answer (a busy 2-core host: ~10 s)
 
@@ -65,7 +65,8 @@ def start_head(gpus: list[str], port: int | None = None) -> tuple[subprocess.Pop
     address)."""
     port = port or free_port()
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(gpus), "RAY_USAGE_STATS_ENABLED": "0",
-           "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}  # nothing of ours runs on it once the worker stops
+           "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",  # nothing of ours runs on it once the worker stops
+           NO_PRESTART[0]: NO_PRESTART[1]}  # no idle Python worker per logical CPU: they start when a run needs them
     env.pop("RAY_ADDRESS", None)
     from ray.util import get_node_ip_address
 

@@ -40,7 +40,8 @@ def cluster():
     head, address = ray_head.start_head(["3", "5"])
     ray_bin = str(Path(sys.executable).parent / "ray")
     node = subprocess.Popen([ray_bin, "start", "--block", f"--address={address}", "--num-gpus=1", "--num-cpus=8",
-                             "--disable-usage-stats"], env={**os.environ, "CUDA_VISIBLE_DEVICES": "0"},
+                             "--disable-usage-stats"],
+                            env={**os.environ, "CUDA_VISIBLE_DEVICES": "0", placement.NO_PRESTART[0]: placement.NO_PRESTART[1]},
                             start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         with placement.ray_session(address=address):
