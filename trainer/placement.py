@@ -87,7 +87,10 @@ def ray_session(runtime_env: dict[str, Any] | None = None, *, own_gpus: int = 0,
     # first driver (16+ processes importing Ray on a 2-core host): workers start as tasks need them.
     os.environ.setdefault(NO_PRESTART[0], NO_PRESTART[1])
     address = address or cluster_address()
-    kwargs: dict[str, Any] = {"runtime_env": runtime_env or {}, "namespace": NAMESPACE, "log_to_driver": True}
+    # a namespace of its own too: verl names its actors (reward_loop_worker_0, ...), and two runs on
+    # one cluster in one namespace collide on those names
+    kwargs: dict[str, Any] = {"runtime_env": runtime_env or {}, "log_to_driver": True,
+                              "namespace": f"{NAMESPACE}-{os.getpid()}-{random.getrandbits(32):08x}"}
     if address:
         kwargs["address"] = address
     else:

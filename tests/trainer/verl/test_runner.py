@@ -55,7 +55,7 @@ def test_build_verl_config_writes_data_and_validates(model_dir, tmp_path):
     from trainer.verl.runner import build_verl_config
 
     out = tmp_path / "run"
-    config = build_verl_config(cfg_for(model_dir, tmp_path), out, n_gpus_per_node=2)
+    config = build_verl_config(cfg_for(model_dir, tmp_path, resources={"gpus_per_node": 2}), out)
     assert (out / "verl_data" / "train.parquet").is_file() and (out / "verl_data" / "val_0.parquet").is_file()
     assert list(config.data.val_files) == [str(out / "verl_data" / "val_0.parquet")]
     assert config.actor_rollout_ref.model.path == str(model_dir)
