@@ -36,4 +36,5 @@ fi
 
 bash scripts/services.sh >/dev/null
 exec "$VENV/bin/python" -m pytest tests/trainer/verl tests/trainer/rollout/test_vllm.py tests/worker/test_verl_e2e.py \
+  tests/worker/test_verl_placement_e2e.py \
   -p no:cacheprovider -W ignore::UserWarning -W ignore::FutureWarning -q "$@"
