@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import sys
 import time
 from pathlib import Path
@@ -28,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from trainer.bench_device import peak_flops  # noqa: E402
+from trainer.bench_device import Meter, peak_flops  # noqa: E402
 from trainer.config import parse_run_config  # noqa: E402
 from trainer.embedded.memory_plan import plan_memory  # noqa: E402
 from trainer.embedded.presets import resolve_device, weight_dtype  # noqa: E402
@@ -74,8 +73,10 @@ def main(argv: list[str] | None = None) -> dict:
     cuda = device.type == "cuda"
     if cuda:
         torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # The peak during the update alone (CUDA: max allocated; CPU: VmHWM reset to the current RSS first).
+    # Not ru_maxrss: that is the process's lifetime peak, which building the model may already have set.
+    meter = Meter(device)
+    start, reset = meter.in_use(), meter.reset()
     t0 = time.perf_counter()
     with autocast if autocast is not None else torch.enable_grad():
         stats = updater.step(rows, adv)
@@ -91,8 +92,8 @@ def main(argv: list[str] | None = None) -> dict:
            "tokens": sum(len(r.prompt_ids) + r.length for r in rows), "response_tokens": sum(r.length for r in rows),
            "seconds": secs, "tokens_per_s": sum(len(r.prompt_ids) + r.length for r in rows) / secs,
            "flops": flops, "mfu": flops / secs / peak if peak else None,
-           "peak_memory_mb": (torch.cuda.max_memory_allocated() if cuda else
-                              (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) * 1024) / 2**20,
+           "peak_memory_mb": meter.peak() / 2**20 if reset else None,  # weights and optimizer state included
+           "update_memory_mb": (meter.peak() - start) / 2**20 if reset and start is not None else None,
            "loss": stats["loss/total"]}
     print(json.dumps(out))
     if a.json:

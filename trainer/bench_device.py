@@ -51,7 +51,7 @@ def device_name(device: torch.device) -> str:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
 
 
-class _Meter:
+class Meter:
     """Memory in use and its peak since the last reset, in bytes (module docstring)."""
 
     def __init__(self, device: torch.device):
@@ -93,7 +93,7 @@ class MethodMemory:
     ``end()`` after it (module docstring)."""
 
     def __init__(self, device: torch.device):
-        self.meter = _Meter(device)
+        self.meter = Meter(device)
         self.steps = 0
         self.resident: float | None = None  # its model, gradients and optimizer state, from its first step
         self.alone: float | None = None

@@ -24,7 +24,8 @@ def test_update_probe_measures_one_update(tmp_path):
     r = run("update_probe.py", "--shape", "tiny-151k", "--prompts", "2", "--n", "4", "--max-new", "48",
             "--checkpointing", "off", "--micro-batch-tokens", "1100", tmp_path=tmp_path)
     assert r["rows"] == 8 and r["plan"]["micro_batch_tokens"] == 1100  # an explicit budget is kept
-    assert r["response_tokens"] < r["tokens"] and r["seconds"] > 0 and r["peak_memory_mb"] > 0
+    assert r["response_tokens"] < r["tokens"] and r["seconds"] > 0
+    assert r["peak_memory_mb"] > r["update_memory_mb"] >= 0  # the peak holds the weights; the growth is the update's
     assert r["tokens_per_s"] == pytest.approx(r["tokens"] / r["seconds"]) and r["mfu"] is None  # no peak on CPU
 
 
