@@ -340,7 +340,9 @@ def use_api(monkeypatch):
 def page():
     """A Playwright page on Debian's headless chromium (no browser download). Without one the
     test skips, saying how to install it; with AERO_REQUIRE_BROWSER=1 (CI) it fails instead.
-    Request it before any fixture that starts the platform, so a skip costs nothing."""
+    Request it before any fixture that starts the platform, so a skip costs nothing. Every
+    document it loads tracks the app's runs (tests/dashboard/browser.py): act through
+    ``browser.act`` / ``browser.settle``, never on a page mid-rerun."""
     if not Path(CHROMIUM).exists():
         why = (f"no Chromium at {CHROMIUM}: install Debian's with `sudo bash scripts/install_browser.sh` "
                "(`make test` runs it), or set AERO_CHROMIUM to a Chromium binary")
@@ -353,5 +355,8 @@ def page():
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         pg = browser.new_page(viewport={"width": 1400, "height": 900})
         pg.set_default_timeout(60_000)
+        from tests.dashboard import browser as tracked
+
+        tracked.install(pg)
         yield pg
         browser.close()
