@@ -25,8 +25,9 @@ from types import SimpleNamespace
 
 import httpx
 import pytest
-from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from playwright.sync_api import expect
+
+from tests.dashboard.browser import act, count, no_exception, read, settle
 
 ROOT = Path(__file__).resolve().parents[2]
 SHOTS = ROOT / "test-artifacts" / "screenshots"
@@ -96,7 +97,7 @@ def screenshot(pg, name: str) -> Path:
     SHOTS.mkdir(parents=True, exist_ok=True)
     height = pg.evaluate("() => (document.querySelector('[data-testid=\"stMainBlockContainer\"]') || document.body).scrollHeight")
     pg.set_viewport_size({"width": 1400, "height": max(900, int(height) + 160)})
-    pg.wait_for_timeout(500)  # let Plotly and the data grid redraw at the new size (an artifact: no assertion reads it)
+    settle(pg)  # Plotly and the data grid redraw at the new size (an artifact: no assertion reads it)
     path = SHOTS / f"{name}.png"
     pg.screenshot(path=str(path), full_page=True)
     pg.set_viewport_size({"width": 1400, "height": 900})
@@ -106,33 +107,26 @@ def screenshot(pg, name: str) -> Path:
 def open_page(pg, url: str, heading: str) -> None:
     pg.goto(url)
     pg.get_by_role("heading", name=heading, exact=True).first.wait_for()
-    pg.wait_for_load_state("networkidle")
-
-
-def no_exceptions(pg) -> None:
-    assert pg.locator('[data-testid="stException"]').count() == 0, pg.locator('[data-testid="stException"]').first.inner_text()
+    settle(pg)
 
 
 def set_number(pg, label: str, value, expander: str | None = None) -> None:
-    """Type a number into a field; a field in a collapsed ``expander`` opens it first. A rerun
-    after the previous field can collapse the expander again between that check and the typing
-    (seen on a loaded machine), so each try is short and the whole has a generous deadline."""
+    """Type a number into a field (a rerun when it changes the value); a field in a collapsed
+    ``expander`` opens it first. Each step acts on the settled page: an expander clicked while
+    the previous field's rerun was redrawing the form could collapse again (seen on a loaded
+    machine)."""
     box = pg.get_by_label(label, exact=True).first
-    deadline = time.monotonic() + 90
-    while True:
-        if expander is not None and not box.is_visible():
-            pg.get_by_text(expander, exact=True).first.click()
-        try:
-            box.fill(str(value), timeout=5_000)
-            box.press("Tab", timeout=5_000)
-            return
-        except PlaywrightTimeout:
-            if time.monotonic() > deadline:
-                raise
+    if expander is not None:
+        settle(pg)
+        if not box.is_visible():
+            act(pg.get_by_text(expander, exact=True).first, "click")
+    act(box, "fill", str(value))
+    act(box, "press", "Tab")
+    expect(box).to_have_value(str(value))
 
 
 def step_of(pg) -> tuple[int, int]:
-    text = pg.locator('[data-testid="stMetric"]').filter(has_text="Step").first.inner_text()
+    text = read(pg.locator('[data-testid="stMetric"]').filter(has_text="Step").first)
     done, total = re.search(r"(\d+)\s*/\s*(\d+)", text).groups()
     return int(done), int(total)
 
@@ -173,7 +167,7 @@ def test_launch_watch_compare_in_a_browser(page, platform):
     pg = page
     open_page(pg, platform.dash + "/", "AERO Lab")
     pg.get_by_text("No runs yet").first.wait_for()
-    no_exceptions(pg)
+    no_exception(pg)
     screenshot(pg, "overview")
 
     # -- Launch one tiny AERO run through the form
@@ -182,21 +176,21 @@ def test_launch_watch_compare_in_a_browser(page, platform):
     set_number(pg, "batch (prompts per step)", 64)
     set_number(pg, "eval every (steps)", 0, expander="Advanced")
     set_number(pg, "eval problems per benchmark", 4, expander="Advanced")
-    pg.get_by_role("button", name="Launch").click()
+    act(pg.get_by_role("button", name="Launch"), "click", rerun=True)
     pg.get_by_text(re.compile(r"Run #\d+ \(aero-seed0\) is queued")).first.wait_for()
-    run_id = int(re.search(r"Run #(\d+)", pg.get_by_text(re.compile(r"Run #\d+ .* is queued")).first.inner_text()).group(1))
-    no_exceptions(pg)
+    run_id = int(re.search(r"Run #(\d+)", read(pg.get_by_text(re.compile(r"Run #\d+ .* is queued")).first)).group(1))
+    no_exception(pg)
     screenshot(pg, "launch")
 
     # -- Its page: the step count rises while the page stays loaded (no navigation, no reload)
-    pg.get_by_role("link", name=f"Watch run #{run_id} live").first.click()
+    act(pg.get_by_role("link", name=f"Watch run #{run_id} live").first, "click", rerun=True)
     pg.wait_for_url(re.compile(rf"/run\?run={run_id}$"))
     pg.locator('[data-testid="stMetric"]').filter(has_text="Step").first.wait_for()
     pg.evaluate("() => { window.__sameDocument = true; }")
     seen, deadline = [], time.monotonic() + 240
     while time.monotonic() < deadline:
         seen.append(step_of(pg)[0])
-        if seen[-1] == STEPS and pg.get_by_text("succeeded").count():
+        if seen[-1] == STEPS and count(pg.get_by_text("succeeded")):
             break
         pg.wait_for_timeout(300)
     else:
@@ -206,18 +200,18 @@ def test_launch_watch_compare_in_a_browser(page, platform):
     assert pg.evaluate("() => window.__sameDocument === true"), "the run page reloaded"
     pg.get_by_text("Latest evaluation per benchmark").first.wait_for()  # the finished page shows the evals
     pg.get_by_role("heading", name="Evaluation").first.wait_for()
-    no_exceptions(pg)
+    no_exception(pg)
     screenshot(pg, "run")
 
     # -- The ablation ladder as a sweep (GRPO, AERO S1, AERO S1+S2, AERO), tiny
     open_page(pg, platform.dash + "/launch", "Launch")
-    pg.get_by_role("radio", name="Sweep").click()
+    act(pg.get_by_role("radio", name="Sweep"), "click", rerun=True)
     pg.get_by_label("steps", exact=True).first.wait_for()
     set_number(pg, "steps", 2)
     set_number(pg, "batch (prompts per step)", 4)
     set_number(pg, "eval every (steps)", 0, expander="Advanced")
     set_number(pg, "eval problems per benchmark", 2, expander="Advanced")
-    pg.get_by_role("button", name="Launch").click()
+    act(pg.get_by_role("button", name="Launch"), "click", rerun=True)
     pg.get_by_text(re.compile(r"Sweep #\d+ \(sweep\) queued 4 runs")).first.wait_for()
 
     with httpx.Client(base_url=platform.api + "/api") as api:
@@ -230,12 +224,12 @@ def test_launch_watch_compare_in_a_browser(page, platform):
 
     open_page(pg, platform.dash + "/runs", "Runs")
     pg.locator('[data-testid="stDataFrame"]').first.wait_for()
-    no_exceptions(pg)
+    no_exception(pg)
     screenshot(pg, "runs")
 
     open_page(pg, platform.dash + "/sweeps", "Sweeps")
     pg.get_by_text(re.compile(r"Sweep #\d+ · sweep")).first.wait_for()
-    no_exceptions(pg)
+    no_exception(pg)
     screenshot(pg, "sweeps")
 
     # -- Compare the sweep: the measured waterfall, Fig. 9 and the benchmark table
@@ -248,13 +242,13 @@ def test_launch_watch_compare_in_a_browser(page, platform):
     pg.locator(".js-plotly-plot").filter(has_text=re.compile(r"Avg@8\s*total")).first.wait_for()  # wrapped header cell
     pg.locator(".js-plotly-plot").filter(has_text=re.compile(r"Pass@8\s*total")).first.wait_for()
     pg.get_by_role("button", name="Download table (CSV)").first.wait_for()
-    no_exceptions(pg)
+    no_exception(pg)
     screenshot(pg, "compare")
 
     # -- and the single run's counterfactual waterfall
     open_page(pg, platform.dash + f"/compare?runs={run_id}", "Compare")
     pg.locator(".js-plotly-plot").filter(has_text=f"counterfactual accounting, run #{run_id}").first.wait_for()
-    no_exceptions(pg)
+    no_exception(pg)
     screenshot(pg, "compare-one-run")
 
     # -- Seed groups: GRPO and AERO x seeds 0, 1 (REST, with the admin token `aero up` wrote), then the headline,
@@ -268,11 +262,11 @@ def test_launch_watch_compare_in_a_browser(page, platform):
     time_ = pg.locator(".js-plotly-plot").filter(has_text="Held-out Avg@8 vs training time").first
     flops.wait_for()
     time_.wait_for()
-    a, b = flops.bounding_box(), time_.bounding_box()
+    a, b = act(flops, "bounding_box"), act(time_, "bounding_box")
     assert abs(a["y"] - b["y"]) < 5 and a["x"] < b["x"], (a, b)  # side by side
-    first_plot = pg.locator(".js-plotly-plot").first.bounding_box()
+    first_plot = act(pg.locator(".js-plotly-plot").first, "bounding_box")
     assert first_plot["y"] >= a["y"] - 1, "the headline is not the first chart"
-    pg.wait_for_timeout(1000)
+    settle(pg)
     SHOTS.mkdir(parents=True, exist_ok=True)
     pg.screenshot(path=str(SHOTS / "compare-headline.png"))  # the top of the page, as a reader first sees it
     pg.get_by_role("heading", name="Benchmarks (paper Table 1)").first.wait_for()
@@ -282,8 +276,8 @@ def test_launch_watch_compare_in_a_browser(page, platform):
     p_value = pg.locator(".js-plotly-plot").filter(has_text=re.compile(r"Total\s*\(P-value\)")).filter(
         has_text=re.compile(r"\(p[=<]\d\.\d{3}\)"))
     p_value.first.wait_for()
-    assert pg.locator(".js-plotly-plot").filter(has_text="(—)").count() >= 1  # the baseline's Total cell
-    no_exceptions(pg)
+    assert count(pg.locator(".js-plotly-plot").filter(has_text="(—)")) >= 1  # the baseline's Total cell
+    no_exception(pg)
     screenshot(pg, "compare-seeds")
     assert {"overview.png", "launch.png", "run.png", "runs.png", "sweeps.png", "compare.png",
             "compare-headline.png"} <= {p.name for p in SHOTS.glob("*.png")}

@@ -5,10 +5,10 @@ land in test-artifacts/screenshots/ (as test_browser_look.py's do)."""
 
 from __future__ import annotations
 
-
 import pytest
 from playwright.sync_api import expect
 
+from tests.dashboard.browser import act, count, read, settle
 from tests.dashboard.test_browser_look import pixels_near, rgb, shot, streamlit_app
 
 from backend.db.alerts import record_alert, set_stop_reason
@@ -45,6 +45,7 @@ def open_run(pg, url: str, rid: int) -> None:
     pg.goto(f"{url}/run?run={rid}")
     pg.get_by_role("heading", name="Run detail").first.wait_for()
     pg.get_by_text("Notes and tags").first.wait_for(timeout=30_000)  # drawn after the badge
+    settle(pg)  # the page's run has finished: what the asserts read is its last word
 
 
 def test_alert_badge_colours_and_text(page, alert_dashboard):
@@ -56,8 +57,8 @@ def test_alert_badge_colours_and_text(page, alert_dashboard):
     open_run(pg, url, ids["stopped"])
     badge = pg.locator(".aero-alert-badge").first
     badge.wait_for(timeout=30_000)
-    assert badge.inner_text().strip() == "1 alert · stopped the run"
-    assert badge.get_attribute("title") == "grad_norm_above"
+    assert read(badge).strip() == "1 alert · stopped the run"
+    assert act(badge, "get_attribute", "title") == "grad_norm_above"
     png = shot(pg, badge, "alert-badge-stopped")
     red, amber = pixels_near(png, rgb(STOP_COLOR)), pixels_near(png, rgb(NOTE_COLOR))
     assert red > 300 and amber < 30, (red, amber)  # a filled red pill
@@ -68,13 +69,13 @@ def test_alert_badge_colours_and_text(page, alert_dashboard):
     open_run(pg, url, ids["noted"])
     badge = pg.locator(".aero-alert-badge").first
     badge.wait_for(timeout=30_000)
-    assert badge.inner_text().strip() == "1 alert"
+    assert read(badge).strip() == "1 alert"
     png = shot(pg, badge, "alert-badge-noted")
     red, amber = pixels_near(png, rgb(STOP_COLOR)), pixels_near(png, rgb(NOTE_COLOR))
     assert amber > 300 and red < 30, (red, amber)
-    assert pg.get_by_role("button", name="Resume run").count() == 0  # a succeeded run
+    assert count(pg.get_by_role("button", name="Resume run")) == 0  # a succeeded run
     pg.get_by_text("Alerts (1 of 1 rules fired)").first.wait_for()
 
     open_run(pg, url, ids["quiet"])
-    assert pg.locator(".aero-alert-badge").count() == 0
+    assert count(pg.locator(".aero-alert-badge")) == 0
     assert dialogs == []  # the recorded message's <img onerror> never ran

@@ -10,6 +10,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
+from tests.dashboard.browser import act, no_exception, read
 from tests.dashboard.test_browser_look import METHOD_COLOURS, pixels_near, rgb, shot, shot_when, streamlit_app
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -37,16 +38,16 @@ def test_compare_sweep_draws_the_arena_leaderboard(page, arena_dashboard):
     pg.get_by_role("heading", name="Leaderboard (rollout-allocation arena)").first.wait_for()
     board = pg.locator(".js-plotly-plot").filter(has_text=re.compile(r"diff\s*vs\s*baseline")).first  # wrapped header
     board.wait_for()
-    board.scroll_into_view_if_needed()
+    act(board, "scroll_into_view_if_needed")
     expect(board).to_contain_text(re.compile(r"p[=<]0\.\d+"), timeout=60_000)  # drawn, p-values included
     shot(pg, board, "arena-leaderboard")
-    text = board.inner_text()
+    text = read(board)
     assert "(baseline)" in text and re.search(r"p[=<]0\.\d+", text), text  # the paired test's p-value
     chart = pg.locator(".js-plotly-plot").filter(has_text=re.compile(r"Final Avg@8 vs FLOPs per step")).first
     chart.wait_for()
     pg.get_by_role("button", name="Download leaderboard (CSV)").first.wait_for()
-    assert pg.locator('[data-testid="stException"]').count() == 0
-    chart.scroll_into_view_if_needed()
+    no_exception(pg)
+    act(chart, "scroll_into_view_if_needed")
     png = shot_when(chart, "arena-tradeoff", lambda png: all(pixels_near(png, rgb(c)) > 40 for c in METHOD_COLOURS.values()))
     counts = {m: pixels_near(png, rgb(c)) for m, c in METHOD_COLOURS.items()}
     assert all(n > 40 for n in counts.values()), counts  # a marker of each method, in its colour

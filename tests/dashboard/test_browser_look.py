@@ -26,6 +26,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.dashboard.browser import act, count, no_exception, read, screenshot_when
+
 ROOT = Path(__file__).resolve().parents[2]
 SHOTS = ROOT / "test-artifacts" / "screenshots"
 THEME_RED = (0xFF, 0x4B, 0x4B)  # Streamlit's primary colour: what every progress bar used to be
@@ -101,22 +103,17 @@ def dashboard(tmp_path, helpers):
 
 
 def shot(pg, locator, name: str) -> bytes:
-    """A screenshot of one element, kept in test-artifacts/screenshots/ for a reader."""
+    """A screenshot of one element on the settled app, kept in test-artifacts/screenshots/ for a reader."""
     SHOTS.mkdir(parents=True, exist_ok=True)
-    return locator.screenshot(path=str(SHOTS / f"{name}.png"))
+    return act(locator, "screenshot", path=str(SHOTS / f"{name}.png"))
 
 
 def shot_when(locator, name: str, ready, timeout_s: float = 60.0) -> bytes:
     """:func:`shot` once ``ready(png)`` holds: Plotly and the data grid paint after the element
     exists (image cells once loaded, markers after layout), so a pixel check waits on what it
-    checks, re-shooting every 0.25 s, not on a fixed sleep that a loaded machine outlasts. At the
-    deadline it returns the last screenshot, and the caller's assertion says what is missing."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        png = locator.screenshot()
-        if ready(png) or time.monotonic() >= deadline:
-            break
-        time.sleep(0.25)
+    checks (browser.screenshot_when), not on a fixed sleep that a loaded machine outlasts. At the
+    deadline it keeps the last screenshot, and the caller's assertion says what is missing."""
+    png = screenshot_when(locator, ready, timeout_s)
     SHOTS.mkdir(parents=True, exist_ok=True)
     (SHOTS / f"{name}.png").write_bytes(png)
     return png
@@ -129,13 +126,12 @@ def test_overview_address_and_method_coloured_progress_bars(page, dashboard):
     pg.goto(f"{url}/overview")
     pg.get_by_role("heading", name="AERO Lab", exact=True).first.wait_for()
     pg.get_by_role("heading", name="Latest runs").first.wait_for()
-    pg.wait_for_load_state("networkidle")
-    assert pg.get_by_text("Page not found").count() == 0
-    assert pg.locator('[data-testid="stException"]').count() == 0
     # the running AERO run comes first, before the five newer queued runs
     first = pg.locator('[data-testid="stPageLink"]').filter(has_text=f"#{ids['aero']} aero-training")
-    first.first.wait_for(timeout=30_000)  # the list renders after the headings: wait for it, not for network idle
-    assert first.count() == 1 and pg.locator('[data-testid="stPageLink"]').filter(has_text="#").first.inner_text().strip().endswith(
+    first.first.wait_for(timeout=30_000)  # the list renders after the headings: wait for it, then for the run's end
+    assert count(pg.get_by_text("Page not found")) == 0
+    no_exception(pg)
+    assert first.count() == 1 and read(pg.locator('[data-testid="stPageLink"]').filter(has_text="#").first).strip().endswith(
         f"#{ids['aero']} aero-training")
     # and "/" still works: it opens the Overview at its own address
     pg.goto(url + "/")

@@ -8,13 +8,12 @@ Debian's /usr/bin/chromium (the `page` fixture skips without it, or fails under 
 
 from __future__ import annotations
 
-import time
 from functools import partial
 
 import pytest
-from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from tests.dashboard import test_browser_look as look
+from tests.dashboard.browser import act, choose, no_exception, read, settle
 from tests.dashboard.step_details import HOSTILE, add_details
 from tests.dashboard.test_browser_look import streamlit_app
 
@@ -42,51 +41,37 @@ def dashboard(tmp_path, helpers):
             yield url, rid, (live, api.db_url)
 
 
-def choose(pg, select, text: str, deadline_s: float = 90) -> None:
-    """Open ``select`` and click its option containing ``text``. A Streamlit rerun that lands
-    while the list is open closes it (seen once in CI), so open it again until the deadline."""
-    end = time.monotonic() + deadline_s
-    while True:
-        select.click()
-        try:
-            pg.get_by_role("option").filter(has_text=text).first.click(timeout=5_000)
-            return
-        except PlaywrightTimeout:
-            assert time.monotonic() < end, f"no option {text!r} within {deadline_s} s"
-            pg.keyboard.press("Escape")
-
-
 def test_rollouts_view_key_picker_and_heatmaps(page, dashboard):
     url, rid, (live, db_url) = dashboard
     pg = page
     pg.goto(f"{url}/run?run={rid}")
     pg.get_by_role("heading", name="Rollouts").first.wait_for(timeout=60_000)
-    assert pg.locator('[data-testid="stException"]').count() == 0
+    no_exception(pg)
 
     # Rollouts: pick the hostile response; it is shown as characters in a code block, and no
     # element (an <img> with an onerror, a <b>) was made from it
     pg.get_by_text("Step 6: 9 stored rollouts match").first.wait_for()
     pick = pg.locator('[data-testid="stSelectbox"]').filter(has_text="Show one in full")
-    choose(pg, pick, "group 1, explore, reward 0")
+    choose(pick, "group 1, explore, reward 0")
     code = pg.locator('[data-testid="stCode"]').filter(has_text="onerror=alert(1)")
     code.first.wait_for()
-    assert HOSTILE in code.first.inner_text().replace("\n", "")
+    assert HOSTILE in read(code.first).replace("\n", "")
     assert pg.locator('img[src="x"]').count() == 0 and pg.locator('[data-testid="stMain"] b').filter(has_text="bold?").count() == 0
     shot(pg.locator('[data-testid="stDataFrame"]').last, "step-detail-rollouts-table")
     shot(code.first, "step-detail-rollout-text")
 
     # the step slider moves the table to another step
-    slider = pg.locator('[data-testid="stSlider"]').filter(has_text="Step").first
-    slider.get_by_role("slider").first.focus()
-    pg.keyboard.press("Home")
+    slider = pg.locator('[data-testid="stSlider"]').filter(has_text="Step").first.get_by_role("slider").first
+    act(slider, "focus")
+    act(slider, "press", "Home", rerun=True)
     pg.get_by_text("Step 1: 9 stored rollouts match").first.wait_for()
 
     # the key picker: choose a key the fixed charts do not show and see its curve, in AERO's colour
     picker = pg.locator('[data-testid="stMultiSelect"]').filter(has_text="Metric keys")
-    picker.click()
-    pg.keyboard.type("train/clip_frac")
-    pg.keyboard.press("Enter")
-    pg.keyboard.press("Escape")
+    act(picker, "click")
+    act(picker.get_by_role("combobox").first, "type", "train/clip_frac")
+    act(picker.get_by_role("combobox").first, "press", "Enter", rerun=True)
+    act(picker.get_by_role("combobox").first, "press", "Escape")
     chart = pg.locator('[data-testid="stPlotlyChart"]').filter(has_text="Chosen metrics")
     chart.first.wait_for()
     png = look.shot_when(chart.first, "step-detail-key-picker", lambda png: pixels_near(png, AERO_RED) > 150)
@@ -94,8 +79,8 @@ def test_rollouts_view_key_picker_and_heatmaps(page, dashboard):
 
     # the histogram heatmaps: a whole step in one length bin paints the darkest blue
     heat = pg.locator('[data-testid="stPlotlyChart"]').filter(has_text="Response length")
-    heat.first.scroll_into_view_if_needed()
     heat.first.wait_for()
+    act(heat.first, "scroll_into_view_if_needed")
     png = look.shot_when(heat.first, "step-detail-heatmap-length", lambda png: pixels_near(png, HEATMAP_DARK) > 300)
     assert pixels_near(png, HEATMAP_DARK) > 300, pixels_near(png, HEATMAP_DARK)
     shot(pg.locator('[data-testid="stPlotlyChart"]').filter(has_text="Per-prompt pass rate").first, "step-detail-heatmap-pass-rate")
@@ -106,6 +91,7 @@ def test_rollouts_view_key_picker_and_heatmaps(page, dashboard):
 
     pg.goto(f"{url}/run?run={live}")
     pg.get_by_text("Step 3: 9 stored rollouts match").first.wait_for(timeout=60_000)
+    settle(pg)
     add_details(db_url, live, range(4, 5))
     with session_scope(db_url) as s:
         record_progress(s, live, 4, 10)
