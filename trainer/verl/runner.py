@@ -16,6 +16,7 @@ logs every step to ``sink`` (``log``/``log_eval``), resumes from OUT's latest ch
                                            held groups (held_pools); fit()
     relay OUT/verl/*.jsonl -> sink   <----  PlatformLogger -> JsonlSink(OUT/verl)
     should_stop() -> touch OUT/verl/STOP -> polled after each step: checkpoint, stop
+    a node of the run dies -> NodeLost naming it (IP, node id) and the checkpoint a retry resumes from
     kill the runner, remove its groups,
       disconnect (the job's actors die)
 
@@ -243,7 +244,7 @@ def run_verl(cfg: RunConfig, out_dir: str | Path, sink: MetricSink,
                 on_wait(None)
             if on_placed is not None:
                 on_placed(where.summary())
-            result, relay, seen = _fit(cfg, config, out_dir, sink, groups, stop_file, should_stop, progress)
+            result, relay, seen = _fit(cfg, config, out_dir, sink, groups, stop_file, should_stop, progress, where)
         finally:
             release_groups(groups)
     relay.pump()
@@ -256,8 +257,11 @@ def run_verl(cfg: RunConfig, out_dir: str | Path, sink: MetricSink,
 
 
 def _fit(cfg: RunConfig, config, out_dir: Path, sink: MetricSink, groups: list, stop_file: Path,
-         should_stop: Callable[[], bool] | None, progress: Callable[[int, int, dict], None] | None):
-    """The task runner's fit on the held groups, relaying its metrics to ``sink`` as they come."""
+         should_stop: Callable[[], bool] | None, progress: Callable[[int, int, dict], None] | None,
+         where=None):
+    """The task runner's fit on the held groups, relaying its metrics to ``sink`` as they come.
+    A node of the run (``where``, a trainer.placement.Placement) that dies fails it with
+    :class:`NodeLost` (:func:`check_nodes`), not a Ray traceback or a wait for gloo's timeout."""
     import ray
 
     from trainer.verl.step_metrics import JsonlRelay, latest_checkpoint_step
@@ -268,7 +272,7 @@ def _fit(cfg: RunConfig, config, out_dir: Path, sink: MetricSink, groups: list, 
         sink.truncate_after(resumed)
     relay = JsonlRelay(out_dir / "verl", sink)
     runner = ray.remote(num_cpus=1)(PlatformTaskRunner).remote()
-    seen = 0
+    seen, checked = 0, time.monotonic()
     try:
         ref = runner.run.remote(config, groups)
         while not ray.wait([ref], timeout=POLL_S)[0]:
@@ -278,7 +282,78 @@ def _fit(cfg: RunConfig, config, out_dir: Path, sink: MetricSink, groups: list, 
                 progress(seen, cfg.steps, relay.last_metrics)
             if should_stop is not None and not stop_file.exists() and should_stop():
                 stop_file.touch()
-        result = ray.get(ref)
+            if where is not None and time.monotonic() - checked > NODE_CHECK_S:  # a rank on a dead node may hang
+                checked = time.monotonic()
+                check_nodes(where, config, relay)
+        try:
+            result = ray.get(ref)
+        except ray.exceptions.RayError as e:
+            if where is not None:  # a Ray of the run's own ("own") is this host: it cannot lose a node and go on
+                lost = died(e) and where.cluster != "own"
+                check_nodes(where, config, relay, wait_s=NODE_DEATH_S if lost else 0.0, cause=e)
+            raise
     finally:
         ray.kill(runner, no_restart=True)  # its worker, rollout and agent-loop actors die with it
     return result, relay, seen
+
+
+NODE_CHECK_S = 2.0  # how often the launcher checks that the run's nodes are alive
+NODE_DEATH_S = 60.0  # after a Ray actor of the run died: how long Ray may take to declare its node dead
+# what a rank's error says when a peer process is gone (Ray's errors by name; gloo's socket errors)
+PEER_LOST = ("ActorDiedError", "NodeDiedError", "ActorUnavailableError", "Connection closed by peer",
+             "Connection reset by peer")
+
+
+class NodeLost(RuntimeError):
+    """A node the run trained on left the Ray cluster mid-run (its ranks, rollout server and
+    checkpoints-in-progress with it). The run's checkpoints are on the shared run directory, so a
+    retry resumes from the last one."""
+
+
+def died(error: BaseException) -> bool:
+    """Whether ``error`` (a Ray error, maybe a task error wrapping others) says an actor, worker
+    or object of the run was lost, as when its node dies."""
+    import ray.exceptions as rex
+
+    lost = (rex.RayActorError, rex.NodeDiedError, rex.WorkerCrashedError, rex.ObjectLostError, rex.OwnerDiedError,
+            rex.ActorUnavailableError)
+    seen, todo = set(), [error]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, lost) or any(n in str(e) for n in PEER_LOST):
+            return True
+        todo += [getattr(e, "cause", None), e.__cause__, e.__context__]
+    return False
+
+
+def lost_nodes(where) -> list[tuple[str, str]]:
+    """(node id, IP) of each of the run's nodes (``where.nodes``) that Ray no longer lists as alive."""
+    import ray
+
+    alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+    return [(node, ip) for node, ip in zip(where.nodes, where.node_ips) if node not in alive]
+
+
+def check_nodes(where, config, relay, wait_s: float = 0.0, cause: BaseException | None = None) -> None:
+    """Raise :class:`NodeLost` naming each of the run's nodes that is gone (its IP and Ray node
+    id) and the checkpoint a retry resumes from; with ``wait_s``, give Ray that long to notice
+    (it declares a node dead after its health checks fail, ~15 s). Relays the steps logged so far
+    first, so the sink holds every trained step, once."""
+    from trainer.verl.step_metrics import latest_checkpoint_step
+
+    deadline = time.monotonic() + wait_s
+    while not (lost := lost_nodes(where)) and time.monotonic() < deadline:
+        time.sleep(POLL_S)
+    if not lost:
+        return
+    relay.pump()
+    step = latest_checkpoint_step(config.trainer.default_local_dir)
+    names = ", ".join(f"{ip} (Ray node id {node})" for node, ip in lost)
+    resume = (f"from its last checkpoint, step {step}" if step else
+              "from its last checkpoint; it has none yet, so from step 1")
+    raise NodeLost(f"node {names} of the run's {len(where.nodes)} nodes left the Ray cluster after step "
+                   f"{relay.last_step}: its FSDP ranks and rollout server died with it. Retried, the run resumes "
+                   f"{resume} (checkpoints are in the shared run directory)") from cause
