@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Run the verl-backend tests in their own virtualenv (.venv-verl, gitignored): the driver-side
 # unit tests, verl's real RayPPOTrainer on the CPU (tests/trainer/verl/test_real_fit.py: GRPO, DAPO,
-# AERO, stop and resume) and a verl run through the platform (tests/worker/test_verl_e2e.py: REST,
-# a Celery worker, SIGKILL and resume, cancel), which needs PostgreSQL and Redis (scripts/services.sh).
+# AERO, stop and resume), two FSDP ranks against one (tests/trainer/verl/test_data_parallel.py: the
+# same accounting exactly, the loss to rounding, across a resume, and `aero train` with two ranks),
+# two Ray nodes (tests/trainer/verl/test_multinode.py: a rank on each, a killed node fails the run
+# naming it, the retry resumes) and a verl run through the platform (tests/worker/test_verl_e2e.py:
+# REST, a Celery worker, SIGKILL and resume, cancel), which needs PostgreSQL and Redis (scripts/services.sh).
+# tests/trainer/verl is collected whole: a new test file there is in this list.
 #
 # verl 0.9.1 pins transformers < 5.11 and pulls ray, so it cannot share the main .venv
 # (transformers 5.2x). Its wheel also installs top-level `tests` and `scripts` packages; our
