@@ -3,14 +3,29 @@ cli/submit_cmds.py, the platform's processes (`aero up`, `worker`, `reaper`) in
 cli/platform_cmds.py, `aero token` in cli/token_cmds.py, `aero compare` in cli/compare_cmds.py;
 each module collects its commands on a Typer of its own and this module, the only one that
 imports them all, merges them into the one app. They never import this module back, so
-importing one for its helpers (as the tests do) needs no particular import order."""
+importing one for its helpers (as the tests do) needs no particular import order.
+
+A command's error is reported in one or two lines, what failed and what to do, with no
+traceback (cli/errors.py); ``AERO_DEBUG=1`` or ``aero --debug COMMAND`` shows the traceback."""
+
+from typing import Annotated
 
 import typer
 
 from cli import access_cmds, compare_cmds, platform_cmds, rollout_cmds, run_cmds, store_cmds, submit_cmds, token_cmds, train_cmds
+from cli.errors import AeroTyper
 
-app = typer.Typer(help="AERO Lab: GRPO, DAPO and AERO post-training runs, on a laptop or a cluster.",
-                  no_args_is_help=True, pretty_exceptions_show_locals=False)
+# Rich pretty tracebacks only when debugging (AeroTyper turns them on), never with locals: a
+# frame's locals hold tokens and database passwords.
+app = AeroTyper(help="AERO Lab: GRPO, DAPO and AERO post-training runs, on a laptop or a cluster.",
+                no_args_is_help=True, pretty_exceptions_enable=False, pretty_exceptions_show_locals=False)
+
+
+@app.callback()
+def options(debug: Annotated[bool, typer.Option("--debug", help="Show the full traceback of an error (as AERO_DEBUG=1 does).")] = False):
+    if debug:
+        app.enable_debug()
+
 
 # Added without a name, a Typer's commands join the top level. The order here is the order of
 # `aero --help`; `aero token` comes last, where Typer lists a group after the plain commands.

@@ -17,6 +17,7 @@ from rich.table import Table
 
 from cli.common import safe
 from cli.consoles import err
+from cli.errors import report
 
 TOKEN_FILE = "admin.token"
 
@@ -54,7 +55,7 @@ def call(c: httpx.Client, method: str, path: str, **kw) -> Any:
     try:
         r = c.request(method, path, **kw)
     except httpx.HTTPError as e:
-        err.print(f"[red]cannot reach the API at {safe(c.base_url)}[/]: {safe(e)}  (is `aero up` running? set --api / AERO_API_URL)")
+        report(e)  # what failed and what to do, as every command's error (cli/errors.py)
         raise typer.Exit(1) from None
     if r.status_code >= 400:
         try:
