@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -44,6 +45,18 @@ def parse_sets(sets: list[str] | None) -> dict[str, Any]:
         key, _, value = item.partition("=")
         set_path(out, key.strip(), parse_value(value.strip()))
     return out
+
+
+def read_json(path: Path) -> Any:
+    """A JSON file the operator named (a run config): one that does not parse is reported with
+    its path and position (cli/errors.py); a missing or unreadable one by its OSError."""
+    from cli.errors import OperatorError
+
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise OperatorError(f"{path} is not valid JSON: {e.msg} (line {e.lineno}, column {e.colno})",
+                            "Fix the file: a JSON object of run config fields.") from None
 
 
 def fail_config(err: ConfigError) -> None:

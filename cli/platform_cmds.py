@@ -23,6 +23,7 @@ from rich.console import Console
 
 from cli.common import safe
 from cli.consoles import err, out
+from cli.errors import check_broker, check_port, check_store
 from cli.rest_client import call, client, csv_items, runs_table, token_path
 from cli.supervisor import ROOT, Child, Supervisor, shutdown, tail, wait_healthy
 
@@ -75,6 +76,10 @@ def worker(
         raise typer.BadParameter("give either --gpus (a Ray head of the worker's own) or --ray-address (the "
                                  "operator's cluster), not both", param_hint="--gpus")
     os.chdir(ROOT)
+    # Celery would start without the store and retry an unreachable broker for ever: fail now instead
+    check_store(settings.database_url)
+    if not is_embedded(broker_url(settings)):
+        check_broker(broker_url(settings))
     if owned:
         raise typer.Exit(run_with_head(argv, owned))
     if ray_address:
@@ -85,8 +90,10 @@ def worker(
 @commands.command()
 def reaper(interval: Annotated[Optional[float], typer.Option(help="Seconds between sweeps (env AERO_REAPER_INTERVAL_S; default 10).")] = None):
     """Re-queue or fail runs whose worker vanished ('aero up' starts one for you)."""
+    from backend.settings import get_settings
     from worker.reaper import main
 
+    check_store(get_settings().database_url)  # its loop would log the same error every sweep, for ever
     main([] if interval is None else ["--interval", str(interval)])
 
 
@@ -181,10 +188,16 @@ def up(
     from worker.celery_app import default_queues, is_embedded
     from worker.settings import WorkerSettings
 
+    dash = ROOT / "dashboard" / "app.py"
+    check_port(host, api_port, "--api-port")  # before anything starts: a child would fail after seconds, noisily
+    if not no_dashboard and dash.exists():
+        check_port(host, dashboard_port, "--dashboard-port")
     settings, ws = get_settings(), WorkerSettings()
     data = ensure_data_dir(settings)  # 0700; the store, broker and token files in it 0600
     broker = broker_url(settings)
     embedded = is_embedded(broker)
+    if not embedded:
+        check_broker(broker)
     err.print(f"data dir  {safe(data)}")
     err.print(f"store     {safe('SQLite ' + settings.database_url) if settings.database_url.startswith('sqlite') else 'DATABASE_URL'}")
     err.print(f"broker    {safe('embedded SQLite (' + broker + ')') if embedded else 'REDIS_URL'}")
@@ -210,7 +223,6 @@ def up(
         # broker at once (a warm shutdown would wait for the whole run to finish).
         sup.start(Child("worker", worker_argv(default_queues(settings, ws), ws.concurrency, embedded), signal.SIGQUIT, env))
         sup.start(Child("reaper", [sys.executable, "-m", "worker.reaper"], env=env))
-        dash = ROOT / "dashboard" / "app.py"
         dash_url = None
         if no_dashboard:
             pass

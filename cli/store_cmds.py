@@ -17,8 +17,9 @@ URL_HELP = "SQLAlchemy URL of the store (default: DATABASE_URL, else <data>/aero
 
 def _url(database_url: str | None) -> str:
     from backend.settings import Settings
+    from cli.errors import using_store
 
-    return database_url or Settings().database_url
+    return using_store(database_url or Settings().database_url, "--database-url")  # named in the messages of its errors
 
 
 @commands.command("backup")

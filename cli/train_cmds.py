@@ -10,7 +10,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from cli.common import console, fail_config, parse_sets, safe
+from cli.common import console, fail_config, parse_sets, read_json, safe
 import common.metric_keys as mk
 from trainer.config import METHODS, ConfigError, ModelShape, parse_run_config
 from common.dotted import merge
@@ -51,6 +51,7 @@ def pretrain(
     """Warm-start the embedded tiny policy on a generated task (the base checkpoint of its preset)."""
     from trainer.embedded.pretrain import pretrain as run
 
+    out.mkdir(parents=True, exist_ok=True)  # an unwritable --out fails now, not after the training
     with _progress() as bar:
         task = bar.add_task("pretrain", total=steps + noisy_steps, info="")
         report = run(out, task_name, steps=steps, batch=batch, lr=lr, seed=seed, noisy_steps=noisy_steps, noisy_lr=noisy_lr,
@@ -79,7 +80,7 @@ def train(
     from trainer.operator_policy import RunPolicy
     from trainer.trackers import make_trackers
 
-    data = json.loads(config.read_text()) if config else {}
+    data = read_json(config) if config else {}
     flags = {k: v for k, v in {"method": method, "steps": steps, "seed": seed, "preset": preset,
                                "engine": engine}.items() if v is not None}
     if model_path:
@@ -117,7 +118,7 @@ def eval_cmd(
     from trainer.embedded.presets import load_setup
     from trainer.rollout.base import SamplingParams
 
-    data = json.loads((run_dir / "config.json").read_text()) if run_dir else {"preset": preset}
+    data = read_json(run_dir / "config.json") if run_dir else {"preset": preset}
     from trainer.operator_policy import RunPolicy
 
     policy = RunPolicy.from_env()
