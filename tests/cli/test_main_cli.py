@@ -19,7 +19,7 @@ def commands(group: click.Group, prefix: str = "aero") -> list[tuple[str, click.
     out = []
     for name, cmd in group.commands.items():
         out.append((f"{prefix} {name}", cmd))
-        if isinstance(cmd, click.Group):
+        if hasattr(cmd, "commands"):  # typer 0.29 ships its own click: not a click.Group
             out += commands(cmd, f"{prefix} {name}")
     return out
 
