@@ -12,15 +12,16 @@ Streamlit's own scripts (``install``; the ``page`` fixture of conftest.py calls 
 watches the app's websocket: the BackMsgs the browser sends (a ``rerun_script`` is a request
 for a run: a widget change, a page link, a fragment's timer) and the ForwardMsgs the server
 sends back (``new_session`` starts a run, ``script_finished`` ends it), and notes when the DOM
-last gained or lost nodes. :func:`settle` waits until the app is idle and has stayed idle for a
-short window:
+last gained or lost nodes or anything scrolled. :func:`settle` waits until the app is idle and
+has stayed idle for a short window:
 
 * no rerun requested since the last run started (a request the server has not answered yet),
   and every started run finished;
 * the app root says so too: connected, ``data-test-script-state="notRunning"``;
 * no stale element (``[data-stale="true"]``, drawn from a run before the current one), no
   "Running..." status widget, no skeleton of an element still loading;
-* and no node added or removed for ``SETTLE_MS`` (charts drawing after the run).
+* and no node added or removed, nothing scrolled, for ``SETTLE_MS`` (charts drawing after the
+  run; a scroll that would close an open list).
 
 :func:`act` settles, then performs the action through a Locator: Playwright resolves a Locator
 anew at each action, so the node acted on is the one on the settled page. If a timer's rerun
@@ -86,6 +87,7 @@ TRACKER_JS = r"""
   new MutationObserver((records) => {
     if (records.some((r) => r.addedNodes.length || r.removedNodes.length)) t.domChanged = now();
   }).observe(document, {childList: true, subtree: true});
+  document.addEventListener('scroll', () => { t.domChanged = now(); }, true);  // any element's scroll (popovers close on it)
 })();
 """
 
@@ -151,7 +153,10 @@ def read(locator: Locator) -> str:
 def choose(select: Locator, option: str) -> None:
     """Open the selectbox ``select`` and pick its option containing ``option`` (a rerun).
     Streamlit's selectbox is a combo box: a click on its text field only focuses it, so open the
-    list with its own "Open" button."""
+    list with its own "Open" button; and its list closes when the page scrolls, so scroll the
+    box into view first and let that scroll settle (a click that scrolls to its target opened the
+    list and the scroll then closed it)."""
+    act(select, "scroll_into_view_if_needed")
     act(select.get_by_role("button", name="Open").first, "click")
     act(select.page.get_by_role("option").filter(has_text=option).first, "click", rerun=True)
 
