@@ -20,7 +20,8 @@ def _embedded(a: EngineArgs) -> RolloutEngine:
 
     if a.model is None:
         raise ValueError("the embedded engine samples from a model: pass model=")
-    return EmbeddedEngine(a.model, eos_id=list(a.stop_ids), pad_id=a.pad_id, device=a.device, dtype=a.dtype)
+    return EmbeddedEngine(a.model, eos_id=list(a.stop_ids), pad_id=a.pad_id, device=a.device, dtype=a.dtype,
+                          decode=a.decode)
 
 
 def _vllm(a: EngineArgs) -> RolloutEngine:
@@ -39,13 +40,15 @@ ENGINES: dict[str, Callable[[EngineArgs], RolloutEngine]] = {"embedded": _embedd
 
 def make_engine(name: str, *, stop_ids: Sequence[int], pad_id: int, model: torch.nn.Module | None = None,
                 model_path: str | Path | None = None, device: torch.device | None = None,
-                dtype: torch.dtype | None = None, seed: int = 0, max_model_len: int | None = None) -> RolloutEngine:
+                dtype: torch.dtype | None = None, seed: int = 0, max_model_len: int | None = None,
+                decode: str = "dynamic") -> RolloutEngine:
     """Build the rollout engine registered as ``name``; the keywords are the same for every
     engine (:class:`EngineArgs`)."""
     if name not in ENGINES:
         raise ValueError(f"unknown rollout engine {name!r}; choose one of {sorted(ENGINES)}")
     return ENGINES[name](EngineArgs(stop_ids=stop_ids, pad_id=pad_id, model=model, model_path=model_path,
-                                    device=device, dtype=dtype, seed=seed, max_model_len=max_model_len))
+                                    device=device, dtype=dtype, seed=seed, max_model_len=max_model_len,
+                                    decode=decode))
 
 
 __all__ = ["ENGINES", "EngineArgs", "Rollout", "RolloutEngine", "SamplingParams", "make_engine"]

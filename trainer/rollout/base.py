@@ -55,6 +55,7 @@ class EngineArgs:
     dtype: torch.dtype | None = None
     seed: int = 0
     max_model_len: int | None = None  # prompt + response cap (vLLM's KV-cache sizing)
+    decode: str = "dynamic"  # the embedded sampler's decode (trainer/rollout/embedded.py); vLLM has its own
 
 
 class RolloutEngine(Protocol):

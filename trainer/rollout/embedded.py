@@ -26,6 +26,11 @@ Conventions (the open points, decided here):
   sampling on the generator's device.
 * The model is the training model itself (shared object): ``sync_weights`` only stores the
   reference, there is nothing to copy.
+
+Two decodes behind the same ``generate`` (``decode=``): this module's dynamic loop (the default)
+and the static-shape one of trainer/rollout/static_decode.py (preallocated KV cache, finished
+rows masked, no host sync per token, CUDA graphs on request). Both sample with the arithmetic of
+trainer/rollout/sampling.py, so the same generator gives them the same tokens.
 """
 
 from __future__ import annotations
@@ -38,6 +43,11 @@ from typing import Sequence
 import torch
 
 from trainer.rollout.base import Rollout, SamplingParams
+from trainer.rollout.sampling import sample_next, top_p_filter
+from trainer.rollout.static_decode import DECODES, Prefill, StaticSettings, decode_static
+
+__all__ = ["EmbeddedEngine", "expand_counts", "forward_kwargs", "left_pad", "live_rows", "output_cache",
+           "sample_next", "top_p_filter"]
 
 
 def expand_counts(n_prompts: int, n_per_prompt: Sequence[int] | int) -> list[int]:
@@ -66,40 +76,6 @@ def left_pad(rows: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, 
             mask[i, width - len(r):] = 1
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
     return ids.to(device), mask.to(device), pos.to(device)
-
-
-def top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Nucleus filter on probabilities [B, V]: keep the smallest prefix (by descending
-    probability) whose mass reaches ``top_p``; always keeps the most likely token.
-    Returns unnormalised kept probabilities (multinomial normalises)."""
-    if top_p >= 1.0:
-        return probs
-    sorted_p, order = probs.sort(dim=-1, descending=True)
-    mass_before = sorted_p.cumsum(-1) - sorted_p  # mass strictly before each token
-    sorted_p = sorted_p.masked_fill(mass_before >= top_p, 0.0)
-    sorted_p[:, 0] = torch.where(sorted_p[:, 0] > 0, sorted_p[:, 0], 1.0)  # at least one token
-    return torch.zeros_like(probs).scatter_(-1, order, sorted_p)
-
-
-def sample_next(logits: torch.Tensor, sampling: SamplingParams,
-                generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sample one token per row from last-position logits [B, V].
-
-    Returns (tokens [B] long, logprobs [B] float32) with
-    logprob = z_y - logsumexp(z), z = logits / T (no top-p renormalisation)."""
-    temperature = sampling.temperature if sampling.temperature > 0 else 1.0
-    z = logits.float() / temperature
-    lse = torch.logsumexp(z, dim=-1, keepdim=True)
-    if sampling.temperature <= 0:
-        tokens = z.argmax(dim=-1)
-    else:
-        probs = top_p_filter((z - lse).exp(), sampling.top_p)
-        if generator is not None and generator.device != probs.device:
-            tokens = torch.multinomial(probs.to(generator.device), 1, generator=generator).to(probs.device)[:, 0]
-        else:
-            tokens = torch.multinomial(probs, 1, generator=generator)[:, 0]
-    logprobs = (z.gather(-1, tokens[:, None]) - lse)[:, 0]
-    return tokens, logprobs
 
 
 def forward_kwargs(model: torch.nn.Module) -> tuple[str, str | None]:
@@ -131,13 +107,27 @@ class EmbeddedEngine:
         chunks run sequentially with the same generator, results are concatenated in order.
     compact_at: drop finished rows from the forward batch once this fraction of it has
         finished (default 0.25; > 1 keeps every row to the end). The sampled tokens do not
-        depend on it (:meth:`_decode`).
+        depend on it (:meth:`_decode`). The static decode shrinks along a ladder of batch sizes
+        spaced by 1 - compact_at instead.
+    decode: "dynamic" (this module's loop), "static" (preallocated KV cache, finished rows
+        masked, no host sync per token: trainer/rollout/static_decode.py) or "graphs" (static,
+        each decode step replayed as a CUDA graph per batch size on CUDA; elsewhere the same
+        fixed-shape step runs eagerly).
+        The same generator gives the same tokens on all three.
+    sync_every: the static decode's steps between host reads (stop, shrink); None: 1 on the
+        CPU, where a read costs nothing, 8 on CUDA.
     """
 
     def __init__(self, model: torch.nn.Module, eos_id: int | Sequence[int], pad_id: int, device=None,
-                 dtype: torch.dtype | None = None, max_batch_rows: int | None = None, compact_at: float = 0.25):
+                 dtype: torch.dtype | None = None, max_batch_rows: int | None = None, compact_at: float = 0.25,
+                 decode: str = "dynamic", sync_every: int | None = None):
         if max_batch_rows is not None and max_batch_rows < 1:
             raise ValueError(f"max_batch_rows must be >= 1, got {max_batch_rows}")
+        if decode not in DECODES:
+            raise ValueError(f"decode must be one of {DECODES}, got {decode!r}")
+        if sync_every is not None and sync_every < 1:
+            raise ValueError(f"sync_every must be >= 1, got {sync_every}")
+        self.decode, self.sync_every = decode, sync_every
         # Several stop ids: chat models end a turn with a token (<|im_end|>) other than the
         # tokenizer's EOS; every id here ends a response and is kept as its last token.
         stop = [eos_id] if isinstance(eos_id, int) else list(eos_id)
@@ -194,30 +184,44 @@ class EmbeddedEngine:
     def _generate_rows(self, prompts, row_prompt: list[int], sampling: SamplingParams,
                        generator) -> list[Rollout]:
         """Prefill + decode for one chunk of rows (row r samples prompt ``row_prompt[r]``)."""
-        tokens, logprobs, lengths, finished = self._decode(prompts, row_prompt, sampling, generator)
+        if self.decode == "dynamic" or int(sampling.max_new_tokens) <= 0:
+            tokens, logprobs, lengths, finished = self._decode(prompts, row_prompt, sampling, generator)
+        else:
+            tokens, logprobs, lengths, finished = decode_static(
+                self.model, self._prefill_distinct(prompts, row_prompt), sampling, generator, self._static_settings())
         tokens, logprobs = tokens.tolist(), logprobs.tolist()
         lengths, finished = lengths.tolist(), finished.tolist()
         return [Rollout(prompt_index=p, prompt_ids=list(prompts[p]), response_ids=tokens[r][:lengths[r]],
                         logprobs=logprobs[r][:lengths[r]], finished=bool(finished[r]))
                 for r, p in enumerate(row_prompt)]
 
-    def _prefill(self, prompts, row_prompt: list[int]):
-        """Run each distinct prompt once, then copy its KV cache to its rows.
+    def _static_settings(self) -> StaticSettings:
+        dev = self.device
+        sync = self.sync_every if self.sync_every is not None else (8 if dev.type == "cuda" else 1)
+        return StaticSettings(pad_id=self.pad_id, stop_ids=self.stop_ids.to(dev), cache_kw=self._cache_kw,
+                              compact_at=self.compact_at, sync_every=sync, graphs=self.decode == "graphs")
 
-        Rows that share a prompt (n samples per prompt) would recompute identical keys and
-        values, so the prefill costs (distinct prompts) instead of (rows); the copy is
-        ``Cache.reorder_cache`` (an index_select on the batch dim). Returns the last-position
-        logits [B, V], the cache, the attention mask [B, L] and position ids [B, L]."""
+    def _prefill_distinct(self, prompts, row_prompt: list[int]) -> Prefill:
+        """Run each distinct prompt once: rows that share a prompt (n samples per prompt) would
+        recompute identical keys and values, so the prefill costs (distinct prompts) instead of
+        (rows). ``expand`` maps each row to its prompt's slot."""
         uniq = sorted(set(row_prompt))
         ids, mask, pos = left_pad([list(prompts[i]) for i in uniq], self.pad_id, self.device)
         kw = {self._keep_kw: 1} if self._keep_kw else {}
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **kw)
-        cache, logits = output_cache(out), out.logits[:, -1]
-        if len(uniq) != len(row_prompt):
-            slot = {p: u for u, p in enumerate(uniq)}
-            expand = torch.tensor([slot[p] for p in row_prompt], dtype=torch.long, device=ids.device)
-            cache.reorder_cache(expand)
-            logits, mask, pos = logits[expand], mask[expand], pos[expand]
+        slot = {p: u for u, p in enumerate(uniq)}
+        expand = torch.tensor([slot[p] for p in row_prompt], dtype=torch.long, device=ids.device)
+        return Prefill(logits=out.logits[:, -1], cache=output_cache(out), mask=mask, pos=pos, expand=expand)
+
+    def _prefill(self, prompts, row_prompt: list[int]):
+        """The distinct prompts' prefill copied to their rows (``Cache.reorder_cache``: an
+        index_select on the batch dim). Returns the last-position logits [B, V], the cache, the
+        attention mask [B, L] and position ids [B, L]."""
+        pre = self._prefill_distinct(prompts, row_prompt)
+        logits, cache, mask, pos = pre.logits, pre.cache, pre.mask, pre.pos
+        if len(pre.logits) != len(row_prompt):
+            cache.reorder_cache(pre.expand)
+            logits, mask, pos = logits[pre.expand], mask[pre.expand], pos[pre.expand]
         return logits, cache, mask, pos
 
     def _decode(self, prompts, row_prompt: list[int], sampling: SamplingParams, generator):
