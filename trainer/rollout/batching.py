@@ -58,8 +58,10 @@ class TrainBatch:
     def num_response_tokens(self) -> int:
         return int(self.response_lengths.sum())
 
-    def to(self, device) -> "TrainBatch":
-        return TrainBatch(**{f.name: getattr(self, f.name).to(device) for f in fields(self)})
+    def to(self, device, non_blocking: bool = False) -> "TrainBatch":
+        """``non_blocking`` for a host-to-device copy that need not wait for the device (never
+        for device-to-host: the host could read the tensors before they arrive)."""
+        return TrainBatch(**{f.name: getattr(self, f.name).to(device, non_blocking=non_blocking) for f in fields(self)})
 
 
 def collate(rollouts: list[Rollout], pad_id: int, device=None) -> TrainBatch:
@@ -152,15 +154,24 @@ def _head_block(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tens
 def head_logprobs_and_entropy(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor, keep: torch.Tensor,
                               temperature: float, with_entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """log p(target) and entropy [N, K] from hidden states [N, K, H] at the positions ``keep``
-    [N, K] (bool) only; exactly 0 elsewhere.
+    [N, K] (bool) only; exactly 0 elsewhere (:func:`head_logprobs_flat` on the kept tokens).
+    Padding and prompt positions cost nothing here."""
+    logps_flat, ents_flat = head_logprobs_flat(head, hidden[keep], targets[keep], temperature, with_entropy)
+    zeros = torch.zeros(keep.shape, dtype=logps_flat.dtype, device=hidden.device)
+    logp = zeros.masked_scatter(keep, logps_flat)
+    return logp, (zeros.masked_scatter(keep, ents_flat) if with_entropy else torch.zeros_like(logp))
+
+
+def head_logprobs_flat(head: torch.nn.Module, h: torch.Tensor, y: torch.Tensor, temperature: float,
+                       with_entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """log p(y) and entropy [n] from hidden states h [n, H] of the tokens that predict y [n].
 
     Full-vocab logits never exist for more than one chunk of tokens: the head runs on at most
-    ``chunk_elements / V`` kept tokens at a time, and under autograd each chunk is checkpointed,
+    ``chunk_elements / V`` tokens at a time, and under autograd each chunk is checkpointed,
     so backward keeps only the hidden states and recomputes one chunk's logits at a time (the
     head's forward runs twice: ~5% more FLOPs at 1.5B, for memory that no longer grows with the
-    rows: ~1.8 GB per 1,024-token row at the real vocab before). Padding and prompt positions
-    cost nothing here. The idea of Liger's fused linear cross-entropy, without fusing the loss."""
-    h, y = hidden[keep], targets[keep]
+    rows: ~1.8 GB per 1,024-token row at the real vocab before). The idea of Liger's fused
+    linear cross-entropy, without fusing the loss. The entropy is zeros without ``with_entropy``."""
     V = head.weight.shape[0]
     step = max(1, chunk_elements(h.device) // V)
     grad = torch.is_grad_enabled() and h.requires_grad
@@ -170,10 +181,7 @@ def head_logprobs_and_entropy(head: torch.nn.Module, hidden: torch.Tensor, targe
         lp, e = checkpoint(_head_block, *args, use_reentrant=False) if grad else _head_block(*args)
         logps.append(lp)
         ents.append(e)
-    logps_flat = torch.cat(logps)
-    zeros = torch.zeros(keep.shape, dtype=logps_flat.dtype, device=hidden.device)
-    logp = zeros.masked_scatter(keep, logps_flat)
-    return logp, (zeros.masked_scatter(keep, torch.cat(ents)) if with_entropy else torch.zeros_like(logp))
+    return torch.cat(logps), torch.cat(ents)
 
 
 def _keep_kwarg(model: torch.nn.Module) -> str | None:
