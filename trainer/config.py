@@ -125,6 +125,13 @@ class _RunFields(Strict):
         "CPU or CUDA) or 'vllm' (extra aero-lab[vllm], CUDA; weights synced after every update). Without vLLM or "
         "CUDA a 'vllm' run falls back to 'embedded' with a warning. On the verl engine: 'embedded' is the same "
         "sampler as an HF-generate rollout server (CPU or CUDA), 'vllm' is verl's vLLM replica (CUDA).")
+    rollout_decode: Literal["dynamic", "static", "graphs"] = Field(
+        "dynamic", description="How the embedded engine's sampler decodes (the same tokens from the same seed on all "
+        "three). dynamic: a growing KV cache, finished rows dropped from the batch, the host checked every token. "
+        "static: a preallocated KV cache, finished rows masked and the batch shrunk along a few fixed sizes, sampling "
+        "without host syncs, the host checked every 8 tokens on CUDA. graphs: static, with each decode step replayed "
+        "as a CUDA graph per batch size (CUDA; elsewhere the same fixed-shape step runs without graphs). vLLM "
+        "decodes its own way; the verl engine's rollout servers use dynamic (docs/engines.md).")
     gradient_checkpointing: bool = Field(
         False, description="Recompute activations in the backward pass (HF gradient checkpointing): less memory for "
         "long responses on real models, ~30% more train time. The verl engine maps it to enable_gradient_checkpointing.")
@@ -302,6 +309,9 @@ def cross_field_issues(cfg: RunConfig) -> list[tuple[str, str]]:
     for name, path in cfg.benchmarks.items():
         if not name.strip() or not str(path).strip():
             issues.append(("benchmarks", f"each benchmark needs a name and a local file path; got {name!r}: {path!r}"))
+    if cfg.engine != "embedded" and cfg.rollout_decode != "dynamic":
+        issues.append(("rollout_decode", f"the {cfg.engine} engine's rollout servers decode dynamically: "
+                       "rollout_decode=dynamic (static and graphs are the embedded engine's)"))
     issues += engine_issues(cfg)
     issues += resource_issues(cfg)
     issues += method_issues(cfg)

@@ -128,7 +128,7 @@ def build_engine(cfg: RunConfig, model: torch.nn.Module, path: Path, task, devic
         warnings.warn(why, RuntimeWarning, stacklevel=2)
     return make_engine(name, model=model, model_path=path, stop_ids=stop_token_ids(task, model),
                        pad_id=task.tokenizer.pad_id, device=device, dtype=dtype, seed=cfg.seed,
-                       max_model_len=cfg.max_prompt_tokens + cfg.max_new_tokens)
+                       max_model_len=cfg.max_prompt_tokens + cfg.max_new_tokens, decode=cfg.rollout_decode)
 
 
 def build_task(cfg: RunConfig, model_dir: Path, policy: RunPolicy | None = None):
