@@ -162,6 +162,13 @@ class _RunFields(Strict):
         "gradients accumulated, with the loss normalised as one pass. 0 = auto: the embedded engine picks the largest "
         "budget the device's memory holds (docs/engines.md); verl takes max(4 x (prompt + response), 8192). Must "
         "hold one row: >= max_prompt_tokens + max_new_tokens.")
+    packed_update: Literal["auto", "on", "off"] = Field(
+        "auto", description="Lay each update micro-batch's sequences end to end in one row (position ids restarting "
+        "per sequence, attention kept inside each sequence) instead of padding them to the longest: the same losses "
+        "and gradients up to float rounding, no compute on padding, micro_batch_tokens counting real tokens. on: "
+        "packed on every engine (verl: use_remove_padding, CUDA only, so verl needs device=cuda); off: padded on "
+        "every engine; auto: the embedded engine pads (packing not yet measured faster there), verl packs on CUDA "
+        "and pads on the CPU (docs/engines.md).")
     shuffle_mini_batches: bool = Field(True, description="With mini_batches > 1: deal the training rows into "
                                        "mini-batches afresh each PPO epoch (seeded by the run, checkpointed). false "
                                        "keeps them in generation order, as the verl engine lays them out (verl "

@@ -19,6 +19,7 @@ import torch
 
 from trainer.core.losses import Aggregation, clipped_surrogate, kl_k3
 from trainer.embedded.model import is_gradient_checkpointing
+from trainer.embedded.packing import PackedRows, pack_rows, packed_logprobs, packed_micro_batches, packs
 from trainer.rollout.base import Rollout
 from trainer.rollout.batching import TrainBatch, collate, head_logprobs_and_entropy, lm_parts, sequence_logprobs
 from trainer.rollout.embedded import forward_kwargs, left_pad, output_cache
@@ -46,17 +47,18 @@ def warmup_length(total_steps: int, warmup_ratio: float, warmup_steps: int | Non
     return warmup_steps * per_step if warmup_steps is not None else math.ceil(warmup_ratio * total_steps)
 
 
-def shares_prompts(model, rollouts: list[Rollout], batch: TrainBatch) -> bool:
-    """Whether :func:`shared_prompt_logprobs` does fewer token forwards than one pass over the
-    right-padded batch: distinct prompts x their width + rows x (longest response - 1) against
-    rows x T. Not with activation checkpointing (HF turns the KV cache off under it)."""
+def shares_prompts(model, rollouts: list[Rollout], batch: TrainBatch, against: int | None = None) -> bool:
+    """Whether :func:`shared_prompt_logprobs` does fewer token forwards than the other pass:
+    distinct prompts x their width + rows x (longest response - 1) against ``against`` tokens
+    (default rows x T, the right-padded batch). Counted from the rollouts' lists, on the host.
+    Not with activation checkpointing (HF turns the KV cache off under it)."""
     hf_model = hasattr(getattr(model, "config", None), "num_hidden_layers") and lm_parts(model) is not None
     if not rollouts or not hf_model or is_gradient_checkpointing(model):
         return False
     prompts = {tuple(r.prompt_ids) for r in rollouts}
-    longest_resp = int(batch.response_lengths.max())
+    longest_resp = max(len(r.response_ids) for r in rollouts)
     shared = len(prompts) * max(len(p) for p in prompts) + len(rollouts) * max(longest_resp - 1, 0)
-    return longest_resp > 0 and shared < batch.input_ids.numel()
+    return longest_resp > 0 and shared < (batch.input_ids.numel() if against is None else against)
 
 
 def length_buckets(response_lengths: torch.Tensor, prompt_of_row: torch.Tensor, prompt_width: int,
@@ -162,10 +164,16 @@ def _place(values: torch.Tensor, keep: torch.Tensor, p_len: torch.Tensor, T: int
 
 
 def policy_logprobs(model, rollouts: list[Rollout], batch: TrainBatch, temperature: float, pad_id: int,
-                    with_entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The update's forward: per distinct prompt when that is cheaper, else one padded pass."""
-    if shares_prompts(model, rollouts, batch):
+                    with_entropy: bool = True, packed: PackedRows | None = None
+                    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The update's forward: per distinct prompt when that is cheaper, else one packed pass over
+    ``packed`` (the same rows laid end to end, trainer/embedded/packing.py) when given, else one
+    padded pass. The cheaper is counted in token forwards against the pass it would replace."""
+    against = packed.input_ids.shape[1] if packed is not None else None
+    if shares_prompts(model, rollouts, batch, against):
         return shared_prompt_logprobs(model, rollouts, batch, temperature, pad_id, with_entropy)
+    if packed is not None:
+        return packed_logprobs(model, packed, temperature, with_entropy)
     return sequence_logprobs(model, batch, temperature, with_entropy)
 
 
@@ -188,7 +196,8 @@ class UpdateSettings:
     epochs: int = 1
     mini_batches: int = 1
     device: Any = "cpu"
-    micro_batch_tokens: int = 0  # rows x padded length of one forward; 0 = the whole mini-batch at once
+    micro_batch_tokens: int = 0  # tokens of one forward (padded: rows x longest); 0 = the whole mini-batch at once
+    packed: bool = False  # micro-batches packed into one row, no padding (trainer/embedded/packing.py)
 
     @classmethod
     def from_config(cls, cfg: RunConfig, pad_id: int, device: Any = "cpu", micro_batch_tokens: int | None = None
@@ -202,7 +211,16 @@ class UpdateSettings:
                    agg=Aggregation(cfg.effective_loss_agg, max_len=cfg.max_new_tokens),
                    entropy_coef=cfg.entropy_coef, kl_coef=cfg.kl_coef, grad_clip=cfg.optim.grad_clip,
                    epochs=cfg.ppo_epochs, mini_batches=cfg.mini_batches, device=device,
-                   micro_batch_tokens=cfg.micro_batch_tokens if micro_batch_tokens is None else micro_batch_tokens)
+                   micro_batch_tokens=cfg.micro_batch_tokens if micro_batch_tokens is None else micro_batch_tokens,
+                   packed=packs_update(cfg))
+
+
+def packs_update(cfg: RunConfig) -> bool:
+    """Whether the embedded update packs its micro-batches: ``packed_update`` "on". "auto" keeps
+    the padded update here until packing is measured to be no slower on the engine's devices
+    (docs/engines.md "Packed update"); the two give the same losses and gradients up to float
+    rounding, not bit for bit."""
+    return cfg.packed_update == "on"
 
 
 def shuffle_rng(seed: int) -> np.random.Generator:
@@ -319,13 +337,14 @@ class Updater:
         n_tokens = float(sum(len(r.response_ids) for r in rows))
         agg = replace(agg, n_tokens=n_tokens)
         totals = torch.zeros(len(STAT_KEYS) - 1, device=s.device)  # sums of all but grad_norm
-        for part in micro_batches(rows, s.micro_batch_tokens):
+        for part in self.micro_batches(rows):
             sub = [rows[i] for i in part]
-            values = self.micro_batch_loss(sub, advantages[part].to(s.device), agg)
+            values = self.micro_batch_loss(sub, advantages[part].to(s.device, non_blocking=True), agg)
             values[1].backward()  # [1] is the total loss
             share = sum(len(r.response_ids) for r in sub) / max(n_tokens, 1.0)
-            weights = torch.tensor([1, 1, 1, 1, share, share], device=s.device)  # clip/approx-kl: token means
-            totals += torch.stack([v.detach().float().reshape(()) for v in values]) * weights
+            # clip/approx-kl are token means, weighted by tokens; no host-made tensor: no copy to the device
+            stacked = torch.stack([v.detach().float().reshape(()) for v in values])
+            totals += torch.cat([stacked[:4], stacked[4:] * share])
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), s.grad_clip)
         self.optimizer.step()
         self.scheduler.step()
@@ -334,13 +353,27 @@ class Updater:
         self.optimizer.zero_grad(set_to_none=True)
         return torch.cat([totals, grad_norm.detach().float().reshape(1).to(totals.device)])
 
+    def packing(self) -> bool:
+        """Whether this update packs: asked for (``settings.packed``) and the model admits it."""
+        return self.settings.packed and packs(self.model)
+
+    def micro_batches(self, rows: list[Rollout]) -> list[list[int]]:
+        """The mini-batch's micro-batches: at most ``micro_batch_tokens`` real tokens each when
+        packed, rows x longest row when padded."""
+        if self.packing():
+            return packed_micro_batches([len(r.prompt_ids) + len(r.response_ids) for r in rows],
+                                        self.settings.micro_batch_tokens)
+        return micro_batches(rows, self.settings.micro_batch_tokens)
+
     def micro_batch_loss(self, rows: list[Rollout], advantages: torch.Tensor, agg: Aggregation) -> list[torch.Tensor]:
         """(policy loss, total loss, entropy, KL, clip fraction, approx KL) of one micro-batch:
         its share of the mini-batch's loss (``agg`` carries the mini-batch's normalisers), and
-        its own token means of the clip fraction and approx KL."""
+        its own token means of the clip fraction and approx KL. The loss reads the padded layout
+        either way (a few [rows, T] floats); only the forward is packed."""
         s = self.settings
-        mb = collate(rows, s.pad_id, s.device)
-        logp, entropy = policy_logprobs(self.model, rows, mb, s.temperature, s.pad_id)
+        mb = collate(rows, s.pad_id).to(s.device, non_blocking=True)
+        packed = pack_rows(rows).to(s.device) if self.packing() else None
+        logp, entropy = policy_logprobs(self.model, rows, mb, s.temperature, s.pad_id, packed=packed)
         pg_loss, pg_stats = clipped_surrogate(logp, mb.old_logprobs, advantages, mb.response_mask,
                                               s.eps_low, s.eps_high, agg)
         ent = agg(entropy, mb.response_mask)
@@ -348,7 +381,8 @@ class Updater:
         kl = torch.zeros((), device=logp.device)
         if self.ref_model is not None and s.kl_coef > 0:
             with torch.no_grad():
-                ref_logp, _ = policy_logprobs(self.ref_model, rows, mb, s.temperature, s.pad_id, with_entropy=False)
+                ref_logp, _ = policy_logprobs(self.ref_model, rows, mb, s.temperature, s.pad_id, with_entropy=False,
+                                              packed=packed)
             kl = agg(kl_k3(logp, ref_logp), mb.response_mask)
             loss = loss + s.kl_coef * kl
         return [pg_loss, loss, ent, kl, pg_stats["clip_frac"], pg_stats["approx_kl"]]

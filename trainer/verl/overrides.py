@@ -18,6 +18,8 @@ Mapping (RunConfig -> verl), method by method (the per-method bits come from the
              ppo_mini_batch_size = batch_prompts / mini_batches (prompts); ppo_epochs;
              rollout temperature/top_p; validation samples eval_n at eval_temperature;
              trainer.use_v1 = False (the RayPPOTrainer path), total_training_steps = steps.
+             model.use_remove_padding (verl's packed update) unless packed_update = off; the
+             submit rules refuse packed_update = on off CUDA.
     rollout  rollout.name = aero_hf (our HF-generate server) for rollout_engine 'embedded', vllm
              for 'vllm'; on the CPU (device_overrides) FSDP2 on gloo in float32, SDPA, padded batches.
     grpo     rollout.n = n_total, adv_estimator = grpo, symmetric clip, seq-mean-token-mean.
@@ -127,7 +129,8 @@ def to_overrides(cfg: RunConfig, *, out_dir: str | Path, train_file: str | Path,
         # model + optimizer
         "actor_rollout_ref.model.path": str(model_dir),
         "actor_rollout_ref.model.enable_gradient_checkpointing": cfg.gradient_checkpointing,
-        "actor_rollout_ref.model.use_remove_padding": True,
+        # packed_update: verl's packed (padding-free) update; "auto" packs on CUDA, CPU_SETTINGS pad on the CPU
+        "actor_rollout_ref.model.use_remove_padding": cfg.packed_update != "off",
         "actor_rollout_ref.actor.optim.lr": cfg.optim.lr,
         "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio": cfg.optim.warmup_ratio,
         # verl: a negative lr_warmup_steps defers to the ratio, as warmup_steps=null does here

@@ -35,6 +35,10 @@ def verl_issues(cfg: RunConfig) -> list[tuple[str, str]]:
     if not cfg.std_unbiased and get_method(cfg.method).verl.stock_fit and get_method(cfg.method).divides_by_std(cfg):
         issues.append(("std_unbiased", f"method {cfg.method} runs verl's own GRPO estimator on verl, which divides by "
                        "the Bessel-corrected group std; keep std_unbiased=true (or train it on the embedded engine)"))
+    if cfg.packed_update == "on" and cfg.device != "cuda":
+        issues.append(("packed_update", "verl packs the update (use_remove_padding) with flash-attention's varlen "
+                       "kernels, on CUDA only, and pads on the CPU: set device=cuda with packed_update=on on verl, "
+                       "or packed_update=auto"))
     if cfg.device == "cpu" and cfg.rollout_engine == "vllm":
         issues.append(("rollout_engine", "vLLM needs CUDA; on the CPU the verl engine rolls out with 'embedded' "
                        "(docs/engines.md)"))
