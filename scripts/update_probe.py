@@ -8,6 +8,16 @@ probe measures what the update of a step that size costs, and nothing about lear
     python scripts/update_probe.py --shape qwen2.5-1.5b --prompts 128 --json out.json   # one GPU
     python scripts/update_probe.py --shape tiny-151k --prompts 2 --n 4 --max-new 64     # anywhere
 
+``--packed on|off|auto`` is the run's ``packed_update``: the same rows through the packed update
+and the padded one, back to back (docs/engines.md "Packed update"). ``--preset tiny`` probes the
+shipped tiny policy instead of a shape, with rows at its task's lengths given by
+``--prompt-tokens`` and ``--mean-new``::
+
+    for p in off on; do python scripts/update_probe.py --shape tiny-151k --prompts 8 --n 8 --max-new 256 \
+        --checkpointing off --micro-batch-tokens 4096 --packed $p --json /tmp/update_151k_$p.json; done
+    for p in off on; do python scripts/update_probe.py --preset tiny --prompts 64 --n 16 --max-new 12 \
+        --mean-new 4 --prompt-tokens 8 20 --checkpointing off --packed $p --json /tmp/update_tiny_$p.json; done
+
 Prints one JSON object (also written to --json): the plan, rows, tokens, seconds, peak memory
 (torch.cuda.max_memory_allocated on CUDA; the process's peak RSS on CPU) and MFU against the
 device's peak bf16 FLOP/s (trainer/bench_device.py).
@@ -30,44 +40,53 @@ import torch  # noqa: E402
 from trainer.bench_device import Meter, peak_flops  # noqa: E402
 from trainer.config import parse_run_config  # noqa: E402
 from trainer.embedded.memory_plan import plan_memory  # noqa: E402
-from trainer.embedded.presets import resolve_device, weight_dtype  # noqa: E402
-from trainer.embedded.shapes import build_shape_model  # noqa: E402
+from trainer.embedded.presets import load_model, resolve_device  # noqa: E402
 from trainer.embedded.update import Updater  # noqa: E402
 from trainer.flops import train_flops  # noqa: E402
 from trainer.rollout.base import Rollout  # noqa: E402
 
 
-def synthetic_rows(prompts: int, n: int, max_new: int, vocab: int, seed: int = 0) -> list[Rollout]:
+def synthetic_rows(prompts: int, n: int, max_new: int, vocab: int, seed: int = 0, prompt_tokens=(100, 200),
+                   mean_new: float = 600) -> list[Rollout]:
     rng = np.random.default_rng(seed)
+    top = vocab - 300 if vocab > 600 else vocab  # a Qwen vocabulary's special tokens sit at its top
     rows = []
     for p in range(prompts):
-        prompt = rng.integers(0, vocab - 300, size=int(rng.integers(100, 201))).tolist()
+        prompt = rng.integers(0, top, size=int(rng.integers(prompt_tokens[0], prompt_tokens[1] + 1))).tolist()
         for _ in range(n):
-            q = int(min(rng.geometric(1 / 600), max_new))
-            rows.append(Rollout(p, prompt, rng.integers(0, vocab - 300, size=q).tolist(), [-12.0] * q, q < max_new))
+            q = int(min(rng.geometric(1 / mean_new), max_new))
+            rows.append(Rollout(p, prompt, rng.integers(0, top, size=q).tolist(), [-12.0] * q, q < max_new))
     return rows
 
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", default="qwen2.5-1.5b")
+    ap.add_argument("--preset", default=None, help="a shipped preset (tiny) instead of --shape")
+    ap.add_argument("--prompt-tokens", type=int, nargs=2, default=(100, 200), metavar=("MIN", "MAX"))
+    ap.add_argument("--mean-new", type=float, default=600, help="mean response length (geometric, cut at --max-new)")
     ap.add_argument("--prompts", type=int, default=128)
     ap.add_argument("--n", type=int, default=16)
     ap.add_argument("--max-new", type=int, default=1536)
     ap.add_argument("--checkpointing", choices=("on", "off"), default="on")
     ap.add_argument("--micro-batch-tokens", type=int, default=0)
+    ap.add_argument("--packed", choices=("auto", "on", "off"), default="auto",
+                    help="packed_update: on = micro-batches packed into one row, off/auto = padded (the embedded default)")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
-    cfg = parse_run_config({"preset": None, "model_shape": a.shape, "task": "strata", "method": "grpo",
+    model_fields = {"preset": a.preset, "max_prompt_tokens": a.prompt_tokens[1]} if a.preset else \
+        {"preset": None, "model_shape": a.shape, "task": "strata", "max_prompt_tokens": 1024}
+    cfg = parse_run_config({**model_fields, "method": "grpo",
                             "batch_prompts": a.prompts, "n_total": a.n, "max_new_tokens": a.max_new,
-                            "max_prompt_tokens": 1024, "gradient_checkpointing": a.checkpointing == "on",
-                            "micro_batch_tokens": a.micro_batch_tokens, "optim": {"lr": 5e-6}})
+                            "gradient_checkpointing": a.checkpointing == "on",
+                            "micro_batch_tokens": a.micro_batch_tokens, "packed_update": a.packed,
+                            "optim": {"lr": 5e-6}})
     device, dtype = resolve_device(cfg)
-    model = build_shape_model(a.shape, device, weight_dtype(device, dtype), seed=0,
-                              gradient_checkpointing=cfg.gradient_checkpointing)
+    model, _ = load_model(cfg, device, dtype)  # a shape's random weights are seeded by cfg.seed (0)
     plan = plan_memory(cfg, model, device, dtype)
     updater = Updater.from_config(cfg, model, pad_id=0, device=device, micro_batch_tokens=plan.micro_batch_tokens)
-    rows = synthetic_rows(a.prompts, a.n, a.max_new, model.config.vocab_size)
+    rows = synthetic_rows(a.prompts, a.n, a.max_new, model.config.vocab_size, prompt_tokens=a.prompt_tokens,
+                          mean_new=a.mean_new)
     adv = torch.randn(len(rows), generator=torch.Generator().manual_seed(0))
     autocast = torch.autocast("cuda", dtype=dtype) if device.type == "cuda" and dtype != torch.float32 else None
     cuda = device.type == "cuda"
@@ -87,8 +106,9 @@ def main(argv: list[str] | None = None) -> dict:
     n_params = sum(p.numel() for p in model.parameters())
     flops = train_flops(n_params, mc.num_hidden_layers, mc.hidden_size, [len(r.prompt_ids) + r.length for r in rows])
     peak = peak_flops(device)
-    out = {"shape": a.shape, "device": torch.cuda.get_device_name(device) if cuda else "cpu", "torch": torch.__version__,
-           "checkpointing": a.checkpointing, "plan": plan.as_dict(), "rows": len(rows),
+    out = {"shape": a.preset or a.shape, "device": torch.cuda.get_device_name(device) if cuda else "cpu", "torch": torch.__version__,
+           "checkpointing": a.checkpointing, "packed_update": a.packed, "packed": updater.packing(),
+           "plan": plan.as_dict(), "rows": len(rows),
            "tokens": sum(len(r.prompt_ids) + r.length for r in rows), "response_tokens": sum(r.length for r in rows),
            "seconds": secs, "tokens_per_s": sum(len(r.prompt_ids) + r.length for r in rows) / secs,
            "flops": flops, "mfu": flops / secs / peak if peak else None,

@@ -29,6 +29,18 @@ def test_update_probe_measures_one_update(tmp_path):
     assert r["tokens_per_s"] == pytest.approx(r["tokens"] / r["seconds"]) and r["mfu"] is None  # no peak on CPU
 
 
+
+@pytest.mark.slow
+def test_update_probe_runs_the_packed_and_the_padded_update(tmp_path):
+    args = ("--prompts", "2", "--n", "3", "--max-new", "24", "--mean-new", "8", "--checkpointing", "off")
+    off = run("update_probe.py", "--shape", "tiny-151k", *args, "--packed", "off", tmp_path=tmp_path)
+    on = run("update_probe.py", "--shape", "tiny-151k", *args, "--packed", "on", tmp_path=tmp_path)
+    assert (off["packed"], on["packed"]) == (False, True) and on["rows"] == off["rows"] == 6
+    assert on["loss"] == pytest.approx(off["loss"], rel=1e-5)  # the same update, laid out differently
+    tiny = run("update_probe.py", "--preset", "tiny", "--prompts", "2", "--n", "4", "--max-new", "12", "--mean-new",
+               "4", "--prompt-tokens", "8", "20", "--packed", "on", tmp_path=tmp_path)
+    assert tiny["shape"] == "tiny" and tiny["packed"] and tiny["rows"] == 8
+
 def test_decode_probe_compares_both_attention_paths(tmp_path):
     r = run("decode_probe.py", "--shape", "tiny-151k", "--rows", "4", "--tokens", "6", tmp_path=tmp_path)
     assert r["packed_applied"] and r["same_tokens_frac"] == 1.0 and r["max_logprob_diff_first_token"] < 1e-5
