@@ -14,9 +14,9 @@ shipped tiny policy instead of a shape, with rows at its task's lengths given by
 ``--prompt-tokens`` and ``--mean-new``::
 
     for p in off on; do python scripts/update_probe.py --shape tiny-151k --prompts 8 --n 8 --max-new 256 \
-        --checkpointing off --micro-batch-tokens 4096 --packed $p --json /tmp/update_151k_$p.json; done
+        --micro-batch-tokens 4096 --packed $p --json /tmp/update_151k_$p.json; done
     for p in off on; do python scripts/update_probe.py --preset tiny --prompts 64 --n 16 --max-new 12 \
-        --mean-new 4 --prompt-tokens 8 20 --checkpointing off --packed $p --json /tmp/update_tiny_$p.json; done
+        --mean-new 4 --prompt-tokens 5 9 --checkpointing off --packed $p --json /tmp/update_tiny_$p.json; done
 
 Prints one JSON object (also written to --json): the plan, rows, tokens, seconds, peak memory
 (torch.cuda.max_memory_allocated on CUDA; the process's peak RSS on CPU) and MFU against the
