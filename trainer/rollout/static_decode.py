@@ -16,10 +16,11 @@ host every step (plus two syncs inside ``torch.multinomial``). This decode inste
 Same generator, same tokens: the first token comes from the same prefill; every step draws the
 exponentials of all B rows in row order, as ``torch.multinomial`` over the B rows does, and each
 live row takes its token from its own draws. Log-probs agree to float rounding (the forward batch
-and the attention's key count differ from the dynamic decode's).
+differs from the dynamic decode's, and with graphs so does the attention's key count: the eager
+step attends over the slots written so far only, the fixed-shape step over the whole capacity).
 
 Attention: the decode builds the 4D mask itself (boolean for SDPA and the packed grouped-query
-path, additive for eager attention), which every transformers version passes through unchanged;
+path, additive for eager attention), which transformers takes as already prepared;
 models on other attention functions, or with sliding-window layers, must use the dynamic decode.
 """
 
@@ -299,25 +300,38 @@ def step_function(model: torch.nn.Module, s: DecodeState) -> Callable[[int], tor
     return step
 
 
+def sample_step(s: DecodeState, logits: torch.Tensor, sampling: SamplingParams,
+                gen: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Tokens and log-probs [b] of the forward batch's rows from their logits [b, V]. The
+    exponentials are drawn for all B rows in row order (torch.multinomial over B rows draws
+    them so), each row then takes its own: the generator's stream never depends on the batch.
+    A generator on another device than the model draws there (as multinomial does), which
+    costs a copy of the probabilities, and with it a sync, every step."""
+    if gen is None:
+        return sample_with_draws(logits, sampling, None)
+    draws = exponential_draws(s.B, logits.shape[-1], gen, logits.device)
+    if s.b < s.B:
+        draws = draws.index_select(0, s.row_of[:s.b].to(draws.device))
+    return sample_with_draws(logits, sampling, draws)
+
+
 def decode_static(model: torch.nn.Module, pre: Prefill, sampling: SamplingParams,
                   generator: torch.Generator | None, settings: StaticSettings):
     """The static-shape sampling loop (module docstring). Returns, on the CPU, tokens [B, S'],
     log-probs [B, S'], lengths [B] and finished [B], S' <= max_new_tokens the steps the dynamic
     decode would take (the longest response)."""
-    S, B = int(sampling.max_new_tokens), len(pre.expand)
+    S = int(sampling.max_new_tokens)
     s = DecodeState(pre, S, settings)
+    logits = pre.logits.index_select(0, pre.expand)  # step 0 samples from the prefill
+    pre.cache = None  # every row's copy is in the slot cache: let the distinct prompts' go
     step = step_function(model, s)
     gen = resolve_generator(generator, s.slots.device) if sampling.temperature > 0 else None
-    rewind = Rewind(gen, settings.sync_every > 1)
-    logits, ran = pre.logits.index_select(0, pre.expand), 0
+    rewind, ran = Rewind(gen, settings.sync_every > 1), 0
     for t in range(S):
         if t > 0:
             logits = step(t)
         rewind.before(t)
-        draws = exponential_draws(B, logits.shape[-1], gen, logits.device) if gen is not None else None
-        if draws is not None and s.b < B:  # every row's draws, in row order; the batch takes its rows'
-            draws = draws.index_select(0, s.row_of[:s.b].to(draws.device))
-        s.record(t, *sample_with_draws(logits, sampling, draws))
+        s.record(t, *sample_step(s, logits, sampling, gen))
         ran = t + 1
         if ran % settings.sync_every == 0 or ran == S:
             live = s.live()
