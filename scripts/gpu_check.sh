@@ -12,8 +12,9 @@
 #      --platform manylinux_2_17_x86_64 -d .whl pydantic==2.14.4 pydantic_core==2.50.5 ...
 # 2. Prints nvidia-smi and the torch / transformers versions.
 # 3. Runs, each under `timeout` with its own limit, each writing JSON under $OUT (default runs/gpu):
-#      0. scripts/decode_probe.py: ms per decode step at 512 rows (96 steps, warm), SDPA vs packed GQA
-#         -> $OUT/decode.json
+#      0. scripts/decode_probe.py: ms per decode step at 512 rows (96 steps, warm), SDPA vs packed GQA;
+#         with DECODES=dynamic,static,graphs also the sampler's decodes back to back (raise
+#         PROBE_TIMEOUT: each decode is one more warm 96-step pass) -> $OUT/decode.json
 #      a. `aero bench --shape qwen2.5-1.5b --methods grpo,dapo,aero --steps 2 --set batch_prompts=32`
 #         (its means are step 2's: step 1 pays the warm-up; a run cut by the timeout keeps its steps)
 #         -> $OUT/shape_1p5b.json, and every step's metrics -> $OUT/shape_steps.json
@@ -26,7 +27,7 @@
 #
 # Environment: PYTHON (default python3), OUT (default runs/gpu), SITE (default /tmp/site),
 # BENCH_TIMEOUT (default 360 s), BENCH_STEPS (2), PROBE_TIMEOUT (90 s), CHECK_TIMEOUT (90 s),
-# RUN_GPU_CHECK (0), RUN_UPDATE_PROBES (0),
+# RUN_GPU_CHECK (0), RUN_UPDATE_PROBES (0), DECODES (empty: the attention paths only),
 # BENCH_RUNS (bench's run directories, default /tmp/gpu_check_runs: kept out of $OUT, whose files
 # travel back).
 set -uo pipefail
@@ -49,6 +50,7 @@ BENCH_RUNS=${BENCH_RUNS:-/tmp/gpu_check_runs}
 BENCH_TIMEOUT=${BENCH_TIMEOUT:-360}
 PROBE_TIMEOUT=${PROBE_TIMEOUT:-90}
 CHECK_TIMEOUT=${CHECK_TIMEOUT:-90}
+DECODES=${DECODES:-}
 RUN_GPU_CHECK=${RUN_GPU_CHECK:-0}
 RUN_UPDATE_PROBES=${RUN_UPDATE_PROBES:-0}
 BENCH_STEPS=${BENCH_STEPS:-2}
@@ -119,7 +121,7 @@ run() {  # run NAME TIMEOUT_S JSON -- CMD...
 
 # decode at 512 rows: transformers' SDPA against the packed grouped-query path, same generator
 run decode "$PROBE_TIMEOUT" "$OUT/decode.json" -- \
-  "$PYTHON" scripts/decode_probe.py "${DECODE[@]}" --json "$OUT/decode.json"
+  "$PYTHON" scripts/decode_probe.py "${DECODE[@]}" ${DECODES:+--decodes "$DECODES"} --json "$OUT/decode.json"
 
 run bench_shape "$BENCH_TIMEOUT" "$OUT/shape_1p5b.json" -- \
   "$PYTHON" -c 'from cli.main import app; app()' bench --shape "$SHAPE" --methods grpo,dapo,aero \
@@ -179,6 +181,8 @@ if isinstance(d.get("methods"), dict):  # aero bench
 elif "speedup" in d:  # scripts/decode_probe.py
     parts.append(f"{d['shape']} {d['rows']} rows: sdpa {f(d['sdpa']['ms_per_step'])} ms/step, packed "
                  f"{f(d['packed']['ms_per_step'])} ms/step (x{f(d['speedup'])}), same tokens {f(d['same_tokens_frac'])}")
+    for k, r in d.get("decodes", {}).items():
+        parts.append(f"decode {k} {f(r['ms_per_step'])} ms/step (x{f(r['speedup'])}), same tokens {f(r['same_tokens_frac'])}")
 elif "plan" in d:  # scripts/update_probe.py
     parts.append(f"{d['shape']} {d['rows']} rows {d['tokens']} tokens: {f(d['seconds'])}s, "
                  f"peak {f(d['peak_memory_mb'])} MB, MFU {f(d['mfu'])}, micro-batch {d['plan']['micro_batch_tokens']}")
