@@ -65,8 +65,8 @@ class Prefill:
 
 
 def bucket_sizes(rows: int, ratio: float, multiple: int = 1) -> list[int]:
-    """The batch sizes a decode may shrink to, ascending: ``rows``, then each about ``ratio``
-    times the one above, rounded up to a multiple of ``multiple``, down to ``multiple``.
+    """The batch sizes a decode may shrink to, in ascending order: from ``rows`` down, each about
+    ``ratio`` times the one above, rounded up to a multiple of ``multiple``, down to ``multiple``.
 
     Why a ladder: a batch that shrinks to its exact live count has a new shape at every finish,
     and a CUDA graph per shape would be captured more often than replayed; shrinking by a fixed
