@@ -316,9 +316,6 @@ def cross_field_issues(cfg: RunConfig) -> list[tuple[str, str]]:
     for name, path in cfg.benchmarks.items():
         if not name.strip() or not str(path).strip():
             issues.append(("benchmarks", f"each benchmark needs a name and a local file path; got {name!r}: {path!r}"))
-    if cfg.engine != "embedded" and cfg.rollout_decode != "dynamic":
-        issues.append(("rollout_decode", f"the {cfg.engine} engine's rollout servers decode dynamically: "
-                       "rollout_decode=dynamic (static and graphs are the embedded engine's)"))
     issues += engine_issues(cfg)
     issues += resource_issues(cfg)
     issues += method_issues(cfg)

@@ -39,6 +39,9 @@ def verl_issues(cfg: RunConfig) -> list[tuple[str, str]]:
         issues.append(("packed_update", "verl packs the update (use_remove_padding) with flash-attention's varlen "
                        "kernels, on CUDA only, and pads on the CPU: set device=cuda with packed_update=on on verl, "
                        "or packed_update=auto"))
+    if cfg.rollout_decode != "dynamic":
+        issues.append(("rollout_decode", "verl's rollout servers decode dynamically: rollout_decode=dynamic on verl "
+                       "(static and graphs are the embedded engine's)"))
     if cfg.device == "cpu" and cfg.rollout_engine == "vllm":
         issues.append(("rollout_engine", "vLLM needs CUDA; on the CPU the verl engine rolls out with 'embedded' "
                        "(docs/engines.md)"))
