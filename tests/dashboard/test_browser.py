@@ -32,8 +32,9 @@ from tests.dashboard.browser import act, count, no_exception, read, settle
 ROOT = Path(__file__).resolve().parents[2]
 SHOTS = ROOT / "test-artifacts" / "screenshots"
 # Long enough (~0.5 s a step at 64 prompts on 2 cores) that the run page opens before the run
-# ends: 4 steps of 4 prompts finished in ~1 s, before the page first showed a step.
-STEPS = 12
+# ends: 4 steps of 4 prompts finished in ~1 s, before the page first showed a step, and 12 steps
+# once outran the launch page's screenshot and the run page's first draw (1 of 10 loops, loaded).
+STEPS = 24
 
 pytestmark = [
     pytest.mark.slow,
@@ -179,8 +180,7 @@ def test_launch_watch_compare_in_a_browser(page, platform):
     act(pg.get_by_role("button", name="Launch"), "click", rerun=True)
     pg.get_by_text(re.compile(r"Run #\d+ \(aero-seed0\) is queued")).first.wait_for()
     run_id = int(re.search(r"Run #(\d+)", read(pg.get_by_text(re.compile(r"Run #\d+ .* is queued")).first)).group(1))
-    no_exception(pg)
-    screenshot(pg, "launch")
+    no_exception(pg)  # the Launch page's screenshot is the sweep's, below: the run page opens while the run trains
 
     # -- Its page: the step count rises while the page stays loaded (no navigation, no reload)
     act(pg.get_by_role("link", name=f"Watch run #{run_id} live").first, "click", rerun=True)
@@ -213,6 +213,8 @@ def test_launch_watch_compare_in_a_browser(page, platform):
     set_number(pg, "eval problems per benchmark", 2, expander="Advanced")
     act(pg.get_by_role("button", name="Launch"), "click", rerun=True)
     pg.get_by_text(re.compile(r"Sweep #\d+ \(sweep\) queued 4 runs")).first.wait_for()
+    no_exception(pg)
+    screenshot(pg, "launch")
 
     with httpx.Client(base_url=platform.api + "/api") as api:
         deadline = time.monotonic() + 240
