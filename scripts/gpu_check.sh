@@ -27,7 +27,8 @@
 #
 # Environment: PYTHON (default python3), OUT (default runs/gpu), SITE (default /tmp/site),
 # BENCH_TIMEOUT (default 360 s), BENCH_STEPS (2), PROBE_TIMEOUT (90 s), CHECK_TIMEOUT (90 s),
-# RUN_GPU_CHECK (0), RUN_UPDATE_PROBES (0), DECODES (empty: the attention paths only),
+# RUN_GPU_CHECK (0), RUN_UPDATE_PROBES (0), DECODES (e.g. dynamic,static,graphs), WARMUP (1: the decode
+# probe's first-call split per decode, scripts/decode_probe.py --warmup), DECODES (empty: the attention paths only),
 # BENCH_RUNS (bench's run directories, default /tmp/gpu_check_runs: kept out of $OUT, whose files
 # travel back).
 set -uo pipefail
@@ -121,7 +122,8 @@ run() {  # run NAME TIMEOUT_S JSON -- CMD...
 
 # decode at 512 rows: transformers' SDPA against the packed grouped-query path, same generator
 run decode "$PROBE_TIMEOUT" "$OUT/decode.json" -- \
-  "$PYTHON" scripts/decode_probe.py "${DECODE[@]}" ${DECODES:+--decodes "$DECODES"} --json "$OUT/decode.json"
+  "$PYTHON" scripts/decode_probe.py "${DECODE[@]}" ${DECODES:+--decodes "$DECODES"} ${WARMUP:+--warmup} \
+  --json "$OUT/decode.json"
 
 run bench_shape "$BENCH_TIMEOUT" "$OUT/shape_1p5b.json" -- \
   "$PYTHON" -c 'from cli.main import app; app()' bench --shape "$SHAPE" --methods grpo,dapo,aero \
@@ -183,6 +185,9 @@ elif "speedup" in d:  # scripts/decode_probe.py
                  f"{f(d['packed']['ms_per_step'])} ms/step (x{f(d['speedup'])}), same tokens {f(d['same_tokens_frac'])}")
     for k, r in d.get("decodes", {}).items():
         parts.append(f"decode {k} {f(r['ms_per_step'])} ms/step (x{f(r['speedup'])}), same tokens {f(r['same_tokens_frac'])}")
+    for k, w in d.get("warmup", {}).items():
+        parts.append(f"warm-up {k}: first launch {f(w['first_launch_s'])}s, cold {f(w['cold_s'])}s "
+                     f"({w['cold_segments']} new segments, {f(w['cold_segment_mb'])} MB) vs warm {f(w['warm_s'])}s")
 elif "plan" in d:  # scripts/update_probe.py
     parts.append(f"{d['shape']} {d['rows']} rows {d['tokens']} tokens: {f(d['seconds'])}s, "
                  f"peak {f(d['peak_memory_mb'])} MB, MFU {f(d['mfu'])}, micro-batch {d['plan']['micro_batch_tokens']}")
