@@ -49,10 +49,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from trainer.config import RunConfig  # noqa: E402
 from trainer.core.advantages import grpo_advantage  # noqa: E402
 from trainer.core.losses import Aggregation  # noqa: E402
-from trainer.core.aero import (  # noqa: E402
-    CurationRules, Stratum, aero_advantages, curate, plan_rounds, replay, start_rescue, stratify,
-)
+from trainer.core.aero import CurationRules, aero_advantages, curate, plan_rounds, replay, start_rescue  # noqa: E402
 from trainer.core.stats import mean_ci, paired_ratios  # noqa: E402
+from trainer.core.strata import Stratum, stratify  # noqa: E402
 from trainer.flops import rollout_flops, train_flops  # noqa: E402
 from trainer.methods.spec import get_method  # noqa: E402
 from trainer.embedded.presets import PRESETS, load_setup  # noqa: E402

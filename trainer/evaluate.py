@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from trainer.core.aero import is_correct
 from trainer.core.passk import avg_at_k, bootstrap_ci, pass_at_k
+from trainer.core.strata import is_correct
 from trainer.rollout.base import RolloutEngine, SamplingParams
 from trainer.tasks.base import Task
 from trainer.tasks.verify import score_batch

@@ -28,7 +28,7 @@ import numpy as np
 
 PASS_BINS = 10  # pass-rate bins: [0, 0.1), ..., [0.9, 1.0] (the last bin closed)
 LENGTH_BINS = 16  # response-length bins: equal widths over [0, max_new_tokens]
-STRATUM_NAMES = ("rescue", "low", "high")  # trainer.core.aero.Stratum order
+STRATUM_NAMES = ("rescue", "low", "high")  # trainer.core.strata.Stratum order
 
 DEFAULT_PROMPTS, DEFAULT_MAX_ROWS, DEFAULT_TEXT_CHARS = 4, 256, 2000
 
@@ -84,7 +84,7 @@ def clip_text(text: str, limit: int) -> tuple[str, bool]:
 
 def group_strata(group: np.ndarray, round_: np.ndarray, correct: np.ndarray, S: int, tau: float) -> dict[int, int]:
     """{group: Stratum value} from each group's rows of its first round (its exploration), as
-    trainer.core.aero.stratify sorts prompts (c <= S rescue, u >= tau high, else low)."""
+    trainer.core.strata.stratify sorts prompts (c <= S rescue, u >= tau high, else low)."""
     out = {}
     for g in np.unique(group):
         rows = group == g

@@ -14,15 +14,14 @@ no I/O. The training loop drives one step as:
     6. advantages = aero_advantages(...) then the GRPO clipped update.
 
 Every open interpretation is a named argument (curation's: a :class:`CurationRules` field);
-docs/algorithms.md lists them with defaults.
-A rollout is *correct* iff its reward > 0.5 (verifiable rewards are binary {0, 1}).
+docs/algorithms.md lists them with defaults. Correctness (``is_correct``: reward > 0.5) and
+Stage I's ``stratify`` / ``Stratum`` are every method's, in trainer/core/strata.py.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from enum import IntEnum
 from typing import Protocol, Sequence
 
 import numpy as np
@@ -30,50 +29,10 @@ import torch
 from torch import Tensor
 
 from trainer.core.advantages import bayesian_advantage, grpo_advantage, posterior_mean
+from trainer.core.strata import Stratum, is_correct
 
 SPLITS = ("prompt-order", "round-robin")
 KINDS = ("rescued", "bayes", "low", "high", "zero")
-
-
-class Stratum(IntEnum):
-    """Stage I strata (§4.1, §4.2.1). Values are stored in int arrays."""
-
-    RESCUE = 0  # c <= S (S = 0: zero-accuracy prompts)
-    LOW = 1  # S / n_explore < u < tau: low-success partial
-    HIGH = 2  # u >= tau: high-success, all-correct included
-
-
-def is_correct(rewards) -> np.ndarray:
-    """bool[N]: reward > 0.5 (binary verifiable reward; robust to float 1.0 vs 0.999...)."""
-    return np.asarray(rewards, dtype=np.float64) > 0.5
-
-
-# ---------------------------------------------------------------------------- Stage I
-
-
-def stratify(correct, n_explore: int, S: int, tau: float) -> np.ndarray:
-    """Stratify prompts by their exploration success (§4.1, §4.2.1; docs/algorithms.md §4 step 2).
-
-        u = c / n_explore
-        RESCUE  if c <= S                       (rescue set Q_res, u <= u_res = S / n_explore)
-        LOW     if S / n_explore < u < tau      (low-success partial)
-        HIGH    if u >= tau                     (high-success, all-correct included)
-
-    RESCUE is tested first, so a prompt with c <= S is in the rescue set even if u >= tau
-    (only possible when tau <= S / n_explore, which the paper's S <= n_explore/2, tau = 0.5
-    excludes except at the single point c = S = n_explore/2).
-
-    Args:
-        correct: int[P] correct counts c among the n_explore exploration rollouts.
-    Returns:
-        int[P] of Stratum values.
-    """
-    c = np.asarray(correct, dtype=np.int64)
-    if (c < 0).any() or (c > n_explore).any():
-        raise ValueError(f"correct counts must be in [0, n_explore={n_explore}]")
-    u = c / n_explore
-    out = np.where(u >= tau, int(Stratum.HIGH), int(Stratum.LOW))
-    return np.where(c <= S, int(Stratum.RESCUE), out).astype(np.int64)
 
 
 # ---------------------------------------------------------------------------- S1 rescue
@@ -453,7 +412,7 @@ def curate(
 
     Args:
         rewards_by_prompt: length-P sequence of float[n_p] rewards, generation order.
-        strata: int[P] from :func:`stratify`.
+        strata: int[P] from :func:`trainer.core.strata.stratify`.
         rescued_at: int[P] from RescueState.rescued_at (-1 = not rescued).
         rules: the strategy switches s1-s3 and the hyper-parameters named above
             (:class:`CurationRules`; default: full AERO, paper values).

@@ -30,7 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trainer.core.aero import Stratum, negatives_to_keep
+from trainer.core.aero import negatives_to_keep
+from trainer.core.strata import Stratum
 
 RUNGS = ("grpo", "s1", "s1s2", "aero")
 STRATEGIES = ("s1", "s2", "s3")

@@ -25,7 +25,7 @@ import torch
 
 import common.metric_keys as mk
 from trainer.config import RunConfig
-from trainer.core.aero import is_correct
+from trainer.core.strata import is_correct
 from trainer.flops import step_accounting
 from trainer.methods.sampler import Samples
 from trainer.methods.spec import get_step

@@ -1,7 +1,7 @@
 """AERO (arXiv 2602.14338, Algorithm 1) and its ablations aero-s1 and aero-s1s2.
 
 The order of AERO's steps lives here, once, for every engine; the math is the shared core's
-(trainer.core.aero):
+(trainer.core.aero; stratify from trainer.core.strata):
 
     1. explore   n_explore rollouts per prompt (one engine call)
     2. stratify  RESCUE / LOW / HIGH by correct count
@@ -120,9 +120,8 @@ def aero_step_with_ledger(cfg: RunConfig, sampler: Sampler, rng: np.random.Gener
     given up on this step: explored and curated as usual, never rescued."""
     import torch
 
-    from trainer.core.aero import (
-        CurationRules, Stratum, aero_advantages, curate, plan_rounds, replay, start_rescue, stratify,
-    )
+    from trainer.core.aero import CurationRules, aero_advantages, curate, plan_rounds, replay, start_rescue
+    from trainer.core.strata import Stratum, stratify
     from trainer.methods.sampler import RowLog
     from trainer.methods.spec import get_method
 

@@ -14,6 +14,8 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
+from trainer.core.strata import is_correct
+
 
 @dataclass(frozen=True)
 class Samples:
@@ -33,8 +35,6 @@ class Samples:
 
     @classmethod
     def build(cls, first_row: int, prompt_of_row, reward, length, tokens, correct=None) -> Samples:
-        from trainer.core.aero import is_correct  # torch: imported when sampling, not with the registry
-
         reward = np.asarray(reward, dtype=np.float64)
         return cls(first_row, np.asarray(prompt_of_row, dtype=np.int64), reward,
                    is_correct(reward) if correct is None else np.asarray(correct, dtype=bool),

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 
 import common.metric_keys as mk
+from trainer.core.strata import Stratum, stratify
 
 if TYPE_CHECKING:
     from trainer.config import RunConfig
@@ -61,8 +62,6 @@ def correct_counts(correct: np.ndarray, rows_of: list[np.ndarray]) -> np.ndarray
 def strata_stats(correct: np.ndarray, n, S: int = STRATA_S, tau: float = STRATA_TAU) -> dict[str, float]:
     """The strata/* and zero-accuracy metrics of a batch's correct counts (every method logs
     them; AERO with its own S and tau)."""
-    from trainer.core.aero import Stratum, stratify
-
     strata = stratify(correct, n, S, tau)
     P = len(correct)
     return {mk.STRATA_RESCUE: float((strata == Stratum.RESCUE).sum()), mk.STRATA_LOW: float((strata == Stratum.LOW).sum()),

@@ -26,7 +26,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from trainer.core.aero import is_correct
+from trainer.core.strata import is_correct
 
 PAD_UID = "__aero_pad__"
 ADV_COLUMN = "aero_advantages"  # [B] float32: each training row's advantage (0 on pad rows)

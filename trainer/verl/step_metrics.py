@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 import common.metric_keys as mk
-from trainer.core.aero import is_correct
+from trainer.core.strata import is_correct
 from trainer.flops import step_accounting as flops_step_accounting
 from trainer.verl.rows import ADV_COLUMN
 

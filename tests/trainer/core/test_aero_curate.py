@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from trainer.core.aero import CurationRules, Stratum, aero_advantages, curate, theorem41_factor
+from trainer.core.aero import CurationRules, aero_advantages, curate, theorem41_factor
+from trainer.core.strata import Stratum
 
 R, L, H = int(Stratum.RESCUE), int(Stratum.LOW), int(Stratum.HIGH)
 F = np.float64

@@ -1,15 +1,8 @@
 import numpy as np
 import pytest
 
-from trainer.core.aero import (
-    Stratum,
-    curate,
-    plan_rescue_round,
-    plan_rounds,
-    replay,
-    start_rescue,
-    stratify,
-)
+from trainer.core.aero import curate, plan_rescue_round, plan_rounds, replay, start_rescue
+from trainer.core.strata import Stratum
 
 R, L, H = int(Stratum.RESCUE), int(Stratum.LOW), int(Stratum.HIGH)
 
@@ -22,19 +15,6 @@ def next_round(state, **kw):
 
 def apply_round(state, counts, rewards):
     return replay(state, np.asarray(counts, dtype=np.int64)[None, :], rewards)[0]
-
-
-def test_stratify_paper_defaults():
-    assert stratify([0, 1, 3, 4, 5, 8], 8, S=0, tau=0.5).tolist() == [R, L, L, H, H, H]
-
-
-def test_stratify_boundaries_with_S_and_tau():
-    # S = 2: c <= 2 is rescue (c = S included); u = 4/8 = tau exactly is high.
-    assert stratify([0, 1, 2, 3, 4, 8], 8, S=2, tau=0.5).tolist() == [R, R, R, L, H, H]
-    # tau = 0.75 with n_explore 4: u = 3/4 exactly -> HIGH, 2/4 -> LOW
-    assert stratify([2, 3], 4, S=0, tau=0.75).tolist() == [L, H]
-    with pytest.raises(ValueError):
-        stratify([9], 8, 0, 0.5)
 
 
 def test_plan_round_unbinding_and_n_max():

@@ -1,8 +1,9 @@
 import numpy as np
 import pytest
 
-from trainer.core.aero import CurationRules, Stratum, curate
+from trainer.core.aero import CurationRules, curate
 from trainer.core.savings import ladder_counts, savings_cost, waterfall
+from trainer.core.strata import Stratum
 
 R, L, H = int(Stratum.RESCUE), int(Stratum.LOW), int(Stratum.HIGH)
 
