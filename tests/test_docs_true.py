@@ -23,7 +23,7 @@ BENCHMARKS = ROOT / "BENCHMARKS.md"
 # A path the docs name starts at one of the repository's top-level folders. Prose also names
 # other projects' files (verl's `verl/trainer/...`, the authors' `recipe/...`), so a path must
 # not continue a longer one.
-TOP = ("backend", "benchmarks", "cli", "common", "dashboard", "docker", "docs", "scripts", "tests",
+TOP = ("backend", "benchmarks", "cli", "common", "dashboard", "docker", "docs", "examples", "scripts", "tests",
        "trainer", "worker", r"\.ci")
 PATH = re.compile(r"(?<![\w./-])(?:%s)/[\w./<>*-]*" % "|".join(TOP))
 # Placeholders stand for any name: `<resource>`, `*`, an all-capitals word (`trainer/assets/PRESET`).
