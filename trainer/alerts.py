@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field
 
-from trainer.methods.section import Issues, Strict
+from trainer.config_types import Issues, Strict
 
 RuleKind = Literal["failed", "finished", "nan_loss", "grad_norm_above", "entropy_below", "eval_target",
                    "no_improvement"]

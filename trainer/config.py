@@ -18,8 +18,8 @@ from pydantic import (AfterValidator, Field, ValidationError, ValidationInfo, cr
                       model_serializer, model_validator)
 
 from trainer.alerts import AlertsConfig, rule_issues
+from trainer.config_types import Strict
 from trainer.engines import ENGINE_NAMES, engine_issues
-from trainer.methods.section import Strict
 from trainer.methods.spec import all_sections, get_method, method_names, section_readers, specs
 from trainer.resources import ResourcesConfig, resource_issues
 from trainer.safetext import no_control_chars  # noqa: F401  (also backend.schemas's, via this module)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field
 
-from trainer.methods.section import Strict
+from trainer.config_types import Strict
 
 if TYPE_CHECKING:
     from trainer.config import RunConfig

@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 import common.metric_keys as mk
+from trainer.config_types import Field, Issues, Strict
 from trainer.methods.aero_strategies import ALL, NONE, AeroStrategies
-from trainer.methods.section import Field, Issues, Section, Strict
+from trainer.methods.section import Section
 from trainer.methods.spec import BOTH_ENGINES, Display, MethodSpec, Needs, VerlMapping, register
 from trainer.methods.step import StepResult, strata_stats
 

@@ -25,9 +25,10 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
+from trainer.config_types import Field, Strict
 from trainer.methods.aero import AERO_SECTION, AERO_VERL
 from trainer.methods.aero_strategies import ALL
-from trainer.methods.section import Field, Section, Strict
+from trainer.methods.section import Section
 from trainer.methods.spec import BOTH_ENGINES, Display, MethodSpec, Needs, register
 from trainer.methods.step import StepResult
 

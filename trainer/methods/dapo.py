@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 import common.metric_keys as mk
-from trainer.methods.section import Field, Issues, Section, Strict
+from trainer.config_types import Field, Issues, Strict
+from trainer.methods.section import Section
 from trainer.methods.spec import BOTH_ENGINES, Display, MethodSpec, Needs, VerlMapping, register
 from trainer.methods.step import StepResult, group_advantages, strata_stats
 
