@@ -1,4 +1,5 @@
-"""DataProto row operations for variable-size AERO batches on verl.
+"""DataProto row operations for the variable-size batches of verl's curated loop (every method
+whose spec does not say ``verl.stock_fit``: trainer/verl/trainer.py).
 
 Two different paddings, for two different reasons:
 
@@ -29,7 +30,10 @@ import torch
 from trainer.core.strata import is_correct
 
 PAD_UID = "__aero_pad__"
-ADV_COLUMN = "aero_advantages"  # [B] float32: each training row's advantage (0 on pad rows)
+# [B] float32: each training row's advantage (0 on pad rows), whatever the method. It lives only
+# in a step's batches (set by collect, read by the update and the metrics), never in a checkpoint
+# or a data file, so nothing saved under its former name ("aero_advantages") needs reading back.
+ADV_COLUMN = "precomputed_advantages"
 
 
 @dataclass

@@ -131,5 +131,7 @@ def test_dapo_group_filter_keeps_varied_groups_and_stops_at_the_cap(vr):
     assert col.train.batch["rm_scores"].sum(-1).tolist() == [1, 0, 0, 1]
     assert (col.stats["dapo/gen_rounds"], col.stats["dapo/kept_groups"], col.stats["dapo/cap_hit"]) == (2, 2, 0)
     assert len(col.generated) == 8 and col.prompts_used == 4
+    # DAPO's rows carry their advantages in the same method-neutral column as AERO's
+    assert ADV_COLUMN == "precomputed_advantages" and ADV_COLUMN in col.train.batch.keys()
     none = collect(cfg, lambda: vr.split(vr.prompt_batch(2)), vr.ScriptedRollout({}), divisor=4)
     assert none.train is None and none.stats["dapo/cap_hit"] == 1  # all-fail twice: train nothing, no crash
