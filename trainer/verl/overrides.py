@@ -27,10 +27,12 @@ Mapping (RunConfig -> verl), method by method (the per-method bits come from the
              sampling and overlong shaping are the DAPO step's (trainer/methods/dapo.py), run by
              the curated loop as on the embedded engine, so verl's filter_groups and 'dapo'
              reward manager stay off.
-    aero*    rollout.n = n_explore (the exploration pass); AERO's own settings are read by the
-             AERO trainer from OUT/config.json (``+aero_lab.out_dir``).
-    curated  (DAPO, AERO): the reward manager is 'naive' (the verifier's reward) and the update
-             trains on the step's advantages (trainer/verl/collect.py), never a verl estimator.
+    aero*    rollout.n = n_explore (the exploration pass). Every method's own settings are read
+             by PlatformTrainer (trainer/verl/trainer.py) from OUT/config.json
+             (``+aero_lab.out_dir``).
+    curated  (every method that is not ``verl.stock_fit``: DAPO, AERO, ...): the reward manager is
+             'naive' (the verifier's reward) and the update trains on the step's advantages
+             (trainer/verl/collect.py), never a verl estimator.
 """
 
 from __future__ import annotations
@@ -183,7 +185,7 @@ def to_overrides(cfg: RunConfig, *, out_dir: str | Path, train_file: str | Path,
         "trainer.nnodes": nnodes,
         "trainer.total_training_steps": cfg.steps,
         "trainer.total_epochs": 1_000_000,  # steps bound the run, not epochs
-        # the platform logger is attached by the AERO trainer; the run's trackers are verl's own
+        # the platform logger is attached by PlatformTrainer; the run's trackers are verl's own
         # loggers (trainer/trackers.py verl_env points them at the run directory)
         "trainer.logger": ["console", *TrackerSettings().chosen(cfg.trackers)],
         "trainer.project_name": "aero-lab",
@@ -204,7 +206,7 @@ def to_overrides(cfg: RunConfig, *, out_dir: str | Path, train_file: str | Path,
     if device == "cpu":
         o.update(CPU_SETTINGS)
     out = [f"{k}={_v(v)}" for k, v in o.items()]
-    # the platform run directory: the AERO trainer reads OUT/config.json (strategies, curation,
+    # the platform run directory: PlatformTrainer reads OUT/config.json (strategies, curation,
     # accounting) and writes OUT/metrics.jsonl there
     out.append(f"+aero_lab.out_dir={_v(str(out_dir))}")
     return out

@@ -28,7 +28,7 @@ from trainer.verl.rows import ADV_COLUMN
 
 # verl metric name -> platform key (docs/metrics.md). Anything else verl logs is kept under
 # ``verl/<its name>`` (max/min, clip ratios, val-core...), except the keys already in the
-# platform's namespace (the AERO trainer writes those), which pass through.
+# platform's namespace (PlatformTrainer writes those), which pass through.
 VERL_TO_PLATFORM = {
     "actor/pg_loss": "loss/policy",
     "actor/entropy": mk.TRAIN_ENTROPY,

@@ -1,21 +1,26 @@
-"""PlatformTrainer: verl's RayPPOTrainer with every registered method's step collection (AERO, DAPO and the curated peers) and platform metrics.
+"""PlatformTrainer: verl's RayPPOTrainer that trains every registered method (trainer/methods/)
+with platform metrics.
 
 Shaped like verl's DAPO recipe trainer (a RayPPOTrainer subclass whose ``fit`` owns the
-generation phase); one step of AERO / DAPO:
+generation phase). Every method whose spec does not say ``verl.stock_fit`` runs the curated
+loop, :meth:`PlatformTrainer.fit_curated`; one step of it, the same for each such method:
 
     batch      <- next prompt batch (verl dataloader, P = data.train_batch_size)
-    collected  <- the method's step through trainer/verl/collect.py (AERO: explore with
-                  rollout.n = n_explore, rescue rounds as per-prompt repeated batches padded to
-                  the agent-loop worker divisor, curation with the shared core; DAPO: group filter)
-    sleep the rollout replicas (only now: every rescue round ran before)
-    lay the curated rows out as the embedded update's mini-batches, padded with masked rows
+    collected  <- the method's registered step through trainer/verl/collect.py: each engine call
+                  it asks for (AERO's exploration and rescue rounds, DAPO's further prompt
+                  batches, ...) is one generate call of per-prompt repeated rows padded to the
+                  agent-loop worker divisor; the step returns the rows to train and their
+                  advantages
+    sleep the rollout replicas (only now: every engine call of the step ran before)
+    lay the training rows out as the embedded update's mini-batches, padded with masked rows
                   to a multiple of the data-parallel size (trainer/verl/rows.py)
-    old log-probs, reference log-probs, the step's own advantages (computed by the method step
-                  with the embedded engine's function, not by a verl estimator), actor update,
-                  weight sync
-    log platform metrics (PlatformLogger) + checkpoint (with the curation RNG) + validation
+    old log-probs, reference log-probs, the step's own advantages (the batch's
+                  ``ADV_COLUMN``, the method step's values, not a verl estimator's), actor
+                  update, weight sync
+    log platform metrics (PlatformLogger) + checkpoint (with the curation RNG and the method's
+                  state) + validation
 
-GRPO (any method whose spec says ``verl.stock_fit``, Dr.GRPO too) runs the stock
+A method whose spec says ``verl.stock_fit`` (GRPO, Dr.GRPO: exactly verl's GRPO) runs the stock
 ``RayPPOTrainer.fit`` unchanged; this class only adds, through ``_update_actor``, the platform
 accounting of the batch it trains, and attaches the platform logger to the ``Tracking`` object
 the stock loop builds.
@@ -24,7 +29,7 @@ Departures from the stock loop, all for variable-size batches: sequence-length b
 across ranks (``trainer.balance_batch``) is not applied to the curated batches (their layout
 is the embedded update's mini-batches, trainer/verl/rows.py); the seq-mean loss normaliser
 (``global_batch_size``) is real rows / mini-batches, the embedded update's ``n_seqs``, not the
-padded count. The curation RNG (S3's random draws) is seeded like the embedded engine's and,
+padded count. The curation RNG (a method step's random draws, such as AERO's S3) is seeded like the embedded engine's and,
 with the method's own state across steps (aero-mem's prompt memory, Knapsack's and GRESO's
 histories), saved with verl's checkpoints (``curation_state.json``; a checkpoint written before the
 rename has ``aero_state.json``, read when the new file is absent), so a resumed run draws what
@@ -99,7 +104,8 @@ def attach_logger(logger: PlatformLogger):
 
 
 class PlatformTrainer(RayPPOTrainer):
-    """RayPPOTrainer + AERO/DAPO collection + platform metrics (module docstring).
+    """RayPPOTrainer + every method's own step (the curated loop, or verl's stock fit for a
+    ``verl.stock_fit`` method) + platform metrics (module docstring).
 
     Extra keyword arguments: ``run_cfg`` (the platform RunConfig), ``sink`` (a MetricSink the
     PlatformLogger writes to), ``should_stop`` (polled after each step), ``model_shape``
@@ -283,7 +289,8 @@ class PlatformTrainer(RayPPOTrainer):
         return len(self.async_rollout_manager.agent_loop_workers)
 
     def fit_curated(self):
-        """The AERO / DAPO loop (module docstring); checkpoints, validation and resume as stock."""
+        """The curated loop of every method that is not ``verl.stock_fit`` (module docstring);
+        checkpoints, validation and resume as stock."""
         from verl.utils.tracking import Tracking  # the patched class (attach_logger)
 
         c = self.config
@@ -315,7 +322,8 @@ class PlatformTrainer(RayPPOTrainer):
         return {**out, "timing_s/testing": timing["testing"]}
 
     def train_step(self, batches) -> dict[str, Any]:
-        """One AERO / DAPO step; returns verl-style metrics, platform ones go to ``self._extra``."""
+        """One step of the run's method (its registered step, then the update of the rows it
+        returns); returns verl-style metrics, platform ones go to ``self._extra``."""
         cfg, metrics, timing = self.run_cfg, {}, {}
         t0 = time.perf_counter()
         generate = self._generate(timing)
@@ -348,8 +356,8 @@ class PlatformTrainer(RayPPOTrainer):
         return metrics
 
     def _update(self, col: VerlCollected, timing: dict[str, float]) -> tuple[DataProto, dict[str, Any]]:
-        """Layout with masked padding, old/ref log-probs, the step's advantages, actor update,
-        weight sync."""
+        """Layout with masked padding, old/ref log-probs, the step's advantages (``ADV_COLUMN``)
+        as verl's advantages and returns, actor update, weight sync."""
         c, metrics = self.config, {}
         dp = self._get_dp_size(self.actor_rollout_wg, "actor")
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
