@@ -28,11 +28,15 @@ def test_runs_never_share_a_gpu_and_a_run_that_does_not_fit_waits(platform, pg_u
     p.wait(lambda: "ready." in w.log_path.read_text(errors="replace"), 120, "worker ready", w)
     assert "owns GPU(s) 0,1" in w.log_path.read_text(errors="replace")
     with p.client() as c:
-        cfg = dict(method="grpo", steps=10, checkpoint_every=0, resources={"gpus_per_node": 1})
-        ids = [p.submit(c, **cfg) for _ in range(4)]
+        cfg = dict(method="grpo", checkpoint_every=0, resources={"gpus_per_node": 1})
         run = lambda i: c.get(f"/runs/{i}").json()  # noqa: E731
-        waiting = p.wait(lambda: [r for r in map(run, ids) if r["status"] == "running" and r["waiting_for"]], 240,
-                         "a run waiting for its GPU", w)
+        # two long runs hold both GPUs first, so the cancel below reaches a run that is still waiting (with
+        # four short runs at once, a GPU could free between reading waiting_for and the cancel)
+        ids = [p.submit(c, steps=40, **cfg) for _ in range(2)]
+        p.wait(lambda: all(run(i)["placement"] for i in ids), 240, "both GPUs held", w)
+        ids += [p.submit(c, steps=5, **cfg) for _ in range(2)]
+        waiting = p.wait(lambda: [r for r in map(run, ids[2:]) if r["status"] == "running" and r["waiting_for"]],
+                         240, "a run waiting for its GPU", w)
         # the free count is Ray's view when the wait began (a GPU freed a moment earlier may still count)
         assert re.fullmatch(r"1 GPU\(s\): [01] of this worker's node's 2 free", waiting[0]["waiting_for"]), waiting[0]
         victim = waiting[0]["id"]
