@@ -29,9 +29,11 @@ PATH = re.compile(r"(?<![\w./-])(?:%s)/[\w./<>*-]*" % "|".join(TOP))
 # Placeholders stand for any name: `<resource>`, `*`, an all-capitals word (`trainer/assets/PRESET`).
 PLACEHOLDER = re.compile(r"<[^>/]*>|\b[A-Z][A-Z0-9_]+\b")
 LINK = re.compile(r"\]\(([^)\s#]+)(?:#[^)]*)?\)")
-# How a doc drifts into a work journal: words that only meant something to whoever wrote them.
+# How a doc drifts into a work journal: words that only meant something to whoever wrote them, and
+# the team's own notes outside the repository (spelt in pieces so this file does not cite them either)
+TEAM_NOTES = "|".join(re.escape(p) for p in (".." + "/shared", "DESIGN" + ".md"))
 JOURNAL = re.compile(r"\b(?:the|this) issue\b|\bissue (?:target|\d+)|\bthis session\b|\bsecond session\b|\bthis stop\b"
-                     r"|\bthis change\b|\.\./shared|shared/DESIGN\.md", re.IGNORECASE)
+                     r"|\bthis change\b|" + TEAM_NOTES, re.IGNORECASE)
 DATED = re.compile(r"^## .*\((\d{4}-\d\d-\d\d)[,)]")
 
 
