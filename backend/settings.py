@@ -71,7 +71,7 @@ class Settings(BaseSettings):
     cpu_queue: str = Field("cpu", validation_alias=AliasChoices("AERO_CPU_QUEUE", "cpu_queue"))
     gpu_queue: str = Field("gpu", validation_alias=AliasChoices("AERO_GPU_QUEUE", "gpu_queue"))
     # Per-user quotas (backend/services/quotas.py); 0 means no limit. Active and work quotas are
-    # checked at submit (429); the running quota by the workers' claim (worker/runner.py).
+    # checked at submit (429); the running quota by the workers' claim (worker/claim.py).
     quota_active_runs: int = Field(0, ge=0, validation_alias=AliasChoices("AERO_QUOTA_ACTIVE_RUNS", "quota_active_runs"))
     quota_running_runs: int = Field(0, ge=0, validation_alias=AliasChoices("AERO_QUOTA_RUNNING_RUNS", "quota_running_runs"))
     quota_run_work: int = Field(0, ge=0, validation_alias=AliasChoices("AERO_QUOTA_RUN_WORK", "quota_run_work"))

@@ -39,7 +39,7 @@ def transport_options(url: str, ws: WorkerSettings) -> dict:
     if is_embedded(url):
         return {}
     # A very short visibility timeout makes Redis hand a *live* long run to a second worker;
-    # the task's claim guard (worker/runner.py) turns such duplicates into no-ops.
+    # the task's claim guard (worker/claim.py) turns such duplicates into no-ops.
     return {
         "visibility_timeout": ws.visibility_timeout_s,
         "unacked_restore_interval": ws.restore_interval_s,

@@ -33,7 +33,7 @@ from backend.db.models import Run, utcnow
 from backend.db.runs import release_orphan, stale_runs
 from backend.db.session import bounded_lock_wait, session_scope
 from backend.settings import Settings, get_settings
-from worker.runner import owner_state
+from worker.claim import owner_state
 from worker.settings import WorkerSettings
 
 log = logging.getLogger("worker.reaper")

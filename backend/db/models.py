@@ -97,7 +97,7 @@ class Run(Base):
     # admin may change those). Quotas and the workers' fair share count runs per owner.
     owner: Mapped[str | None] = mapped_column(String(200), index=True, default=None)
     # The run id named by the task message ("ticket") whose worker claimed this run: a message
-    # claims the next run by the fair-share rule (worker/runner.py), so a redelivered message
+    # claims the next run by the fair-share rule (worker/claim.py), so a redelivered message
     # finds the run it was serving through this column.
     ticket: Mapped[int | None] = mapped_column(Id, index=True, default=None)
     # Why a run ended before its last step other than a cancel: the alert rule that stopped it

@@ -13,7 +13,7 @@ variable                    what it limits (per user)                           
 A submission over a quota is refused whole (a sweep is all or nothing) with a 429 that names
 the limit, its value and the user's current usage, and nothing is stored but the audit record.
 A user at the running quota keeps their runs queued: the workers skip them
-(worker/runner.py), so their extra runs wait instead of being refused.
+(worker/claim.py), so their extra runs wait instead of being refused.
 
 Two submissions of one user are serialised by :func:`lock_user` (a write to the user's row
 first in the transaction: a row lock on PostgreSQL, the database's write lock on SQLite), so

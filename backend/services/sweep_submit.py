@@ -42,7 +42,7 @@ class SweepEnqueueError(RuntimeError):
 def enqueue_sweep(session: Session, enqueue: Enqueuer, sweep: Sweep, runs: list[Run]) -> None:
     """Send every run of a committed sweep, all or nothing: on the first refusal the sweep and
     all its runs are deleted (and committed) and :class:`SweepEnqueueError` raised. Tasks already
-    sent then name a run that does not exist, which a worker skips (``worker.runner.acquire``).
+    sent then name a run that does not exist, which a worker skips (``worker.claim.acquire``).
     (A single ``POST /runs`` instead keeps its run, marked failed: ``services.submit``.)"""
     sweep_id = sweep.id
     for run in runs:

@@ -21,7 +21,8 @@ from backend.settings import Settings
 from tests.worker.conftest import tiny_config
 from tests.worker.test_sink import EVAL
 from tests.worker.test_sink_details import detail
-from worker.runner import MissingCheckpoint, RunLost, acquire, execute_run, reconcile_checkpoints, run_dir
+from worker.claim import acquire
+from worker.runner import MissingCheckpoint, RunLost, execute_run, reconcile_checkpoints, run_dir
 from worker.settings import WorkerSettings
 from worker.sink import DbSink
 

@@ -12,8 +12,8 @@ from sqlalchemy import update
 
 from backend.db.models import Run, utcnow
 from backend.db.session import session_scope
+from worker.claim import worker_identity
 from worker.reaper import Reaper
-from worker.runner import worker_identity
 from worker.settings import WorkerSettings
 
 WS = WorkerSettings(stale_after_s=30.0, max_attempts=3)
