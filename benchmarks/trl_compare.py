@@ -49,7 +49,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from trainer.config import RunConfig  # noqa: E402
 from trainer.core.advantages import grpo_advantage  # noqa: E402
 from trainer.core.losses import Aggregation  # noqa: E402
-from trainer.core.aero import CurationRules, aero_advantages, curate, plan_rounds, replay, start_rescue  # noqa: E402
+from trainer.core.aero import CurationRules, aero_advantages, curate  # noqa: E402
+from trainer.core.rescue import plan_rounds, replay, start_rescue  # noqa: E402
 from trainer.core.stats import mean_ci, paired_ratios  # noqa: E402
 from trainer.core.strata import Stratum, stratify  # noqa: E402
 from trainer.flops import rollout_flops, train_flops  # noqa: E402

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from scipy.special import betainc
 
-from trainer.core.aero import plan_rounds, replay, start_rescue
 from trainer.core.memory import (
     Memory, MemoryRules, Posterior, discount, explore_sizes, from_dict, give_up_mask, hopeless, known_hard, plan_step, preallocate,
     prob_above, recall, remember, revisit_draws, skip_mask, to_dict, update,
 )
+from trainer.core.rescue import plan_rounds, replay, start_rescue
 from trainer.core.strata import Stratum
 
 

@@ -1,4 +1,4 @@
-"""Pure algorithm core: correctness and strata, advantages, AERO allocation and curation, DAPO,
+"""Pure algorithm core: correctness and strata, advantages, AERO's rescue rounds and curation, DAPO,
 losses, pass@k, savings, and the statistics of comparisons across seeds.
 
 Imports only torch, numpy, scipy and the stdlib. See docs/algorithms.md for the spec.
@@ -12,13 +12,13 @@ import importlib
 
 _EXPORTS: dict[str, tuple[str, ...]] = {
     "advantages": ("bayesian_advantage", "grpo_advantage", "posterior_mean"),
-    "aero": ("KINDS", "SPLITS", "Curated", "RescueState", "aero_advantages", "curate", "negatives_to_keep",
-             "plan_rescue_round", "plan_rounds", "replay", "start_rescue", "theorem41_factor"),
+    "aero": ("KINDS", "Curated", "aero_advantages", "curate", "negatives_to_keep", "theorem41_factor"),
     "dapo": ("nonzero_variance_mask", "overlong_penalty"),
     "losses": ("AGG_MODES", "aggregate", "clipped_surrogate", "entropy_from_logits", "kl_k3"),
     "passk": ("avg_at_k", "bootstrap_ci", "pass_at_k"),
     "savings": ("RUNGS", "STRATEGIES", "Waterfall", "ladder_counts", "savings_cost", "waterfall"),
     "reach": ("ReachCurve", "reach", "reach_across_seeds"),
+    "rescue": ("SPLITS", "RescueState", "plan_rescue_round", "plan_rounds", "replay", "start_rescue"),
     "stats": ("mean_ci", "paired_permutation_test", "paired_diff_ci", "interpolated_band", "paired_ratios"),
     "strata": ("Stratum", "is_correct", "stratify"),
 }

@@ -9,7 +9,7 @@ into a per-step plan:
     post  = recall(memory, ids, clock)                  # discounted to now; unseen -> prior
     plan  = plan_step(post, rules, ...)                 # (a) explore sizes, (b) reserve, (c) skip,
                                                         # (d) no rescue for hopeless prompts
-    ... explore, stratify, rescue from plan.rescue_budget, curate (trainer.core.aero) ...
+    ... explore, stratify, rescue from plan.rescue_budget (trainer.core.rescue), curate (trainer.core.aero) ...
     memory = remember(memory, ids, clock, correct, n)   # after the prompts were sampled
 
 The paper has none of this; every rule below is ours, and its options are named arguments

@@ -14,8 +14,9 @@ import pytest
 import torch
 
 from trainer.config import RunConfig
-from trainer.core.aero import CurationRules, aero_advantages, curate, plan_rounds, replay, start_rescue
+from trainer.core.aero import CurationRules, aero_advantages, curate
 from trainer.core.dapo import nonzero_variance_mask, overlong_penalty
+from trainer.core.rescue import plan_rounds, replay, start_rescue
 from trainer.core.strata import Stratum, stratify
 from trainer.methods.aero import aero_step_with_ledger
 from trainer.methods.spec import get_method, get_step

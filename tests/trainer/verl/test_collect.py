@@ -73,7 +73,7 @@ def test_curated_rows_match_the_hand_computed_groups(vr):
 
 
 def test_speculative_rounds_give_the_same_groups(vr):
-    """rounds_per_call = 3 generates three rounds per call and replays them (trainer.core.aero);
+    """rounds_per_call = 3 generates three rounds per call and replays them (trainer.core.rescue);
     with n_total 10 the budget (24) does not bind, so the curated groups equal the sequential ones."""
     script = {**SCRIPT, 0: [[0, 0, 0, 0], [0, 0, 0, 0, 1, 0]], 3: [[0, 0, 0, 0], [0, 1, 0, 0, 0, 0]]}
     _, seq, _ = run_aero(vr, {"n_total": 10})

@@ -1,7 +1,8 @@
 import numpy as np
 import pytest
 
-from trainer.core.aero import curate, plan_rescue_round, plan_rounds, replay, start_rescue
+from trainer.core.aero import curate
+from trainer.core.rescue import plan_rescue_round, plan_rounds, replay, start_rescue
 from trainer.core.strata import Stratum
 
 R, L, H = int(Stratum.RESCUE), int(Stratum.LOW), int(Stratum.HIGH)
