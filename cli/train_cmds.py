@@ -175,9 +175,8 @@ def bench(
     --seeds, the leaderboard against GRPO (docs/comparisons.md "The rollout-allocation arena").
     With --shape, the paper-scale cost bench on a random-weight architecture: per method the
     step's split, tokens per second, update MFU and peak memory (docs/bench.md)."""
-    from trainer.bench import ABLATIONS, MAIN_METHODS, SHAPE_STEPS, run_bench
-    from trainer.bench_seeds import run_bench_seeds
-    from trainer.bench_table import render_markdown, render_reach, render_seeds_markdown, render_shape_markdown
+    from trainer.bench import (ABLATIONS, MAIN_METHODS, SHAPE_STEPS, render_markdown, render_reach, render_seeds_markdown,
+                               render_shape_markdown, run_bench, run_bench_seeds)
 
     chosen = tuple(m.strip() for m in methods.split(",")) if methods else MAIN_METHODS
     bad = [m for m in chosen if m not in METHODS]

@@ -20,7 +20,7 @@ shipped tiny policy instead of a shape, with rows at its task's lengths given by
 
 Prints one JSON object (also written to --json): the plan, rows, tokens, seconds, peak memory
 (torch.cuda.max_memory_allocated on CUDA; the process's peak RSS on CPU) and MFU against the
-device's peak bf16 FLOP/s (trainer/bench_device.py).
+device's peak bf16 FLOP/s (trainer/bench/device.py).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from trainer.bench_device import Meter, peak_flops  # noqa: E402
+from trainer.bench.device import Meter, peak_flops  # noqa: E402
 from trainer.config import parse_run_config  # noqa: E402
 from trainer.embedded.memory_plan import plan_memory  # noqa: E402
 from trainer.embedded.presets import load_model, resolve_device  # noqa: E402

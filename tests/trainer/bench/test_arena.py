@@ -1,4 +1,4 @@
-"""The arena's leaderboard (trainer/bench_arena.py) on hand-built bench reports: the paired
+"""The arena's leaderboard (trainer/bench/arena.py) on hand-built bench reports: the paired
 test over problems, per-seed compute to reach with 'not reached' kept, the baseline row."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 import common.metric_keys as mk
-from trainer.bench_arena import FIELDS, leaderboard, significance
-from trainer.bench_table import render_leaderboard
+from trainer.bench.arena import FIELDS, leaderboard, significance
+from trainer.bench.table import render_leaderboard
 
 
 def _report(seed: int, x_correct: int, reach_x: dict | None):

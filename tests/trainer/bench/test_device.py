@@ -1,11 +1,11 @@
-"""A benched method's peak memory with the others resident (trainer/bench_device.py), on a
+"""A benched method's peak memory with the others resident (trainer/bench/device.py), on a
 scripted meter: what one run of the method alone would peak at, and the device-wide peak."""
 
 from __future__ import annotations
 
 import torch
 
-from trainer.bench_device import MB, MethodMemory, peak_flops
+from trainer.bench.device import MB, MethodMemory, peak_flops
 
 
 class ScriptedMeter:

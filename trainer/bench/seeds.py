@@ -6,7 +6,7 @@ OUT/seed<S>/<method>. The summary gives, per method, the mean and a Student-t 95
 across seeds of every per-step cost, of the final accuracy (mean of the last 3 evals) and of
 its gain over the base per benchmark; ratios to GRPO paired by seed; and the compute each
 method needs to reach fractions of GRPO's gain (trainer.core.reach); and the arena's
-leaderboard (trainer/bench_arena.py), one row per method against GRPO.
+leaderboard (trainer/bench/arena.py), one row per method against GRPO.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import common.metric_keys as mk
-from trainer.bench import COST_FIELDS, run_bench
-from trainer.bench_arena import leaderboard
+from trainer.bench.arena import leaderboard
+from trainer.bench.run import COST_FIELDS, run_bench
 from trainer.core.reach import reach_across_seeds
 from trainer.core.stats import mean_ci, paired_ratios
 from trainer.methods.spec import baseline_method

@@ -6,7 +6,7 @@ Output schema (docs/bench.md): {"meta": {...}, "base_eval": {...}, "methods": {m
 per-step means of cost fields, the final evaluation per benchmark and the eval curve, and
 "reach" is the compute each method needs to reach fractions of GRPO's gain (trainer.core.reach).
 Every summary also holds the step's split and rates (:func:`rates`) and the method's peak memory
-and update MFU (trainer/bench_device.py). ``run_bench_seeds`` repeats it over seeds and
+and update MFU (trainer/bench/device.py). ``run_bench_seeds`` repeats it over seeds and
 summarises with confidence intervals.
 
 ``shape=NAME`` (`aero bench --shape`) benches a shipped architecture with random weights on the
@@ -27,13 +27,14 @@ import torch
 
 import common.metric_keys as mk
 from common.dotted import merge
-from trainer.bench_device import MethodMemory, device_name, peak_flops
+from trainer.bench.device import MethodMemory, device_name, peak_flops
 from trainer.config import ConfigError, RunConfig, for_method, parse_run_config, unread_sections
 from trainer.operator_policy import RunPolicy
 from trainer.core.reach import COSTS, ReachCurve, cumulative, final_accuracy, reach
 from trainer.embedded.loop import iter_training
 from trainer.methods.spec import baseline_method, method_names
 from trainer.sinks import JsonlSink, MemorySink, MultiSink
+from trainer.tasks.registry import get_task_spec
 from trainer.embedded.presets import PRESETS, resolve_device
 
 MAIN_METHODS = ("grpo", "dapo", "aero")
@@ -123,7 +124,7 @@ def summarize_run(sink: MemorySink, wall_s: float, warmup: int = 0) -> dict[str,
     out["final_avg_at_k"] = {name: final_accuracy([sink.evals[s][name]["avg_at_k"] for s in sorted(sink.evals)])
                              for name in final}
     out["curve"] = eval_curve(sink) if sink.evals else None
-    # The last evaluation's per-problem (n, c): the arena's paired test over problems (trainer/bench_arena.py).
+    # The last evaluation's per-problem (n, c): the arena's paired test over problems (trainer/bench/arena.py).
     out["last_per_problem"] = {name: r["per_problem"] for name, r in final.items() if r.get("per_problem")}
     return out
 
@@ -233,7 +234,7 @@ def run_bench(preset: str | None = "tiny", steps: int = 60, seed: int = 0, metho
                  "machine": f"{platform.machine()} {platform.processor() or ''} {torch.get_num_threads()} threads".strip(),
                  "torch": torch.__version__, "n_params": n_params if n_params is not None else shape_params(shape),
                  "device": device_name(device), "peak_flops": peak,
-                 "rewards": SCRIPTED if cfg0.task == "strata" else "verified", "warmup_steps_excluded": warmup,
+                 "rewards": SCRIPTED if get_task_spec(cfg0.task).source == "scripted" else "verified", "warmup_steps_excluded": warmup,
                  "eval": {"k": cfg0.eval_n, "problems_per_benchmark": cfg0.eval_problems, "every": cfg0.eval_every,
                           "temperature": cfg0.eval_temperature}},
         "base_eval": {n: {"avg_at_k": r["avg_at_k"], "pass_at_k": r["pass_at_k"]} for n, r in base_eval.items()},

@@ -116,7 +116,7 @@ def _reach_cell(row: dict[str, Any], cost: str, spec: str, scale: float) -> str:
 
 
 def render_leaderboard(rows: list[dict[str, Any]], k: int, baseline: str | None) -> str:
-    """The arena's leaderboard (trainer/bench_arena.py) as Markdown: accuracy and p-value, costs
+    """The arena's leaderboard (trainer/bench/arena.py) as Markdown: accuracy and p-value, costs
     per step and the share of FLOPs that trained nothing (``waste/flops_frac``), then the compute
     to reach 50/75/90% of the baseline's gain per seed: FLOPs, seconds, rollouts and tokens generated."""
     if not rows:
@@ -161,7 +161,7 @@ SHAPE_RATIOS = [("step s", "step_s"), ("generate s", "rollout_s"), ("update s", 
 
 
 def render_shape_markdown(report: dict[str, Any]) -> str:
-    """A shape bench (trainer/bench.py ``shape=``): per-step means per method, then the ratios
+    """A shape bench (trainer/bench/run.py ``shape=``): per-step means per method, then the ratios
     of step time and FLOPs between methods. Says that the rewards are scripted."""
     meta, cfg = report["meta"], report["meta"]["config"]
     lines = [f"**Rewards are {meta['rewards']}.** Shape {meta['shape']} ({meta['n_params']:,} parameters, random "

@@ -69,7 +69,7 @@ def reach_rows(reports: Sequence[dict[str, Any]], method: str, alpha: float = 0.
 
 def leaderboard(reports: Sequence[dict[str, Any]], summary: dict[str, Any], baseline: str | None,
                 alpha: float = 0.05) -> list[dict[str, Any]]:
-    """One row per benched method (``summary`` is trainer.bench_seeds.summarize_seeds' answer
+    """One row per benched method (``summary`` is trainer.bench.seeds.summarize_seeds' answer
     without its leaderboard), in the order benched."""
     rows = []
     for m, s in summary["methods"].items():

@@ -1,0 +1,31 @@
+"""`aero bench`: methods trained side by side from the same base and seed, and their report.
+
+``run``: one bench (every method interleaved step by step, or a shape bench on the scripted
+strata task) and its report; ``seeds``: the bench repeated over seeds, summarised with
+confidence intervals; ``arena``: the rollout-allocation arena's leaderboard against GRPO;
+``device``: each method's peak memory and its update's MFU; ``table``: the report as Markdown.
+The report's schema is docs/bench.md.
+
+Names are re-exported lazily (PEP 562), so that the light modules (``table``, ``arena``) load
+without torch and the training loop that ``run`` imports.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    "run": ("ABLATIONS", "COST_FIELDS", "MAIN_METHODS", "SHAPE_BASE", "SHAPE_STEPS", "run_bench"),
+    "seeds": ("run_bench_seeds", "summarize_seeds"),
+    "arena": ("leaderboard",),
+    "device": ("MethodMemory", "device_name", "peak_flops"),
+    "table": ("render_leaderboard", "render_markdown", "render_reach", "render_seeds_markdown", "render_shape_markdown"),
+}
+_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module 'trainer.bench' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"trainer.bench.{_WHERE[name]}"), name)
