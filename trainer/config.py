@@ -363,6 +363,12 @@ def method_issues(cfg: RunConfig) -> list[tuple[str, str]]:
     if cfg.engine not in spec.needs.engines:
         issues.append(("engine", f"method {cfg.method} runs on the {' or '.join(spec.needs.engines)} engine; "
                        f"got {cfg.engine}"))
+    for other in specs():  # one route per estimator: e.g. grpo with drgrpo's estimator is the drgrpo method
+        if other.route_of == cfg.method and other.estimator == cfg.adv_estimator:
+            keep = f" (with loss_agg={spec.loss_agg} to keep {cfg.method}'s loss aggregation)" \
+                if other.loss_agg != spec.loss_agg and cfg.loss_agg is None else ""
+            issues.append(("adv_estimator", f"method {cfg.method} with adv_estimator={cfg.adv_estimator} is the "
+                           f"{other.name} method: set method={other.name}{keep}"))
     if spec.needs.prompt_ids and get_task_spec(cfg.task).source == "generated" and cfg.train_size is None:
         issues.append(("train_size", f"method {cfg.method} keys its memory by prompt id: set train_size (a finite "
                        f"{cfg.task} training set drawn in epochs)"))

@@ -102,13 +102,13 @@ AERO_SECTION = Section(
 )
 
 
-def aero_step(cfg: RunConfig, sampler: Sampler, rng: np.random.Generator) -> StepResult:
+def aero_step(cfg: RunConfig, sampler: Sampler, rng: np.random.Generator, *, spec: MethodSpec) -> StepResult:
     """One AERO step (module docstring) on one batch of P prompts; ``rng`` draws S3's random
     negatives. The ablations switch S2/S3 off through their spec's ``aero`` strategies."""
-    return aero_step_with_ledger(cfg, sampler, rng)[0]
+    return aero_step_with_ledger(cfg, sampler, rng, spec=spec)[0]
 
 
-def aero_step_with_ledger(cfg: RunConfig, sampler: Sampler, rng: np.random.Generator, *,
+def aero_step_with_ledger(cfg: RunConfig, sampler: Sampler, rng: np.random.Generator, *, spec: MethodSpec,
                           first: np.ndarray | None = None, rescue_budget: int | None = None,
                           no_rescue: np.ndarray | None = None) -> tuple[StepResult, dict]:
     """:func:`aero_step`, plus its per-prompt ledger (strata, rescued, produced, correct,
@@ -124,10 +124,8 @@ def aero_step_with_ledger(cfg: RunConfig, sampler: Sampler, rng: np.random.Gener
     from trainer.core.aero import CurationRules, aero_advantages, curate, plan_rounds, replay, start_rescue
     from trainer.core.strata import Stratum, stratify
     from trainer.methods.sampler import RowLog
-    from trainer.methods.spec import get_method
 
     a = cfg.aero
-    spec = get_method(cfg.method)
     strategies = spec.aero if spec.aero is not None else NONE
     s1 = strategies.s1
     P = sampler.next_prompts()

@@ -124,7 +124,7 @@ class _Sampled:
         return replace(s, prompt_of_row=self.position[s.prompt_of_row])
 
 
-def aero_mem_step(cfg: RunConfig, sampler: Sampler, rng: np.random.Generator) -> StepResult:
+def aero_mem_step(cfg: RunConfig, sampler: Sampler, rng: np.random.Generator, *, spec: MethodSpec) -> StepResult:
     """One aero-mem step (module docstring). ``rng`` is AERO's (S3's random negatives); the
     revisits of (c) are hashed from (seed, clock, id) and need no RNG state."""
     from trainer.core.memory import (
@@ -148,7 +148,7 @@ def aero_mem_step(cfg: RunConfig, sampler: Sampler, rng: np.random.Generator) ->
     live = np.flatnonzero(~plan.skip)
     correct, n = np.zeros(P, dtype=np.int64), np.zeros(P, dtype=np.int64)
     if len(live):
-        res, ledger = aero_step_with_ledger(cfg, _Sampled(sampler, P, live), rng, first=plan.first_call[live],
+        res, ledger = aero_step_with_ledger(cfg, _Sampled(sampler, P, live), rng, spec=spec, first=plan.first_call[live],
                                             rescue_budget=plan.rescue_budget, no_rescue=plan.gave_up[live])
         correct[live], n[live] = ledger["correct"], ledger["produced"]
     else:  # every prompt skipped: nothing generated, nothing trained

@@ -70,13 +70,13 @@ def prune_by_abs_advantage(adv: np.ndarray, group: np.ndarray, k: int) -> np.nda
     return keep
 
 
-def cppo_step(cfg: RunConfig, sampler: Sampler, rng: np.random.Generator | None = None) -> StepResult:
+def cppo_step(cfg: RunConfig, sampler: Sampler, rng: np.random.Generator | None = None, *, spec: MethodSpec) -> StepResult:
     """One batch of P prompts, n_total rollouts each; advantages over each whole group, then the
     k rows of largest |A| per group are trained (module docstring)."""
     P = sampler.next_prompts()
     s = sampler.sample([cfg.n_total] * P, round_=0)
     group = s.prompt_of_row.copy()
-    adv = group_advantages(cfg, s.reward, group)
+    adv = group_advantages(spec, cfg, s.reward, group)
     keep = prune_by_abs_advantage(adv, group, kept_per_group(cfg))
     stats = strata_stats(s.correct_by_prompt(P), cfg.n_total)
     stats[mk.ZERO_ACC_AFTER_RESCUE] = stats[mk.ZERO_ACC_AFTER_EXPLORE]

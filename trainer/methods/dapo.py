@@ -50,7 +50,7 @@ DAPO_SECTION = Section(
 )
 
 
-def dapo_step(cfg: RunConfig, sampler: Sampler, rng: np.random.Generator | None = None) -> StepResult:
+def dapo_step(cfg: RunConfig, sampler: Sampler, rng: np.random.Generator | None = None, *, spec: MethodSpec) -> StepResult:
     """n_total rollouts per prompt, overlong-shaped rewards, dynamic sampling.
 
     Groups whose accuracy has zero variance are dropped; more prompt batches are generated
@@ -89,7 +89,7 @@ def dapo_step(cfg: RunConfig, sampler: Sampler, rng: np.random.Generator | None 
     stats[mk.ZERO_ACC_AFTER_RESCUE] = stats[mk.ZERO_ACC_AFTER_EXPLORE]
     stats.update({"dapo/gen_rounds": float(rounds), "dapo/kept_groups": float(len(kept)),
                   "dapo/cap_hit": float(len(kept) < P)})
-    return StepResult(rows=rows, group=group, advantages=group_advantages(cfg, shaped, group), prompts_used=used,
+    return StepResult(rows=rows, group=group, advantages=group_advantages(spec, cfg, shaped, group), prompts_used=used,
                       calls=rounds, generated=generated, stats=stats)
 
 

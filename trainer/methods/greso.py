@@ -95,7 +95,7 @@ def remember(memory: dict, keys: list, correct: np.ndarray, n: np.ndarray) -> No
             memory[key] = [0, HARD]
 
 
-def greso_step(cfg: RunConfig, sampler: Sampler, rng: np.random.Generator | None = None) -> StepResult:
+def greso_step(cfg: RunConfig, sampler: Sampler, rng: np.random.Generator | None = None, *, spec: MethodSpec) -> StepResult:
     """One GRESO step (module docstring); streaks and bases live in ``sampler.state``."""
     from trainer.core.allocation import adapt_base
     from trainer.core.memory import revisit_draws
@@ -130,13 +130,13 @@ def greso_step(cfg: RunConfig, sampler: Sampler, rng: np.random.Generator | None
     p_easy = adapt_base(bases[0], easy_share, g.target_easy, g.step, g.p_min) if len(correct) else bases[0]
     p_hard = adapt_base(bases[1], hard_share, g.target_hard, g.step, g.p_min) if len(correct) else bases[1]
     sampler.state[STATE_KEY] = {"clock": clock, "streak": memory, "p_easy": p_easy, "p_hard": p_hard}
-    return _result(cfg, rows, groups, rewards, correct, used, batches,
+    return _result(spec, cfg, rows, groups, rewards, correct, used, batches,
                    {"greso/skipped": float(skipped), "greso/sampled": float(len(correct)), "greso/batches": float(batches),
                     "greso/p_easy": p_easy, "greso/p_hard": p_hard, "greso/unspent": float(n * cfg.batch_prompts - n * len(correct))})
 
 
-def _result(cfg: RunConfig, rows: list, groups: list, rewards: list, correct: np.ndarray, used: int, calls: int,
-            extra: dict[str, float]) -> StepResult:
+def _result(spec: MethodSpec, cfg: RunConfig, rows: list, groups: list, rewards: list, correct: np.ndarray, used: int,
+            calls: int, extra: dict[str, float]) -> StepResult:
     """The trained rows (every rollout of the sampled prompts), their groups renumbered from 0."""
     if not rows:
         return StepResult.nothing_trained(used, {mk.ZERO_ACC_AFTER_EXPLORE: 0.0, mk.ZERO_ACC_AFTER_RESCUE: 0.0, **extra})
@@ -144,7 +144,7 @@ def _result(cfg: RunConfig, rows: list, groups: list, rewards: list, correct: np
     _, group = np.unique(raw, return_inverse=True)
     stats = {**strata_stats(correct, cfg.n_total), **extra}
     stats[mk.ZERO_ACC_AFTER_RESCUE] = stats[mk.ZERO_ACC_AFTER_EXPLORE]
-    return StepResult(rows=row, group=group.astype(np.int64), advantages=group_advantages(cfg, np.concatenate(rewards), group),
+    return StepResult(rows=row, group=group.astype(np.int64), advantages=group_advantages(spec, cfg, np.concatenate(rewards), group),
                       prompts_used=used, calls=len(rows), generated=len(row), stats=stats)
 
 

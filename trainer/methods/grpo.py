@@ -18,14 +18,14 @@ if TYPE_CHECKING:
     from trainer.methods.sampler import Sampler
 
 
-def grpo_step(cfg: RunConfig, sampler: Sampler, rng: np.random.Generator | None = None) -> StepResult:
+def grpo_step(cfg: RunConfig, sampler: Sampler, rng: np.random.Generator | None = None, *, spec: MethodSpec) -> StepResult:
     """One batch of P prompts, n_total rollouts each, all trained; one group per prompt."""
     P = sampler.next_prompts()
     s = sampler.sample([cfg.n_total] * P, round_=0)
     stats = strata_stats(s.correct_by_prompt(P), cfg.n_total)
     stats[mk.ZERO_ACC_AFTER_RESCUE] = stats[mk.ZERO_ACC_AFTER_EXPLORE]
     group = s.prompt_of_row.copy()
-    return StepResult(rows=s.ids, group=group, advantages=group_advantages(cfg, s.reward, group), prompts_used=P,
+    return StepResult(rows=s.ids, group=group, advantages=group_advantages(spec, cfg, s.reward, group), prompts_used=P,
                       calls=1, generated=len(s), stats=stats)
 
 

@@ -90,7 +90,7 @@ def plan_counts(cfg: RunConfig, rates: list[float | None]) -> tuple[np.ndarray, 
     return counts, stats
 
 
-def knapsack_step(cfg: RunConfig, sampler: Sampler, rng: np.random.Generator | None = None) -> StepResult:
+def knapsack_step(cfg: RunConfig, sampler: Sampler, rng: np.random.Generator | None = None, *, spec: MethodSpec) -> StepResult:
     """One Knapsack RL step (module docstring); the history lives in ``sampler.state``."""
     saved = sampler.state.get(STATE_KEY) or {"clock": 0, "rate": {}}
     clock, memory = saved["clock"] + 1, dict(saved["rate"])
@@ -107,7 +107,7 @@ def knapsack_step(cfg: RunConfig, sampler: Sampler, rng: np.random.Generator | N
     group = s.prompt_of_row.copy()
     stats = {**strata_stats(correct, counts), **plan}
     stats[mk.ZERO_ACC_AFTER_RESCUE] = stats[mk.ZERO_ACC_AFTER_EXPLORE]
-    return StepResult(rows=s.ids, group=group, advantages=group_advantages(cfg, s.reward, group), prompts_used=P,
+    return StepResult(rows=s.ids, group=group, advantages=group_advantages(spec, cfg, s.reward, group), prompts_used=P,
                       calls=1, generated=len(s), stats=stats)
 
 

@@ -190,7 +190,7 @@ def remember(memory: dict[str, dict], pc: PilotCommitConfig, keys: list, verdict
     return recovered, newly
 
 
-def pilot_commit_step(cfg: RunConfig, sampler: Sampler, rng: np.random.Generator | None = None) -> StepResult:
+def pilot_commit_step(cfg: RunConfig, sampler: Sampler, rng: np.random.Generator | None = None, *, spec: MethodSpec) -> StepResult:
     """One Pilot-Commit step (module docstring); evicted and deferred prompts live in ``sampler.state``."""
     pc, n = cfg.pilot_commit, cfg.n_total
     n_p = pilot_size(n, pc.pilot_frac)
@@ -258,7 +258,7 @@ def pilot_commit_step(cfg: RunConfig, sampler: Sampler, rng: np.random.Generator
     row = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
     group = np.unique(np.concatenate(groups), return_inverse=True)[1].astype(np.int64) if rows else row.copy()
     r = np.array([reward[i] for i in row.tolist()], dtype=np.float64)
-    return StepResult(rows=row, group=group, advantages=group_advantages(cfg, r, group), prompts_used=used,
+    return StepResult(rows=row, group=group, advantages=group_advantages(spec, cfg, r, group), prompts_used=used,
                       calls=calls, generated=budget - left, stats=stats)
 
 

@@ -10,7 +10,8 @@ with its spec and its step. The spec declares, apart from each other:
 - its display metadata (:class:`Display`), which no algorithm reads;
 - whether it is the baseline the others are compared against (:func:`baseline_method`).
 
-Its step (``(cfg, sampler, rng) -> trainer.methods.step.StepResult``) returns the final training
+Its step (``(cfg, sampler, rng, *, spec) -> trainer.methods.step.StepResult``, handed its own
+resolved spec by :func:`get_step`) returns the final training
 rows with their advantages; the engines only generate what it asks for and train what it returns.
 Nothing outside trainer/methods/ compares method names (tests/test_method_names.py scans for it).
 
@@ -23,19 +24,21 @@ TYPE_CHECKING).
 
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
+from trainer.core.estimators import AdvEstimator, get_adv_estimator
 from trainer.methods.aero_strategies import AeroStrategies, strategies_json
 from trainer.methods.section import Section
 
 if TYPE_CHECKING:
     from trainer.config import RunConfig
 
-Step = Callable[..., Any]  # (cfg, sampler, rng) -> trainer.methods.step.StepResult
+Step = Callable[..., Any]  # (cfg, sampler, rng, *, spec) -> trainer.methods.step.StepResult
 INFRASTRUCTURE = ("spec", "sampler", "step", "section")  # modules of this package that define no method
 
 
@@ -100,9 +103,11 @@ class MethodSpec:
     """One training method (module docstring).
 
     clip: "symmetric" uses (clip_eps, clip_eps); "clip-higher" takes the range from
-    ``clip_of(cfg)`` (DAPO: its section's eps_low, eps_high). normalize_std: None follows the
-    config's ``adv_estimator`` ("grpo" divides by the group std, "drgrpo" does not); False never
-    divides (Dr.GRPO as a method). aero: which of AERO's strategies (S1, S2, S3) an AERO-family
+    ``clip_of(cfg)`` (DAPO: its section's eps_low, eps_high). estimator: the key of the group
+    advantage estimator (trainer/core/estimators.py) the method always trains with, or None to
+    take the config's ``adv_estimator``. route_of: the method this one is when run with its own
+    estimator (Dr.GRPO: ``grpo``); a config naming that method with this estimator is refused
+    at submit, naming this method, so a run has one label in every comparison. aero: which of AERO's strategies (S1, S2, S3) an AERO-family
     method switches on (trainer/methods/aero_strategies.py), read by its step and by the savings
     waterfall; None for every other method. The JSON keeps the key ``strategies`` for every
     method (all false when ``aero`` is None)."""
@@ -115,7 +120,8 @@ class MethodSpec:
     loss_agg: str = "seq-mean-token-mean"
     clip: Literal["symmetric", "clip-higher"] = "symmetric"
     clip_of: Callable[[RunConfig], tuple[float, float]] | None = None
-    normalize_std: bool | None = None
+    estimator: str | None = None
+    route_of: str | None = None
     needs: Needs = field(default_factory=Needs)
     verl: VerlMapping = field(default_factory=VerlMapping)
     baseline: bool = False
@@ -124,9 +130,19 @@ class MethodSpec:
         """(eps_low, eps_high) of the clipped surrogate for ``cfg``."""
         return self.clip_of(cfg) if self.clip_of is not None else (cfg.clip_eps, cfg.clip_eps)
 
+    def adv_estimator(self, cfg: RunConfig) -> AdvEstimator:
+        """The group advantage estimator a run of this method trains with."""
+        return get_adv_estimator(self.estimator or cfg.adv_estimator)
+
     def divides_by_std(self, cfg: RunConfig) -> bool:
         """Whether group advantages are divided by the group std (GRPO) or not (Dr.GRPO)."""
-        return cfg.adv_estimator == "grpo" if self.normalize_std is None else self.normalize_std
+        return self.adv_estimator(cfg).divides_by_std
+
+    @property
+    def normalize_std(self) -> bool | None:
+        """None: follows the config's ``adv_estimator``; else whether the fixed estimator
+        divides by the group std (the API's ``normalize_std``)."""
+        return None if self.estimator is None else get_adv_estimator(self.estimator).divides_by_std
 
     def reads(self, section: str) -> bool:
         return any(s.name == section for s in self.sections)
@@ -212,6 +228,8 @@ def get_method(name: str) -> MethodSpec:
 
 
 def get_step(name: str) -> Step:
-    """The engine-independent step function of ``name`` (see :func:`get_method` for errors)."""
-    get_method(name)
-    return _REGISTRY[name][1]
+    """The engine-independent step of ``name``, given its resolved spec: ``(cfg, sampler, rng)
+    -> StepResult``, so the step never looks its spec up by name (see :func:`get_method` for
+    errors)."""
+    spec = get_method(name)
+    return functools.partial(_REGISTRY[name][1], spec=spec)

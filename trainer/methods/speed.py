@@ -58,7 +58,7 @@ SPEED_SECTION = Section(
 )
 
 
-def speed_step(cfg: RunConfig, sampler: Sampler, rng: np.random.Generator | None = None) -> StepResult:
+def speed_step(cfg: RunConfig, sampler: Sampler, rng: np.random.Generator | None = None, *, spec: MethodSpec) -> StepResult:
     """One SPEED-RL step (module docstring)."""
     from trainer.core.allocation import qualifies, spread
 
@@ -86,7 +86,7 @@ def speed_step(cfg: RunConfig, sampler: Sampler, rng: np.random.Generator | None
     stats.update({"speed/kept": float(len(kept)), "speed/dropped_all_fail": float((c0 == 0).sum()),
                   "speed/dropped_all_correct": float((c0 == sp.n_screen).sum()),
                   "speed/unspent": float(n * P - generated)})
-    return StepResult(rows=rows, group=group, advantages=group_advantages(cfg, r, group), prompts_used=P,
+    return StepResult(rows=rows, group=group, advantages=group_advantages(spec, cfg, r, group), prompts_used=P,
                       calls=calls, generated=generated, stats=stats)
 
 

@@ -18,6 +18,7 @@ from trainer.core.strata import Stratum, stratify
 
 if TYPE_CHECKING:
     from trainer.config import RunConfig
+    from trainer.methods.spec import MethodSpec
 
 # Metrics that need the step's measured cost per trained token: (flops_per_token, seconds_per_token) -> metrics
 CostMetrics = Callable[[float, float], dict[str, float]]
@@ -70,17 +71,14 @@ def strata_stats(correct: np.ndarray, n, S: int = STRATA_S, tau: float = STRATA_
             mk.ALL_CORRECT_RATIO: float((correct == n).sum() / P)}
 
 
-def group_advantages(cfg: RunConfig, reward: np.ndarray, group: np.ndarray) -> np.ndarray:
-    """[M] group-normalised advantages of training rows with rewards ``reward`` (float[M]) in
-    groups ``group`` (int[M]): A = r - mean_g(r), divided by the group std unless the method or
-    ``adv_estimator`` says not (Dr.GRPO)."""
+def group_advantages(spec: MethodSpec, cfg: RunConfig, reward: np.ndarray, group: np.ndarray) -> np.ndarray:
+    """[M] advantages of training rows with rewards ``reward`` (float[M]) in groups ``group``
+    (int[M]), by the method's estimator (``spec.adv_estimator(cfg)``, trainer/core/estimators.py):
+    A = r - mean_g(r), divided by the group std for GRPO, not for Dr.GRPO."""
     import torch
-
-    from trainer.core.advantages import grpo_advantage
-    from trainer.methods.spec import get_method
 
     if len(group) == 0:
         return torch.zeros(0).numpy()
-    std = get_method(cfg.method).divides_by_std(cfg)
-    return grpo_advantage(torch.tensor(np.asarray(reward).tolist()), torch.as_tensor(group), eps=1e-6,
-                          unbiased=cfg.std_unbiased, normalize_std=std).numpy()
+    estimate = spec.adv_estimator(cfg).estimate
+    return estimate(torch.tensor(np.asarray(reward).tolist()), torch.as_tensor(group), eps=1e-6,
+                    unbiased=cfg.std_unbiased).numpy()

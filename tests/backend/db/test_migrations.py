@@ -163,3 +163,35 @@ def test_migration_0009_drops_the_code_sections_operator_fields_from_stored_conf
     assert got[1] == {"method": "grpo", "code": {"workers": 2}} and got[2] == stored[2]
     assert parse_run_config(got[1]).code.workers == 2
     assert got_spec == {**spec, "base": {"code": {"workers": 2}}, "overrides": [{"lr": 1e-5}, {"code": {}}]}
+
+
+def test_migration_0011_makes_grpo_runs_with_drgrpos_estimator_drgrpo_runs(empty_db_url):
+    """Dr.GRPO has one route: a stored ``grpo`` run with ``adv_estimator=drgrpo`` is refused by
+    the config now, so 0011 makes it the ``drgrpo`` run it trained as (method column included),
+    with GRPO's loss aggregation written out; the config then parses and trains the same."""
+    from sqlalchemy import select
+
+    from backend.db.models import Run
+    from trainer.config import ConfigError, parse_run_config
+    from trainer.methods.spec import get_method
+
+    migrate(empty_db_url, "0010")
+    stored = {1: {"method": "grpo", "adv_estimator": "drgrpo"},
+              2: {"method": "grpo", "adv_estimator": "drgrpo", "loss_agg": "token-mean"},
+              3: {"method": "grpo", "adv_estimator": "grpo"}, 4: {"method": "aero-s1s2", "adv_estimator": "drgrpo"}}
+    with pytest.raises(ConfigError, match="adv_estimator: method grpo with adv_estimator=drgrpo is the drgrpo method"):
+        parse_run_config(stored[1])
+    before = {i: parse_run_config({**c, "method": "drgrpo"}) for i, c in stored.items() if i < 3}
+    with get_engine(empty_db_url).begin() as conn:
+        insert_queued_runs(conn, stored)
+    migrate(empty_db_url)
+    with get_engine(empty_db_url).connect() as conn:
+        rows = {i: (m, c) for i, m, c in conn.execute(select(Run.__table__.c.id, Run.__table__.c.method,
+                                                               Run.__table__.c.config)).all()}
+    assert rows[1] == ("drgrpo", {"method": "drgrpo", "adv_estimator": "drgrpo", "loss_agg": "seq-mean-token-mean"})
+    assert rows[2] == ("drgrpo", {**stored[2], "method": "drgrpo"})
+    assert rows[3] == ("grpo", stored[3]) and rows[4] == ("aero-s1s2", stored[4])  # not Dr.GRPO's route: untouched
+    for i in (1, 2):
+        cfg = parse_run_config(rows[i][1])
+        assert cfg.effective_loss_agg == (stored[i].get("loss_agg") or "seq-mean-token-mean")  # what it trained with
+        assert not get_method(cfg.method).divides_by_std(cfg) and before[i].method == cfg.method

@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 from trainer.config import RunConfig
-from trainer.methods.aero import aero_step
-from trainer.methods.aero_mem import aero_mem_step
+from trainer.methods.spec import get_step
 from tests.trainer.methods.keyed import KeyedSampler
 
 
@@ -26,8 +25,8 @@ def test_with_every_option_off_it_is_aero():
     mem, ref = KeyedSampler(P_SOLVE, 8, 0), KeyedSampler(P_SOLVE, 8, 0)
     aero_cfg = cfg.model_copy(update={"method": "aero"})
     for _ in range(5):
-        a = aero_mem_step(cfg, mem, np.random.default_rng(1))
-        b = aero_step(aero_cfg, ref, np.random.default_rng(1))
+        a = get_step(cfg.method)(cfg, mem, np.random.default_rng(1))
+        b = get_step(aero_cfg.method)(aero_cfg, ref, np.random.default_rng(1))
         assert np.array_equal(a.rows, b.rows) and np.array_equal(a.advantages, b.advantages) and a.generated == b.generated
         assert {k: v for k, v in a.stats.items() if not k.startswith("memory/")} == b.stats
     assert mem.state["aero_mem"]["clock"] == 5 and len(mem.state["aero_mem"]["memory"]["records"]) == 16
@@ -38,7 +37,7 @@ def test_memory_shrinks_exploration_and_preallocates_rescue_within_the_budget():
     s, rng = KeyedSampler(P_SOLVE, 8, 0), np.random.default_rng(0)
     for step in range(1, 9):  # four epochs of two steps
         counts_before = len(s.counts)
-        res = aero_mem_step(cfg, s, rng)
+        res = get_step(cfg.method)(cfg, s, rng)
         first = s.counts[counts_before]
         assert res.generated <= cfg.n_total * 8 and sum(c.sum() for c in s.counts[counts_before:]) == res.generated
         if step <= 2:  # the first epoch: nothing known, AERO's sizes
@@ -62,7 +61,7 @@ def test_skip_with_revisit_and_resume_from_the_state():
     s = KeyedSampler([1.0] * 8, 8, 0)
     skipped = []
     for _ in range(12):
-        res = aero_mem_step(cfg, s, np.random.default_rng(0))
+        res = get_step(cfg.method)(cfg, s, np.random.default_rng(0))
         skipped.append(res.stats["memory/skipped"])
         assert res.prompts_used == 8 and res.generated <= cfg.n_total * 8
         assert res.stats["memory/explore_saved"] == 8 * res.stats["memory/skipped"]
@@ -70,7 +69,7 @@ def test_skip_with_revisit_and_resume_from_the_state():
     # an all-skipped step generates and trains nothing
     all_skip = KeyedSampler([1.0] * 8, 8, 0, state=s.state)
     cfg0 = _cfg("aero-mem-c", gamma=1.0, skip_conf=0.5, revisit=0.0)
-    res = aero_mem_step(cfg0, all_skip, np.random.default_rng(0))
+    res = get_step(cfg0.method)(cfg0, all_skip, np.random.default_rng(0))
     assert res.generated == 0 and len(res.rows) == 0 and all_skip.counts == [] and res.stats["memory/skipped"] == 8
 
 
@@ -79,9 +78,9 @@ def test_ablations_switch_on_one_option(variant, first):
     cfg = _cfg(variant, gamma=1.0)
     s = KeyedSampler([1.0, 0.0], 2, 0)
     for _ in range(3):
-        aero_mem_step(cfg, s, np.random.default_rng(0))
+        get_step(cfg.method)(cfg, s, np.random.default_rng(0))
     before = len(s.counts)
-    aero_mem_step(cfg, s, np.random.default_rng(0))
+    get_step(cfg.method)(cfg, s, np.random.default_rng(0))
     by_id = dict(zip(s.batch.tolist(), s.counts[before].tolist()))
     assert [by_id[0], by_id[1]] == first
 
@@ -91,7 +90,7 @@ def test_give_up_stops_rescue_of_hopeless_prompts_but_still_explores_them():
     s, rng = KeyedSampler(P_SOLVE, 8, 0), np.random.default_rng(0)
     for step in range(1, 9):  # four epochs of two steps; (d) needs two visits first
         before = len(s.counts)
-        res = aero_mem_step(cfg, s, rng)
+        res = get_step(cfg.method)(cfg, s, rng)
         assert res.generated <= cfg.n_total * 8
         hopeless = s.p_solve[s.batch] == 0.0
         assert s.counts[before].tolist() == [8] * 8  # (a), (b) off: everyone explored at n_explore
@@ -102,9 +101,9 @@ def test_give_up_stops_rescue_of_hopeless_prompts_but_still_explores_them():
             assert res.stats["memory/gave_up"] == hopeless.sum() and (rescued[hopeless] == 0).all()
             assert res.stats["memory/rescue_budget"] == (cfg.n_total - 8) * (8 - hopeless.sum())
     again = KeyedSampler(P_SOLVE, 8, 0, state=s.state)  # resumed from the state: still given up
-    res = aero_mem_step(_cfg("aero-mem-d", gamma=1.0, hope_revisit=1.0), again, rng)
+    res = get_step("aero-mem-d")(_cfg("aero-mem-d", gamma=1.0, hope_revisit=1.0), again, rng)
     assert res.stats["memory/gave_up"] == 0  # revisit 1: every hopeless prompt is rescued again
-    res = aero_mem_step(cfg, again, rng)
+    res = get_step(cfg.method)(cfg, again, rng)
     assert res.stats["memory/gave_up"] == (again.p_solve[again.batch] == 0.0).sum() > 0
 
 

@@ -10,8 +10,7 @@ import pytest
 
 from tests.trainer.methods.keyed import KeyedSampler
 from trainer.config import ConfigError, RunConfig, parse_run_config
-from trainer.methods.greso import greso_step
-from trainer.methods.knapsack import knapsack_step, plan_counts
+from trainer.methods.knapsack import plan_counts
 from trainer.methods.spec import get_method, get_step
 
 P_SOLVE = [1.0] * 6 + [0.0] * 6 + [0.5] * 4  # solved, hopeless, partial
@@ -42,7 +41,7 @@ def test_knapsack_first_epoch_is_grpo_then_moves_budget_to_partial_prompts():
     cfg = RunConfig(method="knapsack", batch_prompts=8, n_total=8, train_size=16)
     s = KeyedSampler(P_SOLVE, 8, 0)
     for _ in range(4):  # two epochs of 16 prompts
-        res = knapsack_step(cfg, s)
+        res = get_step(cfg.method)(cfg, s)
         assert res.generated == 64 and len(res.rows) == 64 and np.isfinite(res.advantages).all()
     assert _spent(s) == [64] * 4
     assert s.counts[0].tolist() == [8] * 8 and s.counts[1].tolist() == [8] * 8  # epoch 1: nothing known
@@ -57,10 +56,10 @@ def test_knapsack_resumes_from_its_state():
     cfg = RunConfig(method="knapsack", batch_prompts=8, n_total=8, train_size=16)
     a = KeyedSampler(P_SOLVE, 8, 0)
     for _ in range(2):
-        knapsack_step(cfg, a)
+        get_step(cfg.method)(cfg, a)
     b = KeyedSampler(P_SOLVE, 8, 0, state={k: v for k, v in a.state.items()})
     b.pos = a.pos
-    knapsack_step(cfg, b)
+    get_step(cfg.method)(cfg, b)
     assert b.counts[0].tolist() != [8] * 8  # planned from the remembered rates, not from scratch
 
 
@@ -104,7 +103,7 @@ def test_greso_skips_zero_variance_prompts_with_revisits_and_adapts():
     s = KeyedSampler(P_SOLVE, 8, 0)
     skipped = []
     for _ in range(12):
-        res = greso_step(cfg, s)
+        res = get_step(cfg.method)(cfg, s)
         assert res.generated <= 64 and res.generated == len(res.rows) and res.generated % 8 == 0
         skipped.append(res.stats["greso/skipped"])
     assert skipped[:2] == [0, 0]  # epoch 1: no history

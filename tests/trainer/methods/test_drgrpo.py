@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from trainer.embedded.collect import StepContext, collect
-from trainer.config import parse_run_config
+from trainer.config import ConfigError, parse_run_config
 from trainer.engines import run_training
 from trainer.methods.spec import get_method
 from trainer.sinks import MemorySink
@@ -59,3 +59,32 @@ def test_drgrpo_spec_loss_and_verl_mapping():
     assert o["algorithm.norm_adv_by_std_in_grpo"] == "false" and o["algorithm.adv_estimator"] == "grpo"
     assert o["actor_rollout_ref.actor.loss_agg_mode"] == "seq-mean-token-sum-norm"
     assert o["actor_rollout_ref.rollout.n"] == "16" and get_method("drgrpo").verl.stock_fit
+
+
+def test_drgrpo_has_one_route():
+    """GRPO with Dr.GRPO's estimator is the drgrpo method: refused at submit, naming the method
+    and the loss aggregation that keeps GRPO's; a method with no Dr.GRPO of its own keeps the
+    estimator choice (AERO's ablation here)."""
+    with pytest.raises(ConfigError) as e:
+        parse_run_config({"method": "grpo", "adv_estimator": "drgrpo"})
+    assert e.value.issues == [("adv_estimator", "method grpo with adv_estimator=drgrpo is the drgrpo method: set "
+                               "method=drgrpo (with loss_agg=seq-mean-token-mean to keep grpo's loss aggregation)")]
+    with pytest.raises(ConfigError, match=r"set method=drgrpo$"):  # its loss_agg already given: nothing to add
+        parse_run_config({"method": "grpo", "adv_estimator": "drgrpo", "loss_agg": "token-mean"})
+    assert not get_method("aero-s1s2").divides_by_std(parse_run_config({"method": "aero-s1s2", "adv_estimator": "drgrpo"}))
+    assert get_method("drgrpo").adv_estimator(parse_run_config({"method": "drgrpo"})).key == "drgrpo"
+
+
+def test_estimators_are_registered_by_key_and_the_config_offers_exactly_them():
+    import typing
+
+    from trainer.config import RunConfig
+    from trainer.core.estimators import ADV_ESTIMATORS, get_adv_estimator
+
+    assert set(typing.get_args(RunConfig.model_fields["adv_estimator"].annotation)) == set(ADV_ESTIMATORS)
+    r, g = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0]), torch.tensor([0, 0, 0, 1, 1])
+    assert torch.allclose(get_adv_estimator("drgrpo").estimate(r, g), torch.tensor([2 / 3, -1 / 3, -1 / 3, 0, 0]))
+    std = torch.tensor([1.0, 0.0, 0.0]).std()
+    assert torch.allclose(get_adv_estimator("grpo").estimate(r, g)[:3], torch.tensor([2 / 3, -1 / 3, -1 / 3]) / (std + 1e-6))
+    with pytest.raises(ValueError, match="unknown advantage estimator 'ppo'; known: grpo, drgrpo"):
+        get_adv_estimator("ppo")

@@ -12,10 +12,11 @@ import pytest
 
 from trainer.config import ConfigError, parse_run_config
 from trainer.methods.pilot_commit import (COMMIT, TOO_EASY, TOO_HARD, commit_order, evicts, pilot_accuracy,
-                                          pilot_commit_step, pilot_quota, pilot_size, pilot_verdict, reward_variance,
+                                          pilot_quota, pilot_size, pilot_verdict, reward_variance,
                                           solved_streak)
 from trainer.methods.sampler import Samples
 from trainer.methods.spec import get_method
+from trainer.methods.spec import get_step
 
 
 class Scripted:
@@ -52,7 +53,7 @@ class Scripted:
 
     def step(self, cfg):
         self.rows, self.calls = 0, []
-        return pilot_commit_step(cfg, self)
+        return get_step(cfg.method)(cfg, self)
 
 
 KINDS = "SHXSHXSHXSHXSHSH"  # S: items 0 3 6 9 12 14; H: 1 4 7 10 13 15; X: 2 5 8 11
@@ -211,7 +212,7 @@ def test_budget_is_never_above_grpos_on_random_outcomes(seed):
     cfg = parse_run_config({"method": "pilot-commit", "batch_prompts": 8, "n_total": 16, "train_size": 24})
     for _ in range(6):
         s.first_rows = 0
-        res = pilot_commit_step(cfg, s)
+        res = get_step(cfg.method)(cfg, s)
         assert res.generated <= 16 * 8 and np.isfinite(res.advantages).all() and len(set(res.rows.tolist())) == len(res.rows)
         assert np.bincount(res.group).tolist() == [16] * int(res.stats["pilot_commit/committed"])
 

@@ -79,4 +79,5 @@ def test_verl_mapping_follows_the_spec():
     assert grpo["algorithm.adv_estimator"] == "grpo"
     assert dapo["actor_rollout_ref.actor.clip_ratio_high"] == "0.28" and dapo["reward.reward_manager.name"] == "naive"
     assert grpo["algorithm.norm_adv_by_std_in_grpo"] == "true"
-    assert ov(method="grpo", adv_estimator="drgrpo")["algorithm.norm_adv_by_std_in_grpo"] == "false"
+    assert ov(method="drgrpo")["algorithm.norm_adv_by_std_in_grpo"] == "false"
+    assert ov(method="aero-s1s2", adv_estimator="drgrpo")["algorithm.norm_adv_by_std_in_grpo"] == "false"

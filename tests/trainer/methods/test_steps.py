@@ -149,7 +149,7 @@ def test_aero_step_equals_the_previous_embedded_collector(case, seed, fake_sampl
     cfg = RunConfig(batch_prompts=12, **case)
     old_rows, old_adv, old_stats, old_ledger = reference_aero(cfg, fake_sampler(12, seed), np.random.default_rng(seed))
     fake = fake_sampler(12, seed)
-    res, ledger = aero_step_with_ledger(cfg, fake, np.random.default_rng(seed))
+    res, ledger = aero_step_with_ledger(cfg, fake, np.random.default_rng(seed), spec=get_method(cfg.method))
     assert res.rows.tolist() == old_rows
     assert torch.equal(torch.from_numpy(res.advantages), old_adv)  # the step's own advantages, what engines train
     assert res.stats == old_stats
