@@ -289,7 +289,7 @@ def execute_run(run_id: int, settings: Settings | None = None, ws: WorkerSetting
     outcome): wait for it here (:data:`STORE_WAIT_S`) and resume the run from its last checkpoint
     in this process. A Celery retry would go to any worker, and any other one sees this live
     process as the run's owner and drops the delivery, which left the run "running" with no
-    trainer until the reaper's stale timeout (found by ``benchmarks/soak.py``). A store still down
+    trainer until the reaper's stale timeout (found by ``benchmarks/soak/``). A store still down
     after the wait raises: Celery retries the task, and the reaper covers the rest, as before."""
     settings, ws = settings or get_settings(), ws or WorkerSettings()
     url, me = settings.database_url, worker_identity()

@@ -1,5 +1,5 @@
 """Server-Timing on every response (backend/api/server_timing.py): the API's own time, which the
-soak (benchmarks/soak.py) reports beside the latency its clients see."""
+soak (benchmarks/soak/) reports beside the latency its clients see."""
 
 from __future__ import annotations
 

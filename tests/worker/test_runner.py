@@ -118,9 +118,9 @@ def _store_outage() -> Exception:
 
 def test_a_store_outage_mid_run_is_resumed_by_the_process_that_owns_the_run(db_url, make_run, tmp_path, monkeypatch):
     # A Celery retry goes to any worker, and any other one sees this live process as the owner and
-    # drops it (benchmarks/soak.py, PostgreSQL restarted under two workers): the run sat "running"
+    # drops it (benchmarks/soak/, PostgreSQL restarted under two workers): the run sat "running"
     # with no trainer until the reaper's stale timeout. The owner resumes it itself instead. A
-    # stand-in trainer raises the outage's error here; benchmarks/soak.py restarts the real
+    # stand-in trainer raises the outage's error here; benchmarks/soak/ restarts the real
     # PostgreSQL under real workers (and tests/worker/test_soak_short.py restarts Redis and the API).
     import trainer.engines
     from backend.settings import Settings

@@ -1,4 +1,4 @@
-"""The soak harness (benchmarks/soak.py), short: its own API, reaper, two Celery workers and its
+"""The soak harness (benchmarks/soak/), short: its own API, reaper, two Celery workers and its
 own Redis on a private PostgreSQL schema; two users submit eight 4-step runs as sweeps and single
 runs while SSE clients follow them and pollers read their metrics; a worker is SIGKILLed and
 replaced, the API is SIGKILLed and restarted, Redis is SIGKILLed and restarted (append-only file,
@@ -8,35 +8,24 @@ final checkpoint file), failures only for reasons the harness caused, announced 
 load, SSE streams that missed no step across the API restart, 429 + Retry-After and 413 for the
 flood. The harness cleans up every process and directory it made, also when it fails.
 
-The full soak (all six faults, 200 runs, 50 SSE clients): ``benchmarks/soak.py --help``.
+The full soak (all six faults, 200 runs, 50 SSE clients): ``python -m benchmarks.soak --help``.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
+from benchmarks import soak
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def load_soak():
-    spec = importlib.util.spec_from_file_location("aero_soak", ROOT / "benchmarks" / "soak.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up while being defined
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server (the harness restarts its own)")
 def test_short_soak_with_a_worker_kill_an_api_restart_and_a_redis_restart_loses_nothing(pg_url, tmp_path):
-    soak = load_soak()
     base = tmp_path / "soak"
     opts = soak.Options(store="postgres", database_url=pg_url, workers=2, users=2, runs=8, sse=4, pollers=2,
                         faults={"worker_kill": 1, "api_kill": 1, "redis_restart": 1}, pg_port=0, redis_port=0,

@@ -10,7 +10,7 @@ newest complete directory, written last, so a crash mid-save never points at a p
 
 A failed write or read names the file: torch's writer reports a full disk as "unexpected pos
 64 vs 0", so a save that fails on a filesystem with no space left raises ``OSError(ENOSPC)``
-naming the checkpoint (found by ``benchmarks/soak.py``), and leaves no partial file behind.
+naming the checkpoint (found by ``benchmarks/soak/``), and leaves no partial file behind.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """A checkpoint that cannot be written or read fails with an error that names the file, and a
-full disk as a full disk (benchmarks/soak.py found torch reporting it as "unexpected pos 64 vs 0")."""
+full disk as a full disk (benchmarks/soak/ found torch reporting it as "unexpected pos 64 vs 0")."""
 
 from __future__ import annotations
 
