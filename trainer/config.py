@@ -251,10 +251,10 @@ class _MethodSections(_RunFields):
     @field_validator(*SECTION_NAMES, mode="after", check_fields=False)
     @classmethod
     def _section_of_method(cls, value: Any, info: ValidationInfo) -> Any:
-        method = info.data.get("method")
-        if value is not None and method is not None and not get_method(method).reads(info.field_name):
-            raise ValueError(f"method {method} has no {info.field_name} section (read by "
-                             f"{', '.join(section_readers(info.field_name))}); remove it")
+        method, name = info.data.get("method"), str(info.field_name)
+        if value is not None and method is not None and not get_method(method).reads(name):
+            raise ValueError(f"method {method} has no {name} section (read by "
+                             f"{', '.join(section_readers(name))}); remove it")
         return value
 
     @property
@@ -265,14 +265,39 @@ class _MethodSections(_RunFields):
         return get_method(self.method).loss_agg
 
 
-# One training run, stored with the run as JSON (``model_dump(mode='json')``): the common fields
-# plus one optional block per method section, present exactly when the chosen method reads it.
-RunConfig = create_model("RunConfig", __base__=_MethodSections, __module__=__name__,
-                         __doc__="One training run. Stored with the run as JSON (``model_dump(mode='json')``).",
-                         **{sec.name: _section_field(sec) for sec in all_sections()})
+if TYPE_CHECKING:
+    from trainer.methods.aero import AEROConfig
+    from trainer.methods.aero_mem import AEROMemConfig
+    from trainer.methods.cppo import CPPOConfig
+    from trainer.methods.dapo import DAPOConfig
+    from trainer.methods.greso import GRESOConfig
+    from trainer.methods.knapsack import KnapsackConfig
+    from trainer.methods.pilot_commit import PilotCommitConfig
+    from trainer.methods.speed import SPEEDConfig
+
+    class RunConfig(_MethodSections):
+        """The typed view of :data:`RunConfig` that mypy and IDEs see (the runtime class is built
+        from the method registry below; tests/trainer/test_config_view.py keeps the two equal).
+        Each section is typed as present: it is, whenever the method that reads it runs."""
+
+        aero: AEROConfig
+        dapo: DAPOConfig
+        speed: SPEEDConfig
+        knapsack: KnapsackConfig
+        greso: GRESOConfig
+        aero_mem: AEROMemConfig
+        pilot_commit: PilotCommitConfig
+        cppo: CPPOConfig
+else:
+    # One training run, stored with the run as JSON (``model_dump(mode='json')``): the common
+    # fields plus one optional block per method section, present exactly when the chosen method
+    # reads it.
+    RunConfig = create_model("RunConfig", __base__=_MethodSections, __module__=__name__,
+                             __doc__="One training run. Stored with the run as JSON (``model_dump(mode='json')``).",
+                             **{sec.name: _section_field(sec) for sec in all_sections()})
 # A config shared by several methods (a sweep's base): any section may be present, each checked
 # by its own model; :func:`for_method` turns it into one method's config.
-SharedConfig = create_model("SharedConfig", __base__=_RunFields, __module__=__name__,
+SharedConfig = create_model("SharedConfig", __base__=_RunFields, __module__=__name__,  # type: ignore[call-overload]
                             __doc__="A run config shared by several methods (a sweep's base): every method's "
                             "section may be given; each run keeps the sections its method reads.",
                             **{sec.name: _section_field(sec, shared=True) for sec in all_sections()})

@@ -29,7 +29,7 @@ def is_correct(rewards) -> np.ndarray:
     return np.asarray(rewards, dtype=np.float64) > 0.5
 
 
-def stratify(correct, n_explore: int, S: int, tau: float) -> np.ndarray:
+def stratify(correct, n_explore: int | np.ndarray, S: int, tau: float) -> np.ndarray:
     """Stratify prompts by their exploration success (§4.1, §4.2.1; docs/algorithms.md §4 step 2).
 
         u = c / n_explore
