@@ -29,9 +29,9 @@ import torch
 from trainer.config import RunConfig, parse_run_config
 from trainer.core.advantages import grpo_advantage
 from trainer.core.losses import Aggregation, clipped_surrogate
+from trainer.embedded.forward import TrainBatch, collate, sequence_logprobs
 from trainer.embedded.presets import Setup, load_setup
 from trainer.rollout.base import SamplingParams
-from trainer.rollout.batching import TrainBatch, collate, sequence_logprobs
 
 
 def config(**overrides) -> RunConfig:

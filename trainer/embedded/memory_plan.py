@@ -12,7 +12,7 @@ Activations saved for backward, per trained token and decoder layer (h hidden, i
 c bytes of the compute dtype): c (14 h + 4 i) for the attention and MLP inputs and outputs, plus
 16 h for the float32 residual stream and the norms' inputs. With activation checkpointing only
 each layer's input (4 h) stays, plus one layer recomputed at a time. The LM head never holds
-more than one chunk of logits (trainer/rollout/batching.py::head_logprobs_and_entropy).
+more than one chunk of logits (trainer/embedded/forward.py::head_logprobs_and_entropy).
 Generation holds the KV cache, 2 x layers x kv_heads x head_dim x c per token, and float32
 sampling temporaries of ~16 bytes per vocabulary entry per row.
 """
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from trainer.config import ConfigError, RunConfig
-from trainer.rollout.batching import chunk_elements
+from trainer.embedded.forward import chunk_elements
 
 GIB = 1 << 30
 USABLE = 0.90  # of the device's memory: the CUDA context, the allocator's fragmentation

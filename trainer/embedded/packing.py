@@ -9,7 +9,7 @@ costs its real tokens, and the token budget (``micro_batch_tokens``) counts real
 (:func:`packed_micro_batches`).
 
 What stays the same: the log-probs and entropies come back in the padded layout of
-:func:`trainer.rollout.batching.collate` ([N, T], zero off the response), so the loss code and
+:func:`trainer.embedded.forward.collate` ([N, T], zero off the response), so the loss code and
 its normalisers are unchanged; the LM head runs only on the tokens that predict a response
 token, in the same chunks as the padded path (``head_logprobs_flat``), never holding full-vocab
 logits for more than one chunk. Every index is built on the host from the rollouts' own lists
@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 import torch
 
+from trainer.embedded.forward import head_logprobs_flat, lm_parts
 from trainer.embedded.packed_attention import PACKED_MASK, PLAN_KW, AttentionPlan, attention_plan, can_pack, install
 from trainer.rollout.base import Rollout
-from trainer.rollout.batching import head_logprobs_flat, lm_parts
 
 
 def packed_micro_batches(lengths: list[int], budget: int) -> list[list[int]]:

@@ -18,11 +18,11 @@ import numpy as np
 import torch
 
 from trainer.core.losses import Aggregation, clipped_surrogate, kl_k3
+from trainer.embedded.forward import TrainBatch, collate, head_logprobs_and_entropy, lm_parts, sequence_logprobs
 from trainer.embedded.model import is_gradient_checkpointing
 from trainer.embedded.packing import PackedRows, pack_rows, packed_logprobs, packed_micro_batches, packs
+from trainer.kv_cache import forward_kwargs, left_pad, output_cache
 from trainer.rollout.base import Rollout
-from trainer.rollout.batching import TrainBatch, collate, head_logprobs_and_entropy, lm_parts, sequence_logprobs
-from trainer.rollout.embedded import forward_kwargs, left_pad, output_cache
 
 if TYPE_CHECKING:  # the config (pydantic) stays out of torch-only users (scripts/gpu_check.py)
     from trainer.config import RunConfig

@@ -24,7 +24,7 @@ class SamplingParams:
 @dataclass
 class Rollout:
     """One sampled response. Token lists, not padded tensors: groups are variable-size and
-    are re-batched for training by ``trainer.rollout.batching.collate``."""
+    are re-batched for training by ``trainer.embedded.forward.collate``."""
 
     prompt_index: int  # index into the ``prompts`` list given to ``generate``
     prompt_ids: list[int]

@@ -6,7 +6,8 @@ One ``generate`` call samples every row (sum of ``n_per_prompt``) in one batch:
 2. LEFT-pad, attention mask m, position ids ``clamp(cumsum(m) - 1, 0)`` (so a padded row gets
    the same positions as an unpadded one and the numbers match right-padded training),
 3. prefill once per DISTINCT prompt with ``use_cache=True`` keeping only the last position's
-   logits, then copy each prompt's KV cache to its rows (n samples share one prefill),
+   logits, then copy each prompt's KV cache to its rows (n samples share one prefill; the
+   padding and the cache's names are trainer/kv_cache.py's, which the update shares),
 4. decode one token per step for all rows from the KV cache.
 
 Conventions (the open points, decided here):
@@ -14,7 +15,8 @@ Conventions (the open points, decided here):
 * Log-probs are of the sampled token under the temperature-scaled softmax over the FULL
   vocabulary, ``log softmax(z / T)[y]``, i.e. WITHOUT top-p renormalisation. This is what
   vLLM returns as logprobs and what verl/TRL recompute as old log-probs, so the PPO ratio
-  against ``batching.sequence_logprobs(model, batch, T)`` is exactly 1 at the sampling weights.
+  against ``trainer.embedded.forward.sequence_logprobs(model, batch, T)`` is exactly 1 at the
+  sampling weights.
 * ``temperature == 0`` means greedy (argmax); its log-probs are then recorded at T = 1.
 * A row stops at EOS (EOS kept in ``response_ids`` with its log-prob) or at
   ``max_new_tokens``. A finished row is fed ``pad_id`` with attention mask 0 until a quarter
@@ -36,18 +38,17 @@ trainer/rollout/sampling.py, so the same generator gives them the same tokens.
 from __future__ import annotations
 
 import contextlib
-import inspect
 import numbers
 from typing import Sequence
 
 import torch
 
+from trainer.kv_cache import forward_kwargs, left_pad, output_cache
 from trainer.rollout.base import Rollout, SamplingParams
 from trainer.rollout.sampling import sample_next, top_p_filter
 from trainer.rollout.static_decode import DECODES, Prefill, StaticSettings, decode_static
 
-__all__ = ["EmbeddedEngine", "expand_counts", "forward_kwargs", "left_pad", "live_rows", "output_cache",
-           "sample_next", "top_p_filter"]
+__all__ = ["EmbeddedEngine", "expand_counts", "live_rows", "sample_next", "top_p_filter"]
 
 
 def expand_counts(n_prompts: int, n_per_prompt: Sequence[int] | int) -> list[int]:
@@ -61,40 +62,6 @@ def expand_counts(n_prompts: int, n_per_prompt: Sequence[int] | int) -> list[int
     if any(n < 0 for n in counts):
         raise ValueError(f"n_per_prompt must be >= 0, got {counts}")
     return counts
-
-
-def left_pad(rows: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Left-pad token lists. Returns input_ids, attention_mask, position_ids, each [B, L].
-
-    position_ids = clamp(cumsum(mask) - 1, min=0): the first real token is position 0."""
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, r in enumerate(rows):
-        if r:
-            ids[i, width - len(r):] = torch.tensor(r, dtype=torch.long)
-            mask[i, width - len(r):] = 1
-    pos = (mask.cumsum(-1) - 1).clamp(min=0)
-    return ids.to(device), mask.to(device), pos.to(device)
-
-
-def forward_kwargs(model: torch.nn.Module) -> tuple[str, str | None]:
-    """Keyword names this transformers version uses for the KV cache and for last-k logits
-    (``cache``/``past_key_values``; ``logits_to_keep``/``num_logits_to_keep``/none).
-
-    Public because every cached forward needs them: the engine's decode and the update's
-    shared-prompt forward (trainer/embedded/update.py) feed a cache the same way."""
-    params = inspect.signature(model.forward).parameters
-    cache_kw = "cache" if "cache" in params else "past_key_values"
-    keep_kw = next((k for k in ("logits_to_keep", "num_logits_to_keep") if k in params), None)
-    return cache_kw, keep_kw
-
-
-def output_cache(out):
-    """The KV cache of a forward's output, under whichever name this transformers version
-    returns it (``cache`` or ``past_key_values``)."""
-    cache = getattr(out, "cache", None)
-    return cache if cache is not None else out.past_key_values
 
 
 class EmbeddedEngine:

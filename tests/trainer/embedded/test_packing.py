@@ -12,13 +12,13 @@ import torch
 
 from trainer.config import ConfigError, parse_run_config
 from trainer.core.losses import AGG_MODES
+from trainer.embedded.forward import collate, sequence_logprobs
 from trainer.embedded.model import build_model, enable_gradient_checkpointing, tiny_qwen2_config
 from trainer.embedded.packed_attention import attention_plan, length_classes
 from trainer.embedded.packing import pack_rows, packed_logprobs, packed_micro_batches, packs
 from trainer.embedded.update import UpdateSettings, Updater
 from trainer.methods.spec import method_names
 from trainer.rollout.base import Rollout
-from trainer.rollout.batching import collate, sequence_logprobs
 from trainer.verl.overrides import to_overrides
 
 V, BOS, EOS, PAD = 20, 1, 2, 0

@@ -9,9 +9,9 @@ from dataclasses import replace
 import pytest
 import torch
 
+from trainer.embedded.forward import collate, sequence_logprobs
 from trainer.embedded.model import build_model, enable_gradient_checkpointing, tiny_qwen2_config
 from trainer.rollout.base import Rollout, SamplingParams
-from trainer.rollout.batching import collate, sequence_logprobs
 from trainer.rollout.embedded import EmbeddedEngine
 import trainer.core.losses as losses
 from trainer.config import parse_run_config

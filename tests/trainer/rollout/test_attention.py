@@ -7,9 +7,9 @@ import copy
 import torch
 from transformers import AutoModelForCausalLM, Qwen2Config
 
+from trainer.embedded.forward import collate, sequence_logprobs
 from trainer.rollout.attention import NAME, use_packed_gqa
 from trainer.rollout.base import SamplingParams
-from trainer.rollout.batching import collate, sequence_logprobs
 from trainer.rollout.embedded import EmbeddedEngine
 
 PROMPTS = [[1, 5, 6], [1, 7], [1, 8, 9, 10, 11]]

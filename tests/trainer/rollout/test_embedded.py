@@ -9,7 +9,7 @@ import torch
 from trainer.embedded.model import build_model, tiny_qwen2_config
 from trainer.rollout import ENGINES, make_engine
 from trainer.rollout.base import SamplingParams
-from trainer.rollout.embedded import EmbeddedEngine, expand_counts, left_pad, live_rows, top_p_filter
+from trainer.rollout.embedded import EmbeddedEngine, expand_counts, live_rows, top_p_filter
 
 V, BOS, EOS, PAD = 20, 1, 2, 0
 SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
@@ -42,17 +42,13 @@ def gen(seed):
     return torch.Generator().manual_seed(seed)
 
 
-def test_expand_counts_and_left_pad():
+def test_expand_counts():
     assert expand_counts(3, 2) == [2, 2, 2]
     assert expand_counts(2, [0, 3]) == [0, 3] == expand_counts(2, torch.tensor([0, 3]))
     with pytest.raises(ValueError):
         expand_counts(2, [1])
     with pytest.raises(ValueError):
         expand_counts(1, [-1])
-    ids, mask, pos = left_pad([[1, 5, 6], [1]], PAD, "cpu")
-    assert ids.tolist() == [[1, 5, 6], [0, 0, 1]]
-    assert mask.tolist() == [[1, 1, 1], [0, 0, 1]]
-    assert pos.tolist() == [[0, 1, 2], [0, 0, 0]]
 
 
 def test_top_p_filter_keeps_smallest_nucleus():

@@ -282,7 +282,7 @@ def test_loss_aggregation_is_the_same_per_mini_batch(mode, mini_batches, dp):
     from verl.trainer.ppo.core_algos import agg_loss
 
     from trainer.core.losses import Aggregation
-    from trainer.rollout.batching import collate
+    from trainer.embedded.forward import collate
     from trainer.verl.rows import pad_for_update
 
     cfg = config("aero")

@@ -3,10 +3,10 @@
 import pytest
 import torch
 
+from trainer.embedded import forward
+from trainer.embedded.forward import collate, sequence_logprobs, token_logprobs_and_entropy
 from trainer.embedded.model import build_model, tiny_qwen2_config
-from trainer.rollout import batching
 from trainer.rollout.base import Rollout, SamplingParams
-from trainer.rollout.batching import collate, sequence_logprobs, token_logprobs_and_entropy
 from trainer.rollout.embedded import EmbeddedEngine
 
 V, BOS, EOS, PAD = 20, 1, 2, 0
@@ -69,7 +69,7 @@ def test_sequence_logprobs_reproduce_sampling_logprobs(temperature, top_p):
 
 
 def test_token_logprobs_and_entropy_against_categorical(monkeypatch):
-    monkeypatch.setattr(batching, "CHUNK_ELEMENTS", 2 * 3 * 7)  # 2 rows per block: 3 blocks
+    monkeypatch.setattr(forward, "CHUNK_ELEMENTS", 2 * 3 * 7)  # 2 rows per block: 3 blocks
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(5, 3, 7, generator=g, requires_grad=True)
     targets = torch.randint(0, 7, (5, 3), generator=g)
