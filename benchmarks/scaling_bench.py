@@ -51,7 +51,7 @@ def rss_mb() -> float:
 
 
 def make_runner(point: dict, seed: int = 0):
-    """Our GRPO step (benchmarks/trl_compare.py) at ``point``; with ``forced`` the engine never stops early."""
+    """Our GRPO step (benchmarks/trl_compare.py) at ``point``; with ``forced`` the sampler never stops early."""
     from benchmarks.trl_compare import OursStep, tiny_config
     from trainer.rollout.embedded import EmbeddedEngine
 
@@ -60,7 +60,7 @@ def make_runner(point: dict, seed: int = 0):
     runner = OursStep(tiny_config(args))
     if point["forced"]:
         s = runner.setup
-        s.engine = EmbeddedEngine(s.model, eos_id=s.model.config.vocab_size, pad_id=s.task.tokenizer.pad_id)
+        s.sampler = EmbeddedEngine(s.model, eos_id=s.model.config.vocab_size, pad_id=s.task.tokenizer.pad_id)
     return runner
 
 

@@ -132,7 +132,7 @@ class OursStep:
     def sample(self, prompts, problems, n):
         """Generate, then decode + score; rewards set on the rollouts."""
         t0 = time.perf_counter()
-        rollouts = self.setup.engine.generate(prompts, n, self.sampling, self.gen)
+        rollouts = self.setup.sampler.generate(prompts, n, self.sampling, self.gen)
         t1 = time.perf_counter()
         tok = self.setup.task.tokenizer
         rewards, _ = score_batch(self.setup.task, [tok.decode(r.response_ids) for r in rollouts],

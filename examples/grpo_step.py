@@ -55,7 +55,7 @@ def sample_batch(setup: Setup, cfg: RunConfig, generator: torch.Generator) -> Tr
     # cache shared by their n rows. All randomness comes from `generator`, so the same seed
     # gives the same tokens (the test relies on it).
     sampling = SamplingParams(cfg.temperature, cfg.top_p, cfg.max_new_tokens)
-    rollouts = setup.engine.generate(prompts, cfg.n_total, sampling, generator)
+    rollouts = setup.sampler.generate(prompts, cfg.n_total, sampling, generator)
     # The reward is verifiable: the verifier reads the decoded answer, never the model.
     for r in rollouts:
         r.reward = task.score(task.tokenizer.decode(r.response_ids), problems[r.prompt_index])

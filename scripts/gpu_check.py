@@ -120,7 +120,7 @@ def run_method(name: str, cfg, base_model, task, device, steps: int, autocast, l
         pad_id=task.tokenizer.pad_id, temperature=1.0, eps_low=0.2, eps_high=0.2,
         agg=Aggregation("seq-mean-token-mean", max_len=12), entropy_coef=1e-3, kl_coef=0.0, grad_clip=1.0,
         device=device))
-    ctx = StepContext(cfg=cfg, task=task, engine=engine, sampling=SamplingParams(1.0, 1.0, 12),
+    ctx = StepContext(cfg=cfg, task=task, sampler=engine, sampling=SamplingParams(1.0, 1.0, 12),
                       gen=torch.Generator(device=device).manual_seed(cfg.seed), rng=np.random.default_rng(cfg.seed))
     rows, data_pos = [], 0
     for step in range(1, steps + 1):

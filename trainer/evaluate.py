@@ -10,7 +10,7 @@ import torch
 
 from trainer.core.passk import avg_at_k, bootstrap_ci, pass_at_k
 from trainer.core.strata import is_correct
-from trainer.rollout.base import RolloutEngine, SamplingParams
+from trainer.rollout.base import RolloutSampler, SamplingParams
 from trainer.tasks.base import Task
 from trainer.tasks.verify import score_batch
 
@@ -43,16 +43,16 @@ def summarize(per_problem: list[tuple[int, int]], k: int, seed: int = 0) -> dict
     }
 
 
-def evaluate(engine: RolloutEngine, task: Task, sampling: SamplingParams, n: int, max_problems: int,
+def evaluate(sampler: RolloutSampler, task: Task, sampling: SamplingParams, n: int, max_problems: int,
              seed: int, timeout_s: float) -> dict[str, dict[str, Any]]:
     """Sample n responses per benchmark problem and score them. Uses its own generator so an
     eval never moves the training RNG (exact resume). Adds an 'overall' row (all problems pooled);
     {} for a task without benchmarks."""
-    gen = torch.Generator(device=engine.device).manual_seed(seed)
+    gen = torch.Generator(device=sampler.device).manual_seed(seed)
     results, pooled = {}, []
     for name, problems in task.benchmarks().items():
         problems = problems[:max_problems]
-        rollouts = engine.generate([task.encode_prompt(p) for p in problems], n, sampling, gen)
+        rollouts = sampler.generate([task.encode_prompt(p) for p in problems], n, sampling, gen)
         rewards, _ = score_batch(task, [task.tokenizer.decode(r.response_ids) for r in rollouts],
                                  [problems[r.prompt_index] for r in rollouts], timeout_s)
         correct = np.zeros(len(problems), dtype=int)

@@ -56,7 +56,7 @@ def test_setup_uses_the_directory_tokenizer_template_and_system_prompt(model_dir
     assert p.prompt.endswith("<|im_start|>assistant\n")
     ids = task.encode_prompt(p)
     assert task.tokenizer.hf.decode(ids) == p.prompt  # byte-level BPE round-trips the template exactly
-    assert setup.engine.eos_id == task.tokenizer.hf.convert_tokens_to_ids("<|im_end|>")
+    assert setup.sampler.eos_id == task.tokenizer.hf.convert_tokens_to_ids("<|im_end|>")
     assert list(task.benchmarks()) == ["AIME24", "OlympiadBench"]
     assert [b.answer for b in task.benchmarks()["OlympiadBench"]] == ["6", "1"]
     assert setup.n_params == sum(t.numel() for t in setup.model.parameters())

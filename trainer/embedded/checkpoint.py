@@ -147,7 +147,7 @@ class TrainingState:
     match no single-version run."""
 
     updater: Updater  # model, optimizer, LR schedule, KL reference, mini-batch shuffle RNG
-    sampling_rng: torch.Generator  # the rollout engine's draws
+    sampling_rng: torch.Generator  # the sampler's draws
     curation_rng: np.random.Generator  # the method step's draws (AERO's S3)
     method_state: dict = field(default_factory=dict)  # a method's plain data across steps (aero-mem)
     step: int = 0  # the last completed step

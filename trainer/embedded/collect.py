@@ -1,7 +1,7 @@
 """The embedded engine's adapter for the method steps (trainer/methods/): generate, score, and
 turn a step's result into the rollouts and advantages the policy update trains on.
 
-:func:`collect` wraps the engine, the task and the verifier as a
+:func:`collect` wraps the rollout sampler, the task and the verifier as a
 :class:`trainer.methods.sampler.Sampler` (:class:`EmbeddedSampler`), runs the method's
 registered step, and returns ``Collected``: the rollouts to train on with their advantages,
 every rollout generated (for cost accounting), and the method's own metrics. The loop does not
@@ -30,7 +30,7 @@ from trainer.flops import step_accounting
 from trainer.methods.sampler import Samples
 from trainer.methods.spec import get_step
 from trainer.methods.step import CostMetrics, StepResult
-from trainer.rollout.base import Rollout, RolloutEngine, SamplingParams
+from trainer.rollout.base import Rollout, RolloutSampler, SamplingParams
 from trainer.rollout_sample import SampleRules, StepRows, step_detail
 from trainer.tasks.base import Problem, Task
 from trainer.tasks.verify import score_batch
@@ -40,7 +40,7 @@ from trainer.tasks.verify import score_batch
 class StepContext:
     cfg: RunConfig
     task: Task
-    engine: RolloutEngine
+    sampler: RolloutSampler  # generates the rollouts (cfg.sampler); the method's Sampler is EmbeddedSampler
     sampling: SamplingParams
     gen: torch.Generator  # sampling RNG (checkpointed)
     rng: np.random.Generator  # curation RNG (checkpointed)
@@ -65,7 +65,7 @@ class Collected:
 
 
 class TimedScorer:
-    """One engine call + the verifier over its rollouts, with the step's generation and scoring
+    """One sampler call + the verifier over its rollouts, with the step's generation and scoring
     times, call count and verifier-failure counts accumulated (what EmbeddedSampler generates with)."""
 
     def __init__(self, ctx: StepContext):
@@ -75,7 +75,7 @@ class TimedScorer:
 
     def __call__(self, prompts: list[list[int]], problems: list[Problem], n, round_: int = 0) -> list[Rollout]:
         t0 = time.perf_counter()
-        rollouts = self.ctx.engine.generate(prompts, n, self.ctx.sampling, self.ctx.gen)
+        rollouts = self.ctx.sampler.generate(prompts, n, self.ctx.sampling, self.ctx.gen)
         t1 = time.perf_counter()
         tok = self.ctx.task.tokenizer
         rewards, fails = score_batch(self.ctx.task, [tok.decode(r.response_ids) for r in rollouts],
@@ -107,7 +107,7 @@ class TimedScorer:
 
 
 class EmbeddedSampler:
-    """The Sampler of one step over the embedded engine (or vLLM) and the task's verifier.
+    """The Sampler of one step over the rollout sampler (hf or vLLM) and the task's verifier.
 
     Prompt batches are the next ``batch_prompts`` problems of the seeded training stream from
     ``data_pos``; ``rollouts[i]`` is the rollout of global row id i."""

@@ -74,8 +74,8 @@ def initial_state(cfg: RunConfig, setup: Setup) -> TrainingState:
     rows of one generate call, or refuses the config (ConfigError) before any compute."""
     plan = plan_memory(cfg, setup.model, setup.device, setup.compute_dtype)
     setup.memory_plan = plan
-    if getattr(setup.engine, "max_batch_rows", 0) is None:  # the embedded sampler: generate in chunks that fit
-        setup.engine.max_batch_rows = plan.generate_rows
+    if getattr(setup.sampler, "max_batch_rows", 0) is None:  # the hf sampler: generate in chunks that fit
+        setup.sampler.max_batch_rows = plan.generate_rows
     updater = Updater.from_config(cfg, setup.model, pad_id=setup.task.tokenizer.pad_id, device=setup.device,
                                   micro_batch_tokens=plan.micro_batch_tokens)
     return TrainingState(updater=updater, sampling_rng=torch.Generator(device=setup.device).manual_seed(cfg.seed),
@@ -85,13 +85,13 @@ def initial_state(cfg: RunConfig, setup: Setup) -> TrainingState:
 def step_context(cfg: RunConfig, setup: Setup, state: TrainingState) -> StepContext:
     """What the method's step runs against; it shares the state's RNGs and method state, so
     the checkpoint sees every draw and update the step makes."""
-    return StepContext(cfg=cfg, task=setup.task, engine=setup.engine,
+    return StepContext(cfg=cfg, task=setup.task, sampler=setup.sampler,
                        sampling=SamplingParams(cfg.temperature, cfg.top_p, cfg.max_new_tokens),
                        gen=state.sampling_rng, rng=state.curation_rng, method_state=state.method_state)
 
 
 def train_step(cfg: RunConfig, setup: Setup, ctx: StepContext, state: TrainingState) -> dict[str, float]:
-    """One step: collect (the method's step), update, hand the new weights to the engine.
+    """One step: collect (the method's step), update, hand the new weights to the sampler.
     Advances the state's data position and elapsed time (not its step: the loop does, once the
     step is logged). Returns the step's metrics."""
     t0 = time.perf_counter()
@@ -102,7 +102,7 @@ def train_step(cfg: RunConfig, setup: Setup, ctx: StepContext, state: TrainingSt
     if collected.train:  # DAPO may keep no group
         with setup.autocast():  # bf16 compute over fp32 master weights on CUDA; no-op on CPU
             train_stats = state.updater.step(collected.train, collected.advantages)
-    setup.engine.sync_weights(state.updater.model)
+    setup.sampler.sync_weights(state.updater.model)
     t2 = time.perf_counter()
     state.elapsed_s += t2 - t0
     metrics = step_metrics(cfg, setup, collected, train_stats, time_collect=t1 - t0, time_train=t2 - t1,
@@ -128,7 +128,7 @@ def iter_training(cfg: RunConfig, out_dir: str | Path, sink: MetricSink,
     monitor = SystemMonitor()  # system/* per step: CPU, RSS, GPU where present
 
     def run_eval(step: int) -> dict:
-        results = evaluate(setup.engine, setup.task, eval_sampling(cfg), cfg.eval_n, cfg.eval_problems,
+        results = evaluate(setup.sampler, setup.task, eval_sampling(cfg), cfg.eval_n, cfg.eval_problems,
                            seed=eval_seed(step), timeout_s=cfg.verifier_timeout_s)
         if results:  # a task without held-out sets (strata) logs no evaluation
             sink.log_eval(step, results)

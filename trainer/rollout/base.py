@@ -1,8 +1,9 @@
-"""The rollout-engine protocol: generate with a per-prompt sample count.
+"""The sampler protocol (what generates rollouts): generate with a per-prompt sample count.
 
 AERO needs a different number of samples per prompt in every rescue round, so the protocol
 takes ``n_per_prompt`` as a list (one count per prompt, 0 allowed) rather than a single n.
-Engines: ``embedded`` (transformers + KV-cache sampling, CPU/CUDA) and ``vllm`` (optional).
+Samplers (the config's ``sampler``): ``hf`` (transformers + KV-cache sampling, CPU/CUDA) and
+``vllm`` (optional).
 """
 
 from __future__ import annotations
@@ -41,9 +42,9 @@ class Rollout:
 
 
 @dataclass(frozen=True)
-class EngineArgs:
-    """What every engine is built from: ``make_engine(name, **fields)`` takes these keywords for
-    every engine, and each uses what it needs. The embedded engine samples from ``model``
+class SamplerArgs:
+    """What every sampler is built from: ``make_sampler(name, **fields)`` takes these keywords for
+    every sampler, and each uses what it needs. The hf sampler samples from ``model``
     itself (``dtype`` bf16/fp16 autocasts on CUDA); vLLM loads ``model_path`` (``dtype``
     picks its weights' dtype) and is given ``model``'s weights after every update."""
 
@@ -55,11 +56,11 @@ class EngineArgs:
     dtype: torch.dtype | None = None
     seed: int = 0
     max_model_len: int | None = None  # prompt + response cap (vLLM's KV-cache sizing)
-    decode: str = "dynamic"  # the embedded sampler's decode (trainer/rollout/embedded.py); vLLM has its own
+    decode: str = "dynamic"  # the hf sampler's decode (trainer/rollout/embedded.py); vLLM has its own
 
 
-class RolloutEngine(Protocol):
-    """What the loop and the evaluation call on an engine (``trainer.rollout.ENGINES``)."""
+class RolloutSampler(Protocol):
+    """What the loop and the evaluation call on a sampler (``trainer.rollout.SAMPLERS``)."""
 
     device: torch.device  # where generation runs: the evaluation seeds its own generator there
 
@@ -76,5 +77,5 @@ class RolloutEngine(Protocol):
         ...
 
     def sync_weights(self, model: torch.nn.Module) -> None:
-        """Make the engine sample from ``model``'s current weights (no-op when shared)."""
+        """Make the sampler sample from ``model``'s current weights (no-op when shared)."""
         ...

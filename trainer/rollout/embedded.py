@@ -1,4 +1,4 @@
-"""Embedded rollout engine: batched KV-cache sampling with a transformers causal LM.
+"""The hf sampler (``sampler="hf"``): batched KV-cache sampling with a transformers causal LM.
 
 One ``generate`` call samples every row (sum of ``n_per_prompt``) in one batch:
 

@@ -1,6 +1,7 @@
-"""vLLM rollout engine (optional extra ``aero-lab[vllm]``, imported lazily; CUDA, or a CPU build of vLLM).
+"""The vLLM sampler (``sampler="vllm"``; optional extra ``aero-lab[vllm]``, imported lazily; CUDA,
+or a CPU build of vLLM).
 
-Same protocol as the embedded engine (trainer/rollout/base.py): ``generate(prompts,
+Same protocol as the hf sampler (trainer/rollout/base.py): ``generate(prompts,
 n_per_prompt, sampling, generator)`` samples ``n_per_prompt[i]`` responses for prompt i in ONE
 ``LLM.generate`` call and returns them prompt-major, then by sample; ``sync_weights(model)``
 copies the training model's weights into vLLM after each update.
@@ -148,7 +149,7 @@ def vllm_on_cpu() -> bool:
 
 
 class VLLMEngine:
-    """Rollout engine over ``vllm.LLM`` (module docstring).
+    """The sampler over ``vllm.LLM`` (module docstring).
 
     model_path: the local HF directory the policy was loaded from (vLLM loads it itself).
     eos_ids: every token id that ends a response (the tokenizer's EOS and, e.g., a chat

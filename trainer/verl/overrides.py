@@ -20,8 +20,8 @@ Mapping (RunConfig -> verl), method by method (the per-method bits come from the
              trainer.use_v1 = False (the RayPPOTrainer path), total_training_steps = steps.
              model.use_remove_padding (verl's packed update) unless packed_update = off; the
              submit rules refuse packed_update = on off CUDA.
-    rollout  rollout.name = aero_hf (our HF-generate server) for rollout_engine 'embedded', vllm
-             for 'vllm'; on the CPU (device_overrides) FSDP2 on gloo in float32, SDPA, padded batches.
+    rollout  rollout.name = aero_hf (our HF-generate server) for sampler 'hf', vllm for
+             'vllm'; on the CPU (device_overrides) FSDP2 on gloo in float32, SDPA, padded batches.
     grpo     rollout.n = n_total, adv_estimator = grpo, symmetric clip, seq-mean-token-mean.
     dapo     rollout.n = n_total, clip_ratio_low/high = eps_low/high, token-mean; dynamic
              sampling and overlong shaping are the DAPO step's (trainer/methods/dapo.py), run by
@@ -65,12 +65,12 @@ def _v(value: Any) -> str:
 
 
 def rollout_name(cfg: RunConfig) -> str:
-    """verl's ``rollout.name`` for ``cfg.rollout_engine``: our HF-generate server for
-    'embedded' (trainer/verl/plugins/hf_rollout.py, the embedded engine's sampler), verl's vLLM
-    replica for 'vllm'."""
+    """verl's ``rollout.name`` for ``cfg.sampler``: our HF-generate server for 'hf'
+    (trainer/verl/plugins/hf_rollout.py, the embedded engine's sampler), verl's vLLM replica for
+    'vllm'."""
     from trainer.verl.plugins import ROLLOUT_NAME
 
-    return ROLLOUT_NAME if cfg.rollout_engine == "embedded" else "vllm"
+    return ROLLOUT_NAME if cfg.sampler == "hf" else "vllm"
 
 
 CPU_SETTINGS: dict[str, Any] = {

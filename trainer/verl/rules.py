@@ -42,7 +42,7 @@ def verl_issues(cfg: RunConfig) -> list[tuple[str, str]]:
     if cfg.rollout_decode != "dynamic":
         issues.append(("rollout_decode", "verl's rollout servers decode dynamically: rollout_decode=dynamic on verl "
                        "(static and graphs are the embedded engine's)"))
-    if cfg.device == "cpu" and cfg.rollout_engine == "vllm":
-        issues.append(("rollout_engine", "vLLM needs CUDA; on the CPU the verl engine rolls out with 'embedded' "
+    if cfg.device == "cpu" and cfg.sampler == "vllm":
+        issues.append(("sampler", "vLLM needs CUDA; on the CPU the verl engine rolls out with 'hf' "
                        "(docs/engines.md)"))
     return issues

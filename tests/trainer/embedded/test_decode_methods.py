@@ -37,7 +37,7 @@ def two_steps(cfg, setup, decode: str, max_batch_rows: int | None):
     generated rollouts, the trained rows' indices into them, the advantages, the calls."""
     engine = EmbeddedEngine(setup.model, eos_id=stop_token_ids(setup.task, setup.model), pad_id=setup.task.tokenizer.pad_id,
                             max_batch_rows=max_batch_rows, decode=decode)
-    ctx = StepContext(cfg=cfg, task=setup.task, engine=engine,
+    ctx = StepContext(cfg=cfg, task=setup.task, sampler=engine,
                       sampling=SamplingParams(cfg.temperature, cfg.top_p, cfg.max_new_tokens),
                       gen=torch.Generator().manual_seed(cfg.seed), rng=np.random.default_rng(cfg.seed))
     steps, data_pos = [], 0
@@ -79,7 +79,7 @@ def test_config_field_reaches_the_engine_and_verl_refuses_it():
 
     assert parse_run_config({}).rollout_decode == "dynamic"
     setup = load_setup(parse_run_config({"preset": "tiny", "rollout_decode": "static"}))
-    assert setup.engine.decode == "static"
+    assert setup.sampler.decode == "static"
     with pytest.raises(ConfigError, match="rollout_decode"):
         parse_run_config({"engine": "verl", "preset": None, "model_path": "/m", "task": "math",
                           "train_data": "/d.jsonl", "rollout_decode": "graphs"})

@@ -201,7 +201,7 @@ def test_crashing_verifier_scores_zero_and_is_counted():
     cfg = parse_run_config({**SMALL, "method": "grpo"})
     setup = load_setup(cfg)
     task = _FlakyTask(setup.task)
-    ctx = StepContext(cfg=cfg, task=task, engine=setup.engine, sampling=SamplingParams(1.0, 1.0, 12),
+    ctx = StepContext(cfg=cfg, task=task, sampler=setup.sampler, sampling=SamplingParams(1.0, 1.0, 12),
                       gen=torch.Generator().manual_seed(0), rng=np.random.default_rng(0))
     out = collect(ctx, 0)
     assert out.stats["verifier/errors"] == len(out.generated) // 3

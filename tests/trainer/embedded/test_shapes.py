@@ -61,4 +61,4 @@ def test_a_shape_config_builds_a_setup_with_the_strata_task():
     setup = load_setup(cfg)
     assert setup.n_params == EXPECTED["tiny-151k"][0] and setup.task.name == "strata"
     assert setup.task.tokenizer.vocab_size == 151_936
-    assert setup.engine.stop_ids.tolist() == list(setup.task.stop_ids)
+    assert setup.sampler.stop_ids.tolist() == list(setup.task.stop_ids)

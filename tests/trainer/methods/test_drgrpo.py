@@ -33,7 +33,7 @@ def test_drgrpo_trains_a_few_steps(tmp_path):
 def test_drgrpo_advantages_are_not_divided_by_the_std(adv_estimator):
     cfg = parse_run_config({**SMALL, "method": "drgrpo", "adv_estimator": adv_estimator, "temperature": 3.0})
     setup = load_setup(cfg)
-    ctx = StepContext(cfg=cfg, task=setup.task, engine=setup.engine, sampling=SamplingParams(3.0, 1.0, 12),
+    ctx = StepContext(cfg=cfg, task=setup.task, sampler=setup.sampler, sampling=SamplingParams(3.0, 1.0, 12),
                       gen=torch.Generator().manual_seed(0), rng=np.random.default_rng(0))
     out = collect(ctx, 0)
     r = torch.tensor([x.reward for x in out.train])

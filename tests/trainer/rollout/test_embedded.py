@@ -2,12 +2,14 @@
 
 import math
 import time
+from typing import get_args
 
 import pytest
 import torch
 
+from trainer.config import SamplerName
 from trainer.embedded.model import build_model, tiny_qwen2_config
-from trainer.rollout import ENGINES, make_engine
+from trainer.rollout import SAMPLERS, make_sampler
 from trainer.rollout.base import SamplingParams
 from trainer.rollout.embedded import EmbeddedEngine, expand_counts, live_rows, top_p_filter
 
@@ -241,19 +243,19 @@ def test_empty_prompt_rejected():
 
 
 def test_registry():
-    assert set(ENGINES) >= {"embedded", "vllm"}
+    assert set(SAMPLERS) == {"hf", "vllm"} == set(get_args(SamplerName))  # the config's sampler values
     same = dict(stop_ids=[EOS], pad_id=PAD, model=small_model(), model_path="/m", seed=0, max_model_len=64)
-    built = make_engine("embedded", **same)
+    built = make_sampler("hf", **same)
     assert isinstance(built, EmbeddedEngine) and built.eos_id == EOS and built.pad_id == PAD
-    with pytest.raises(ValueError, match="unknown rollout engine"):
-        make_engine("nope", **same)
+    with pytest.raises(ValueError, match="unknown sampler"):
+        make_sampler("nope", **same)
     with pytest.raises(ValueError, match="pass model="):
-        make_engine("embedded", **{**same, "model": None})
+        make_sampler("hf", **{**same, "model": None})
     try:
         import vllm  # noqa: F401
     except ImportError:
         with pytest.raises(ImportError, match=r"pip install 'aero-lab\[vllm\]'"):
-            make_engine("vllm", **same)  # the same keywords as the embedded engine
+            make_sampler("vllm", **same)  # the same keywords as the hf sampler
 
 
 def test_throughput_print():

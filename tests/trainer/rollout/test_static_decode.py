@@ -10,7 +10,7 @@ import torch
 from tests.trainer.rollout.test_attention import PROMPTS as GQA_PROMPTS
 from tests.trainer.rollout.test_attention import gqa_model
 from tests.trainer.rollout.test_embedded import EOS, PAD, PROMPTS, eos_biased_model, no_cache_logprobs, small_model
-from trainer.rollout import make_engine
+from trainer.rollout import make_sampler
 from trainer.rollout.attention import use_packed_gqa
 from trainer.rollout.base import SamplingParams
 from trainer.rollout.embedded import EmbeddedEngine
@@ -198,7 +198,7 @@ def test_engine_options_are_checked_and_wired():
         EmbeddedEngine(small_model(), EOS, PAD, decode="fast")
     with pytest.raises(ValueError, match="sync_every"):
         EmbeddedEngine(small_model(), EOS, PAD, decode="static", sync_every=0)
-    built = make_engine("embedded", stop_ids=[EOS], pad_id=PAD, model=small_model(), decode="graphs")
+    built = make_sampler("hf", stop_ids=[EOS], pad_id=PAD, model=small_model(), decode="graphs")
     assert isinstance(built, EmbeddedEngine) and built.decode == "graphs"
 
 

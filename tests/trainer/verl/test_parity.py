@@ -60,7 +60,7 @@ class Script:
 
 
 class EmbeddedScripted:
-    """A RolloutEngine whose samples come from the Script."""
+    """A RolloutSampler whose samples come from the Script."""
 
     device = torch.device("cpu")
 
@@ -151,7 +151,7 @@ class Engines:
         from trainer.embedded.collect import StepContext
 
         self.cfg, self.task = cfg, ArithmeticTask(benchmark_size=4, train_size=cfg.train_size)
-        self.ctx = StepContext(cfg=cfg, task=self.task, engine=None, sampling=SamplingParams(max_new_tokens=RESP_W),
+        self.ctx = StepContext(cfg=cfg, task=self.task, sampler=None, sampling=SamplingParams(max_new_tokens=RESP_W),
                                gen=torch.Generator().manual_seed(0), rng=np.random.default_rng(cfg.seed))
         self.verl_rng = np.random.default_rng(cfg.seed)  # PlatformTrainer.curation_rng
         self.verl_state: dict = {}  # PlatformTrainer.method_state
@@ -165,7 +165,7 @@ class Engines:
 
         rounds = get_method(self.cfg.method).verl.prompt_batches(self.cfg)
         problems = self.task.train_problems(self.pos, P * rounds, self.cfg.seed)
-        self.ctx.engine = EmbeddedScripted(Script(self.task, problems, s))
+        self.ctx.sampler = EmbeddedScripted(Script(self.task, problems, s))
         emb = embedded_collect(self.ctx, self.pos)
         self.pos += emb.prompts_used
         batches = iter([problems[i * P:(i + 1) * P] for i in range(rounds)])

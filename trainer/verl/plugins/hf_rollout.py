@@ -106,8 +106,8 @@ class HFRolloutServer:
         tok = model_config.tokenizer
         pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         dtype = torch.bfloat16 if use_cuda else None  # bf16 autocast over fp32 weights on CUDA, as the embedded engine
-        self.engine = EmbeddedEngine(self.model, eos_id=stop_ids(path, tok), pad_id=pad, device=self.device,
-                                     dtype=dtype)
+        self.sampler = EmbeddedEngine(self.model, eos_id=stop_ids(path, tok), pad_id=pad, device=self.device,
+                                      dtype=dtype)
         self.generator = torch.Generator(self.device).manual_seed(int(config.seed))
         self.pending: list[_Request] = []
         self._worker: asyncio.Task | None = None
@@ -163,7 +163,7 @@ class HFRolloutServer:
 
         temperature, top_p, max_new, logprobs = key
         t0 = time.perf_counter()
-        rollouts = self.engine.generate(prompts, 1, SamplingParams(temperature=temperature, top_p=top_p,
+        rollouts = self.sampler.generate(prompts, 1, SamplingParams(temperature=temperature, top_p=top_p,
                                                                    max_new_tokens=max_new), self.generator)
         self.generate_s += time.perf_counter() - t0
         self.calls += 1
