@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from trainer.config import ConfigError
+from trainer.config import ConfigError, renamed_fields
 from common.dotted import set_path
 from trainer.safetext import FORBIDDEN
 
@@ -37,14 +37,16 @@ def parse_value(text: str) -> Any:
 
 
 def parse_sets(sets: list[str] | None) -> dict[str, Any]:
-    """['aero.k=2', 'steps=100'] -> {'aero': {'k': 2}, 'steps': 100}."""
+    """['aero.k=2', 'steps=100'] -> {'aero': {'k': 2}, 'steps': 100}. A renamed field is set
+    under its new name, with a deprecation warning (``rollout_engine=embedded`` is
+    ``sampler=hf``), so it overrides a config that already has the new one."""
     out: dict[str, Any] = {}
     for item in sets or []:
         if "=" not in item:
             raise typer.BadParameter(f"--set expects key=value (e.g. aero.k=2); got {item!r}")
         key, _, value = item.partition("=")
         set_path(out, key.strip(), parse_value(value.strip()))
-    return out
+    return renamed_fields(out)
 
 
 def read_json(path: Path) -> Any:

@@ -8,12 +8,17 @@ importing one for its helpers (as the tests do) needs no particular import order
 A command's error is reported in one or two lines, what failed and what to do, with no
 traceback (cli/errors.py); ``AERO_DEBUG=1`` or ``aero --debug COMMAND`` shows the traceback."""
 
+import warnings
 from typing import Annotated
 
 import typer
 
 from cli import access_cmds, compare_cmds, platform_cmds, rollout_cmds, run_cmds, store_cmds, submit_cmds, token_cmds, train_cmds
 from cli.errors import AeroTyper
+from trainer.config import ConfigDeprecationWarning
+
+# A run config (file or --set) that names a renamed field is read as the new one; say so.
+warnings.filterwarnings("default", category=ConfigDeprecationWarning)
 
 # Rich pretty tracebacks only when debugging (AeroTyper turns them on), never with locals: a
 # frame's locals hold tokens and database passwords.

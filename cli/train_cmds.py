@@ -12,7 +12,7 @@ from rich.table import Table
 
 from cli.common import console, fail_config, parse_sets, read_json, safe
 import common.metric_keys as mk
-from trainer.config import METHODS, ConfigError, ModelShape, parse_run_config
+from trainer.config import METHODS, ConfigError, ModelShape, parse_run_config, renamed_fields
 from common.dotted import merge
 from trainer.core.reach import single_seed_reach
 from trainer.tasks.registry import TASK_NAMES, get_task_spec
@@ -81,6 +81,7 @@ def train(
     from trainer.trackers import make_trackers
 
     data = read_json(config) if config else {}
+    data = renamed_fields(data) if isinstance(data, dict) else data  # a file of old names, then new --sets
     flags = {k: v for k, v in {"method": method, "steps": steps, "seed": seed, "preset": preset,
                                "engine": engine}.items() if v is not None}
     if model_path:
@@ -133,7 +134,7 @@ def eval_cmd(
             console.print(f"[red]no checkpoint in {safe(run_dir)}/checkpoints[/]")
             raise typer.Exit(1)
         setup.model.load_state_dict(ckpt["model"])
-    res = evaluate(setup.engine, setup.task, SamplingParams(cfg.temperature, cfg.top_p, cfg.max_new_tokens), n,
+    res = evaluate(setup.sampler, setup.task, SamplingParams(cfg.temperature, cfg.top_p, cfg.max_new_tokens), n,
                    problems, seed, cfg.verifier_timeout_s)
     table = Table(title=f"Evaluation ({problems} problems per benchmark, n={n})")
     for col in ("benchmark", f"Avg@{n}", "95% CI", f"Pass@{n}"):

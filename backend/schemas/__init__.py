@@ -4,7 +4,8 @@ import ``from backend.schemas import X``. Run configs are trainer.config.RunConf
 OpenAPI schema documents every hyperparameter with its paper default.
 
 - ``base``: the shared field types (Tag, Label, Notes, UserName, Role, RunStatus, UtcDatetime,
-  Override) and ``InputModel``, the base of every request body (unknown fields are a 422).
+  Override) and ``InputModel``, the base of every request body (unknown fields are a 422);
+  ``ConfigBody``, that of the bodies carrying run configs (it notes renamed config fields).
 - ``runs``, ``sweeps``: submitting, changing and listing runs and sweeps.
 - ``metrics``: a run's step metrics and evaluations.
 - ``rollouts``: a run's step details (rollout samples, histograms, metric keys).

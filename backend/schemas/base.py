@@ -6,9 +6,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, StringConstraints
+from pydantic import (AfterValidator, BaseModel, ConfigDict, ModelWrapValidatorHandler, PrivateAttr, StringConstraints,
+                      model_validator)
 
-from trainer.config import no_control_chars  # trainer.safetext's, re-exported
+from trainer.config import RENAMED_FIELDS, no_control_chars  # no_control_chars: trainer.safetext's, re-exported
 from backend.services.configs import json_safety_issues, json_shape_issue, string_issue
 
 
@@ -51,3 +52,29 @@ UtcDatetime = Annotated[datetime, AfterValidator(lambda d: d if d.tzinfo else d.
 # Request bodies: an unknown field is an error (422), not silently dropped.
 class InputModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class ConfigBody(InputModel):
+    """A request body that carries run configs. It notes the renamed fields (trainer.config
+    ``RENAMED_FIELDS``) they name: the configs read them as their new fields, and the route
+    answers with a deprecation warning (backend/api/deprecation.py)."""
+
+    _renamed: list[str] = PrivateAttr(default_factory=list)
+
+    @classmethod
+    def raw_configs(cls, data: dict[str, Any]) -> list[Any]:
+        """The body's configs as sent (JSON values, before validation)."""
+        return []
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _note_renamed(cls, data: Any, handler: ModelWrapValidatorHandler[ConfigBody]) -> ConfigBody:
+        body = handler(data)
+        configs = cls.raw_configs(data) if isinstance(data, dict) else []
+        body._renamed = [old for old in RENAMED_FIELDS if any(isinstance(c, dict) and old in c for c in configs)]
+        return body
+
+    @property
+    def renamed(self) -> list[str]:
+        """The renamed config fields the request named, each once."""
+        return self._renamed

@@ -7,16 +7,20 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from trainer.config import RunConfig
-from backend.schemas.base import InputModel, Label, Notes, RunStatus, Tag, UtcDatetime
+from backend.schemas.base import ConfigBody, InputModel, Label, Notes, RunStatus, Tag, UtcDatetime
 
 
-class RunCreate(InputModel):
+class RunCreate(ConfigBody):
     """POST /api/runs. ``config`` omitted = all defaults (AERO on the tiny preset)."""
 
     config: RunConfig = Field(default_factory=RunConfig)
     name: Label | None = Field(None, description="Display name; default: config.name, else '<method>-seed<seed>'.")
     tags: list[Tag] = Field(default_factory=list, max_length=32)
     notes: Notes = ""
+
+    @classmethod
+    def raw_configs(cls, data: dict[str, Any]) -> list[Any]:
+        return [data.get("config")]
 
 
 class RunUpdate(InputModel):

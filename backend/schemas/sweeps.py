@@ -7,11 +7,11 @@ from typing import Annotated, Any
 from pydantic import BaseModel, Field
 
 from trainer.config import Method, SharedConfig
-from backend.schemas.base import InputModel, Label, Override, Tag, UtcDatetime
+from backend.schemas.base import ConfigBody, Label, Override, Tag, UtcDatetime
 from backend.schemas.runs import RunPublic
 
 
-class SweepCreate(InputModel):
+class SweepCreate(ConfigBody):
     """POST /api/sweeps: one run per (override, method, seed)."""
 
     name: Label = "sweep"
@@ -29,6 +29,11 @@ class SweepCreate(InputModel):
         '(each at most 8 levels deep and 256 keys and list items).',
     )
     tags: list[Tag] = Field(default_factory=list, max_length=32)
+
+    @classmethod
+    def raw_configs(cls, data: dict[str, Any]) -> list[Any]:
+        overrides = data.get("overrides")
+        return [data.get("base"), *(overrides if isinstance(overrides, list) else [])]
 
 
 class SweepSummary(BaseModel):

@@ -93,8 +93,8 @@ def queue_for(cfg: RunConfig, cpu_queue: str = "cpu", gpu_queue: str = "gpu") ->
     """GPU queue for ``device="cuda"``, and for an engine made for clusters (``gpu_by_default``,
     trainer/engines.py: verl) unless ``device="cpu"`` (verl on the CPU, docs/engines.md: a CPU
     worker with the verl extra runs it); CPU queue otherwise.
-    ``device="auto"`` on the embedded engine (vLLM rollouts included, which fall back to the
-    embedded engine without CUDA) goes to the CPU queue, so the embedded single-worker setup,
+    ``device="auto"`` on the embedded engine (``sampler="vllm"`` included, which falls back to
+    the hf sampler without CUDA) goes to the CPU queue, so the embedded single-worker setup,
     which consumes only that queue, runs it; set ``device="cuda"`` to route a run to GPU workers."""
     gpu = cfg.device == "cuda" or (get_engine(cfg.engine).gpu_by_default and cfg.device != "cpu")
     return gpu_queue if gpu else cpu_queue

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from common.dotted import flatten, merge, nest
-from trainer.config import for_method
+from trainer.config import for_method, renamed_fields
 
 MAX_RUNS_PER_SWEEP = 512
 
@@ -22,8 +22,10 @@ class GridPoint:
 
 def apply_override(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of ``base`` with ``override`` applied. Keys may be dotted (``"aero.n_explore": 4``)
-    or nested dicts (``{"aero": {"n_explore": 4}}``, merged into the base's section)."""
-    return merge(base, nest(flatten(override)))
+    or nested dicts (``{"aero": {"n_explore": 4}}``, merged into the base's section). A renamed
+    field is applied under its new name (``rollout_engine`` -> ``sampler``, with a deprecation
+    warning), so it overrides the base's value."""
+    return merge(base, nest(flatten(renamed_fields(override))))
 
 
 def expand_grid(base: Mapping[str, Any], methods: Sequence[str], seeds: Sequence[int], overrides: Sequence[Mapping[str, Any]]) -> list[GridPoint]:

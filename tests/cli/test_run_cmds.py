@@ -18,7 +18,7 @@ from backend.db.tokens import create_token
 from backend.main import create_app
 from backend.settings import Settings
 from cli.main import app
-from trainer.config import RunConfig
+from trainer.config import ConfigDeprecationWarning, RunConfig
 
 runner = CliRunner()
 
@@ -84,6 +84,18 @@ def test_clone_keeps_the_config_and_applies_sets(api):
     assert (cfg["method"], cfg["steps"], cfg["seed"], cfg["kl_coef"]) == ("grpo", 5, 3, 0.01)
     assert cfg["alerts"]["rules"][0]["kind"] == "nan_loss" and get(api, new)["tags"] == ["t1"]
     assert aero(api, "clone", str(src), "--set", "steps=0").exit_code == 1  # the API's 422
+
+
+def test_clone_with_the_former_rollout_engine_field_sets_the_sampler(api):
+    """``--set rollout_engine=vllm`` is ``--set sampler=vllm`` with a deprecation warning, so it
+    overrides the stored config's sampler instead of contradicting it."""
+    src = add_run(api["url"])
+    assert get(api, src)["config"]["sampler"] == "hf"
+    with pytest.warns(ConfigDeprecationWarning, match="use sampler"):
+        res = aero(api, "clone", str(src), "--set", "rollout_engine=vllm")
+    assert res.exit_code == 0, res.output
+    (new,) = api["sent"]
+    assert get(api, new)["config"]["sampler"] == "vllm" and "rollout_engine" not in get(api, new)["config"]
 
 
 def test_note_replaces_notes_and_tags(api):

@@ -6,6 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Response, status
 
+from backend.api.deprecation import warn_renamed
 from backend.api.deps import EnqueueDep, Principal, ReadAccess, SessionDep, SettingsDep, TokenDep, ensure_may_change
 from backend.api.errors import FORBIDDEN, NOT_FOUND, QUOTA, config_validation_error, conflict_responses
 from backend.db import audit
@@ -31,9 +32,12 @@ def _changeable(session, run_id: int, who: Principal, verb: str) -> Run:
 
 @router.post("", response_model=RunPublic, status_code=status.HTTP_201_CREATED,
              responses={**FORBIDDEN, **QUOTA, 503: {"description": "Broker unreachable; the run is marked failed."}})
-def create_run(body: RunCreate, session: SessionDep, settings: SettingsDep, enqueue: EnqueueDep, who: TokenDep):
+def create_run(body: RunCreate, session: SessionDep, settings: SettingsDep, enqueue: EnqueueDep, who: TokenDep,
+               response: Response):
     """Validate the config (422 names each bad field), check the caller's quotas (429 names the
-    limit and the usage), store a queued run owned by the caller, enqueue it."""
+    limit and the usage), store a queued run owned by the caller, enqueue it. A renamed config
+    field is stored under its new name, with a ``Warning`` header saying so."""
+    warn_renamed(response, body.renamed)
     try:
         # cross-field rules and the operator's policy; per-field rules already ran on RunCreate
         cfg = validate_config(body.config, settings.run_policy)

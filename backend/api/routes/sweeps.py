@@ -8,6 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Response, status
 from fastapi.exceptions import RequestValidationError
 
+from backend.api.deprecation import warn_renamed
 from backend.api.deps import EnqueueDep, ReadAccess, SessionDep, SettingsDep, TokenDep, ensure_may_change
 from backend.api.errors import FORBIDDEN, NOT_FOUND, QUOTA, config_validation_error, conflict_responses
 from backend.db import audit
@@ -46,11 +47,14 @@ def _public(sweep, runs) -> SweepPublic:
 
 @router.post("", response_model=SweepPublic, status_code=status.HTTP_201_CREATED,
              responses={**FORBIDDEN, **QUOTA, 503: {"description": "Broker unreachable; nothing was stored."}})
-def create_sweep(body: SweepCreate, session: SessionDep, settings: SettingsDep, enqueue: EnqueueDep, who: TokenDep):
+def create_sweep(body: SweepCreate, session: SessionDep, settings: SettingsDep, enqueue: EnqueueDep, who: TokenDep,
+                 response: Response):
     """One run per (override, method, seed), all or nothing: every config is validated before
     anything is stored (422 names the field, under ``base`` or ``overrides[i]``), the whole grid
     is checked against the caller's quotas (429: none of it is stored), the sweep and its runs
-    are one transaction, and if the broker refuses any task they are deleted (503)."""
+    are one transaction, and if the broker refuses any task they are deleted (503). A renamed
+    config field is read as its new one, with a ``Warning`` header saying so."""
+    warn_renamed(response, body.renamed)
     quotas = Quotas.of(settings)
 
     def admit_grid(configs) -> None:

@@ -6,7 +6,7 @@ from fastapi.testclient import TestClient
 
 from backend.db import runs as repo
 from backend.main import create_app
-from trainer.config import OptimConfig
+from trainer.config import ConfigDeprecationWarning, OptimConfig
 
 TINY = {"method": "grpo", "steps": 3, "batch_prompts": 4, "eval_every": 0, "eval_problems": 8}
 
@@ -26,6 +26,24 @@ def test_create_stores_validated_config_and_enqueues(client, auth, enqueued):
     assert run["queue"] == "cpu" and enqueued.sent == [(run["id"], "cpu")]
     assert client.get(f"/api/runs/{run['id']}").json() == run
     assert run["created_at"].endswith("Z") and run["started_at"] is None  # UTC, explicitly
+
+
+def test_the_former_rollout_engine_field_is_stored_as_sampler_with_a_warning_header(client, auth):
+    """A body with the old name (rollout_engine, 'embedded' = 'hf') is accepted and stored under
+    the new one; the response carries a 299 Warning naming the new field, and the OpenAPI
+    document knows only sampler."""
+    with pytest.warns(ConfigDeprecationWarning, match="use sampler"):
+        r = client.post("/api/runs", json={"config": {**TINY, "rollout_engine": "embedded"}}, headers=auth)
+    assert r.status_code == 201, r.text
+    assert r.json()["config"]["sampler"] == "hf" and "rollout_engine" not in r.json()["config"]
+    assert client.get(f"/api/runs/{r.json()['id']}").json()["config"]["sampler"] == "hf"  # as stored
+    assert r.headers["warning"].startswith('299 - "run config field rollout_engine is deprecated: use sampler')
+    new = client.post("/api/runs", json={"config": {**TINY, "sampler": "vllm"}}, headers=auth)
+    assert new.json()["config"]["sampler"] == "vllm" and "warning" not in new.headers
+    r = client.post("/api/runs", json={"config": {**TINY, "rollout_engine": "vllm", "sampler": "hf"}}, headers=auth)
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "config", "rollout_engine"]
+    props = client.get("/openapi.json").json()["components"]["schemas"]["RunConfig"]["properties"]
+    assert props["sampler"]["enum"] == ["hf", "vllm"] and "rollout_engine" not in props
 
 
 def test_gpu_runs_go_to_the_gpu_queue(client, auth, enqueued):

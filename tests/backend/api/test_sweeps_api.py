@@ -1,7 +1,9 @@
 """POST /api/sweeps expands methods x seeds x overrides into one run each; GET returns them."""
 
+import pytest
+
 from backend.services.sweeps import apply_override, expand_grid, run_name
-from trainer.config import OptimConfig
+from trainer.config import ConfigDeprecationWarning, OptimConfig
 
 BASE = {"steps": 3, "batch_prompts": 4, "eval_every": 0}
 
@@ -44,6 +46,20 @@ def test_sweep_creates_one_run_per_grid_point(client, auth, enqueued):
     got = client.get(f"/api/sweeps/{sw['id']}").json()
     assert [x["id"] for x in got["runs"]] == [x["id"] for x in sw["runs"]] and got["spec"]["seeds"] == [0, 1]
     assert client.get(f"/api/runs?sweep_id={sw['id']}&method=aero").json()["count"] == 4
+
+
+def test_the_former_rollout_engine_field_works_in_a_sweeps_base_and_overrides(client, auth):
+    """rollout_engine is read as sampler in the base and in an override, where it overrides the
+    base's sampler; the response warns (299) once."""
+    body = {"base": {**BASE, "rollout_engine": "embedded"}, "methods": ["grpo"],
+            "overrides": [{}, {"rollout_engine": "vllm"}]}
+    with pytest.warns(ConfigDeprecationWarning, match="use sampler"):
+        r = client.post("/api/sweeps", json=body, headers=auth)
+    assert r.status_code == 201, r.text
+    assert [x["config"]["sampler"] for x in r.json()["runs"]] == ["hf", "vllm"]
+    assert all("rollout_engine" not in x["config"] for x in r.json()["runs"])
+    assert r.headers.get_list("warning") == ['299 - "run config field rollout_engine is deprecated: use sampler '
+                                             '(rollout_engine=embedded is sampler=hf, rollout_engine=vllm is sampler=vllm)"']
 
 
 def test_seeds_default_to_the_base_seed(client, auth):
