@@ -35,9 +35,8 @@ def _changeable(session, run_id: int, who: Principal, verb: str) -> Run:
 def create_run(body: RunCreate, session: SessionDep, settings: SettingsDep, enqueue: EnqueueDep, who: TokenDep,
                response: Response):
     """Validate the config (422 names each bad field), check the caller's quotas (429 names the
-    limit and the usage), store a queued run owned by the caller, enqueue it. A renamed config
-    field is stored under its new name, with a ``Warning`` header saying so."""
-    warn_renamed(response, body.renamed)
+    limit and the usage), store a queued run owned by the caller, enqueue it."""
+    warn_renamed(response, body.renamed)  # a renamed config field: stored under its new name, said in a header
     try:
         # cross-field rules and the operator's policy; per-field rules already ran on RunCreate
         cfg = validate_config(body.config, settings.run_policy)

@@ -52,9 +52,8 @@ def create_sweep(body: SweepCreate, session: SessionDep, settings: SettingsDep, 
     """One run per (override, method, seed), all or nothing: every config is validated before
     anything is stored (422 names the field, under ``base`` or ``overrides[i]``), the whole grid
     is checked against the caller's quotas (429: none of it is stored), the sweep and its runs
-    are one transaction, and if the broker refuses any task they are deleted (503). A renamed
-    config field is read as its new one, with a ``Warning`` header saying so."""
-    warn_renamed(response, body.renamed)
+    are one transaction, and if the broker refuses any task they are deleted (503)."""
+    warn_renamed(response, body.renamed)  # a renamed config field: read as its new one, said in a header
     quotas = Quotas.of(settings)
 
     def admit_grid(configs) -> None:
