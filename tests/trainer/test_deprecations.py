@@ -1,4 +1,4 @@
-"""Renamed run-config fields (trainer/config.py ``RENAMED_FIELDS``): ``rollout_engine``
+"""Renamed run-config fields (trainer/config_renames.py, via trainer.config): ``rollout_engine``
 ("embedded" | "vllm") is ``sampler`` ("hf" | "vllm"). The old field is read as the new one with
 a DeprecationWarning naming it, the parsed config is the one the new field gives, and a config
 whose two spellings disagree is refused naming the old field."""
