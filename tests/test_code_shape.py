@@ -50,3 +50,16 @@ def test_no_function_in_trainer_takes_more_than_twelve_parameters():
 def test_no_private_name_is_imported_across_modules():
     found = [f"{path}:{line} imports {name}" for path, tree in _trees(PACKAGES) for line, name in private_imports(tree)]
     assert found == [], "make the shared name public:\n" + "\n".join(found)
+
+
+MAX_LINES = 500
+SIZED = ("backend", "benchmarks", "cli", "common", "dashboard", "examples", "scripts", "trainer", "worker")
+
+
+def test_no_file_outside_tests_is_over_500_lines():
+    """Small files (docs/architecture.md "Style we hold"): a module past 500 lines holds more than
+    one job; split it along its seams (benchmarks/soak/, trainer/bench/ are examples). Alembic
+    migrations are frozen history and skipped."""
+    long = [f"{p.relative_to(ROOT)} ({n})" for pkg in SIZED for p in sorted((ROOT / pkg).rglob("*.py"))
+            if "alembic" not in p.parts and (n := len(p.read_text().splitlines())) > MAX_LINES]
+    assert long == [], "split these along their seams:\n" + "\n".join(long)

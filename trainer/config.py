@@ -18,12 +18,14 @@ from pydantic import (AfterValidator, Field, ValidationError, ValidationInfo, cr
                       model_serializer, model_validator)
 
 from trainer.alerts import AlertsConfig, rule_issues
-from trainer.config_types import Strict
-from trainer.engines import ENGINE_NAMES, engine_issues
+# (RENAMED_FIELDS, ConfigDeprecationWarning and renamed_fields: also the backend's and the CLI's, via this module)
+from trainer.config_renames import RENAMED_FIELDS, ConfigDeprecationWarning, read_renamed, renamed_fields  # noqa: F401
+from trainer.config_types import Cap, Section, Strict
+from trainer.engines import ENGINE_NAMES, engine_issues, engines_that, get_engine
 from trainer.methods.spec import all_sections, get_method, method_names, section_readers, specs
 from trainer.resources import ResourcesConfig, resource_issues
 from trainer.safetext import no_control_chars  # noqa: F401  (also backend.schemas's, via this module)
-from trainer.tasks.registry import PRESET_NAMES, PRESET_TASK, TASK_NAMES, TASK_SPECS, get_task_spec
+from trainer.tasks.registry import PRESET_NAMES, PRESET_TASK, TASK_NAMES, TASK_SPECS, get_task_spec, task_sections, tasks_with
 
 if TYPE_CHECKING:
     from trainer.operator_policy import RunPolicy
@@ -31,7 +33,10 @@ if TYPE_CHECKING:
 # The registered methods (trainer/methods/): the schema's enum and pydantic's literal_error
 # message name exactly these.
 METHODS: tuple[str, ...] = method_names()
-SECTION_NAMES: tuple[str, ...] = tuple(sec.name for sec in all_sections())
+METHOD_SECTION_NAMES: tuple[str, ...] = tuple(sec.name for sec in all_sections())
+# The tasks' sections (trainer/tasks/registry.py ``TaskSpec.section``: the code task's sandbox).
+TASK_SECTION_NAMES: tuple[str, ...] = tuple(sec.name for sec in task_sections())
+SECTION_NAMES: tuple[str, ...] = METHOD_SECTION_NAMES + TASK_SECTION_NAMES
 Method = Literal[METHODS]  # type: ignore[valid-type]
 LossAgg = Literal["seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm"]
 # The shipped architectures with random weights (trainer/embedded/shapes.py; one directory each
@@ -41,38 +46,8 @@ ModelShape = Literal["qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-7b", "tiny-151k"]
 TaskName = Literal[TASK_NAMES]  # type: ignore[valid-type]
 EngineName = Literal[ENGINE_NAMES]  # type: ignore[valid-type]
 Preset = Literal[PRESET_NAMES]  # type: ignore[valid-type]
-
-
-# the code section's former fields, the operator's settings now (refused with a message saying
-# so, parse_run_config; stored configs lost them in Alembic 0009)
-_OPERATOR_FIELDS = {"network": "AERO_SANDBOX_ISOLATION", "run_as_uid": "AERO_SANDBOX_UID",
-                    "python": "AERO_SANDBOX_PYTHON"}
-
-
-class CodeConfig(Strict):
-    """Code task: the sandbox that runs candidate programs (docs/tasks.md "Code").
-
-    The paper gives no sandbox limits; the defaults follow common APPS/TACO/PRIME practice
-    (a few seconds per test, ~1 GiB)."""
-
-    test_timeout_s: float = Field(4.0, gt=0.0, le=600.0, description="Per test: wall-clock limit (the test's process "
-                                  "is killed) and CPU-time limit (RLIMIT_CPU, rounded up to whole seconds). After a "
-                                  "timeout the candidate's remaining tests are skipped (counted as failed).")
-    timeout_s: float = Field(30.0, gt=0.0, le=3600.0, description="Wall-clock limit for one candidate over all its "
-                             "tests, start-up included; past it the whole sandbox (process group / PID namespace) is "
-                             "SIGKILLed and the candidate scores 0 as a timeout.")
-    memory_mb: int = Field(1024, ge=64, le=1_048_576, description="Address-space limit per process (RLIMIT_AS), MiB.")
-    max_processes: int = Field(64, ge=2, le=100_000, description="RLIMIT_NPROC: processes and threads of the sandbox "
-                               "user (counted per uid; a root worker gives each candidate scored at once its own uid "
-                               "from AERO_SANDBOX_UID / AERO_SANDBOX_UID_COUNT).")
-    max_output_bytes: int = Field(1_048_576, ge=1024, le=1 << 30, description="Cap on a test's captured stdout (the "
-                                  "process is killed past it) and on any file it writes (RLIMIT_FSIZE).")
-    audit_hook: Literal["always", "fallback"] = Field(
-        "always", description="Install the audit hook (blocks sockets, subprocesses, ctypes, writes outside the "
-        "sandbox directory) always, or only when namespaces are unavailable ('fallback' needs the operator's "
-        "AERO_SANDBOX_AUDIT_HOOK=fallback).")
-    workers: int = Field(0, ge=0, le=1024, description="Sandboxes run at once when scoring a batch (0 = min(8, CPUs)).")
-    max_tests: int = Field(0, ge=0, le=1_000_000, description="Keep the first N tests of each problem (0 = all).")
+# What generates a run's rollouts (trainer/rollout/): transformers' KV-cache sampling or vLLM.
+SamplerName = Literal["hf", "vllm"]
 
 
 TRACKERS = ("wandb", "mlflow", "tensorboard")
@@ -120,11 +95,12 @@ class _RunFields(Strict):
         "'CodeContests': '/data/cc.parquet', 'TACO': '/data/taco.jsonl'}; evaluated and reported per name, "
         "in the given order. Flat layouts of AIME24, AMC23, MATH-500, Minerva and OlympiadBench are read as shipped.",
     )
-    rollout_engine: Literal["embedded", "vllm"] = Field(
-        "embedded", description="Rollout engine of the embedded trainer: 'embedded' (transformers KV-cache sampling, "
-        "CPU or CUDA) or 'vllm' (extra aero-lab[vllm], CUDA; weights synced after every update). Without vLLM or "
-        "CUDA a 'vllm' run falls back to 'embedded' with a warning. On the verl engine: 'embedded' is the same "
-        "sampler as an HF-generate rollout server (CPU or CUDA), 'vllm' is verl's vLLM replica (CUDA).")
+    sampler: SamplerName = Field(
+        "hf", description="What generates the rollouts: 'hf' (transformers KV-cache sampling, CPU or CUDA) or "
+        "'vllm' (extra aero-lab[vllm], CUDA; weights synced after every update). Without vLLM or CUDA a 'vllm' run "
+        "falls back to 'hf' with a warning. On the verl engine: 'hf' is the same sampler as an HF-generate rollout "
+        "server (CPU or CUDA), 'vllm' is verl's vLLM replica (CUDA). Formerly rollout_engine ('embedded' = 'hf'), "
+        "still accepted with a deprecation warning.")
     rollout_decode: Literal["dynamic", "static", "graphs"] = Field(
         "dynamic", description="How the embedded engine's sampler decodes (the same tokens from the same seed on all "
         "three). dynamic: a growing KV cache, finished rows dropped from the batch, the host checked every token. "
@@ -136,14 +112,18 @@ class _RunFields(Strict):
         False, description="Recompute activations in the backward pass (HF gradient checkpointing): less memory for "
         "long responses on real models, ~30% more train time. The verl engine maps it to enable_gradient_checkpointing.")
     seed: int = Field(0, ge=0, le=2**32 - 1, description="Run seed: sampling, curation and data order.")
-    steps: int = Field(60, ge=1, le=1_000_000)
-    batch_prompts: int = Field(64, ge=1, le=65_536, description="Prompts per step P (paper: 256; tiny preset: 64, chosen by "
+    steps: Annotated[int, Cap("max_steps", "AERO_MAX_STEPS", 100_000, "Cap on steps.")] = Field(60, ge=1, le=1_000_000)
+    batch_prompts: Annotated[int, Cap("max_batch_prompts", "AERO_MAX_BATCH_PROMPTS", 4096, "Cap on batch_prompts.")] = Field(
+        64, ge=1, le=65_536, description="Prompts per step P (paper: 256; tiny preset: 64, chosen by "
                                "the sweep in BENCHMARKS.md).")
-    n_total: int = Field(16, ge=2, le=4096, description="Rollout budget per prompt, the same for every method (paper: 16).")
+    n_total: Annotated[int, Cap("max_n_total", "AERO_MAX_N_TOTAL", 512, "Cap on n_total.", ge=2)] = Field(
+        16, ge=2, le=4096, description="Rollout budget per prompt, the same for every method (paper: 16).")
     temperature: float = Field(1.0, gt=0.0, le=10.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
-    max_new_tokens: int = Field(12, ge=1, description="Response length cap (paper: 1536; tiny preset: 12).")
-    max_prompt_tokens: int = Field(32, ge=1, description="Prompt length cap (paper: 1024; tiny preset: 32).")
+    max_new_tokens: Annotated[int, Cap("max_new_tokens", "AERO_MAX_NEW_TOKENS", 32_768, "Cap on max_new_tokens.")] = Field(
+        12, ge=1, description="Response length cap (paper: 1536; tiny preset: 12).")
+    max_prompt_tokens: Annotated[int, Cap("max_prompt_tokens", "AERO_MAX_PROMPT_TOKENS", 32_768,
+                                          "Cap on max_prompt_tokens.")] = Field(32, ge=1, description="Prompt length cap (paper: 1024; tiny preset: 32).")
     train_size: int | None = Field(None, ge=1, le=10_000_000, description="Arithmetic task: train on a finite set of "
                                    "N problems drawn in epochs (seeded permutations), with stable prompt ids; null = "
                                    "the infinite seeded stream. Math and code use their file.")
@@ -175,12 +155,14 @@ class _RunFields(Strict):
                                        "refuses true with several mini-batches).")
     eval_every: int = Field(5, ge=0, le=1_000_000, description="Evaluate every K steps, and at step 0 (the base) and the end (0 = only "
                             "at the end). Evaluation time is not counted in a run's training time.")
-    eval_n: int = Field(8, ge=1, le=1024, description="Samples per eval problem (Avg@k / Pass@k with k <= eval_n).")
+    eval_n: Annotated[int, Cap("max_eval_n", "AERO_MAX_EVAL_N", 1024, "Cap on eval_n.")] = Field(
+        8, ge=1, le=1024, description="Samples per eval problem (Avg@k / Pass@k with k <= eval_n).")
     eval_temperature: float = Field(1.0, ge=0.0, le=10.0, description="Sampling temperature of held-out evaluation, "
                                     "independent of the training temperature (paper: 1.0, Table 9; 0 = greedy). Eval "
                                     "draws are seeded by the eval's step only, so every run of the same base is "
                                     "evaluated on paired draws.")
-    eval_problems: int = Field(64, ge=1, description="Problems per benchmark at eval.")
+    eval_problems: Annotated[int, Cap("max_eval_problems", "AERO_MAX_EVAL_PROBLEMS", 100_000,
+                                      "Cap on eval_problems.")] = Field(64, ge=1, description="Problems per benchmark at eval.")
     checkpoint_every: int = Field(20, ge=0, le=1_000_000, description="Checkpoint every K steps (0 = only at the end).")
     device: Literal["auto", "cpu", "cuda"] = "auto"
     dtype: Literal["auto", "float32", "bfloat16"] = Field("auto", description="auto: bfloat16 on CUDA, float32 on CPU. On CUDA, "
@@ -191,7 +173,6 @@ class _RunFields(Strict):
     resources: ResourcesConfig = Field(default_factory=ResourcesConfig, description="GPUs per node, nodes and "
                                        "rollout tensor parallelism the run holds while it trains (trainer/resources.py): "
                                        "a run waits until they are free and never shares a GPU with another run.")
-    code: CodeConfig = Field(default_factory=CodeConfig)
     alerts: AlertsConfig = Field(default_factory=AlertsConfig, description="Alert rules and early stopping "
                                  "(trainer/alerts.py): each rule notifies (recorded, posted to the webhook) and/or stops "
                                  "the run cleanly with a checkpoint.")
@@ -200,6 +181,13 @@ class _RunFields(Strict):
                                     "sets AERO_WANDB_MODE=online), mlflow (the operator's AERO_MLFLOW_TRACKING_URI, else a "
                                     "SQLite store in the run directory), tensorboard (event files in the run directory). "
                                     "The operator's AERO_TRACKERS are added to every run.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: Any) -> Any:
+        """A renamed field (``rollout_engine``) is read as its new one with a deprecation warning,
+        or refused under its old name (trainer/config_renames.py)."""
+        return read_renamed(data, cls.__name__)
 
     @model_validator(mode="before")
     @classmethod
@@ -227,32 +215,55 @@ class _RunFields(Strict):
 
 
 def _section_field(sec, shared: bool = False) -> tuple[Any, Any]:
-    readers = ", ".join(section_readers(sec.name))
-    rule = "each run of those methods takes it" if shared else "defaults when omitted; refused for other methods"
+    if sec.name in TASK_SECTION_NAMES:
+        readers, who = ", ".join(n for n, t in TASK_SPECS.items() if t.section is sec), "tasks"
+    else:
+        readers, who = ", ".join(section_readers(sec.name)), "methods"
+    rule = f"each run of those {who} takes it" if shared else f"defaults when omitted; refused for other {who}"
     return sec.model | None, Field(None, description=f"{sec.title}: read by {readers} only ({rule}).")
 
 
+def _task_of(data: dict) -> Any:
+    """The task a raw config names (its preset's when only a preset is given), else None."""
+    task = data.get("task")
+    if task is None and isinstance(data.get("preset"), str):
+        task = PRESET_TASK.get(data["preset"])
+    return _RunFields.model_fields["task"].default if task is None else task
+
+
 class _MethodSections(_RunFields):
-    """The sections of exactly the chosen method (see :data:`RunConfig`)."""
+    """The sections of exactly the chosen method and task (see :data:`RunConfig`)."""
 
     @model_validator(mode="before")
     @classmethod
     def _own_sections(cls, data: Any) -> Any:
-        """A section the chosen method reads defaults to its model's defaults when omitted (or
-        null); one it does not read is refused by :meth:`_section_of_method`."""
+        """A section the chosen method or task reads defaults to its model's defaults when
+        omitted (or null); one it does not read is refused by :meth:`_section_of_run`."""
         if not isinstance(data, dict):
             return data
+        own: list[Section] = []
         try:
-            spec = get_method(data.get("method", cls.model_fields["method"].default))
+            own += get_method(data.get("method", cls.model_fields["method"].default)).sections
         except (TypeError, ValueError):
-            return data  # the method field's own error names it
-        return {**data, **{sec.name: {} for sec in spec.sections if data.get(sec.name) is None}}
+            pass  # the method field's own error names it
+        task = TASK_SPECS.get(_task_of(data)) if isinstance(_task_of(data), str) else None
+        own += [task.section] if task is not None and task.section is not None else []
+        return {**data, **{sec.name: {} for sec in own if data.get(sec.name) is None}}
 
     @field_validator(*SECTION_NAMES, mode="after", check_fields=False)
     @classmethod
-    def _section_of_method(cls, value: Any, info: ValidationInfo) -> Any:
-        method, name = info.data.get("method"), str(info.field_name)
-        if value is not None and method is not None and not get_method(method).reads(name):
+    def _section_of_run(cls, value: Any, info: ValidationInfo) -> Any:
+        name = str(info.field_name)
+        if value is None:
+            return value
+        if name in TASK_SECTION_NAMES:
+            task = info.data.get("task")
+            if task is not None and get_task_spec(task).section_name != name:
+                readers = ", ".join(n for n, t in TASK_SPECS.items() if t.section_name == name)
+                raise ValueError(f"task {task} has no {name} section (read by the {readers} task); remove it")
+            return value
+        method = info.data.get("method")
+        if method is not None and not get_method(method).reads(name):
             raise ValueError(f"method {method} has no {name} section (read by "
                              f"{', '.join(section_readers(name))}); remove it")
         return value
@@ -274,6 +285,7 @@ if TYPE_CHECKING:
     from trainer.methods.knapsack import KnapsackConfig
     from trainer.methods.pilot_commit import PilotCommitConfig
     from trainer.methods.speed import SPEEDConfig
+    from trainer.tasks.code_config import CodeConfig
 
     class RunConfig(_MethodSections):
         """The typed view of :data:`RunConfig` that mypy and IDEs see (the runtime class is built
@@ -288,19 +300,21 @@ if TYPE_CHECKING:
         aero_mem: AEROMemConfig
         pilot_commit: PilotCommitConfig
         cppo: CPPOConfig
+        code: CodeConfig
 else:
     # One training run, stored with the run as JSON (``model_dump(mode='json')``): the common
     # fields plus one optional block per method section, present exactly when the chosen method
     # reads it.
     RunConfig = create_model("RunConfig", __base__=_MethodSections, __module__=__name__,
                              __doc__="One training run. Stored with the run as JSON (``model_dump(mode='json')``).",
-                             **{sec.name: _section_field(sec) for sec in all_sections()})
+                             **{sec.name: _section_field(sec) for sec in (*all_sections(), *task_sections())})
 # A config shared by several methods (a sweep's base): any section may be present, each checked
 # by its own model; :func:`for_method` turns it into one method's config.
 SharedConfig = create_model("SharedConfig", __base__=_RunFields, __module__=__name__,  # type: ignore[call-overload]
                             __doc__="A run config shared by several methods (a sweep's base): every method's "
                             "section may be given; each run keeps the sections its method reads.",
-                            **{sec.name: _section_field(sec, shared=True) for sec in all_sections()})
+                            **{sec.name: _section_field(sec, shared=True) for sec in (*all_sections(),
+                                                                                      *task_sections())})
 
 
 class ConfigError(ValueError):
@@ -314,18 +328,17 @@ class ConfigError(ValueError):
 def cross_field_issues(cfg: RunConfig) -> list[tuple[str, str]]:
     """Rules that span fields. Each names the field a user should change. The method's own
     rules are its sections' (trainer/methods/<name>.py)."""
-    issues = [issue for sec in get_method(cfg.method).sections for issue in sec.rules(cfg)]
+    task = get_task_spec(cfg.task)
+    own = (*get_method(cfg.method).sections, *((task.section,) if task.section is not None else ()))
+    issues = [issue for sec in own for issue in sec.rules(cfg)]
     issues += rule_issues(cfg.alerts)
     if len(set(cfg.trackers)) < len(cfg.trackers):
         issues.append(("trackers", "name each tracker once"))
     if cfg.model_shape is None and (cfg.preset is None) == (cfg.model_path is None):
         issues.append(("model_path", "give exactly one of preset or model_path"))
     issues += shape_issues(cfg)
-    task = get_task_spec(cfg.task)
     if task.source == "files" and not cfg.train_data:
         issues.append(("train_data", f"the {cfg.task} task needs a local parquet or JSONL file"))
-    if cfg.code.timeout_s < cfg.code.test_timeout_s:
-        issues.append(("code.timeout_s", f"must be >= code.test_timeout_s ({cfg.code.test_timeout_s})"))
     if cfg.preset is not None and PRESET_TASK[cfg.preset] != cfg.task:
         fix = f"use preset {task.preset}" if task.preset else "set preset=null and give a model_path"
         issues.append(("task", f"the {cfg.preset} preset is trained on the {PRESET_TASK[cfg.preset]} task; for the "
@@ -356,24 +369,26 @@ def _files_tasks() -> list[str]:
 
 
 def shape_issues(cfg: RunConfig) -> list[tuple[str, str]]:
-    """A ``model_shape`` run: random weights, the scripted strata task, the embedded engine and
-    sampler. The strata task needs a shape (it has no tokenizer files) and a shape needs it."""
+    """A ``model_shape`` run: random weights, a scripted task (strata), an engine that builds
+    shapes (``EngineSpec.model_shapes``) and the HF sampler. A scripted task needs a shape (it has
+    no tokenizer files) and a shape needs one."""
+    scripted = get_task_spec(cfg.task).source == "scripted"
     if cfg.model_shape is None:
-        return [("model_shape", "the strata task runs on a shipped architecture with random weights: set "
-                 "model_shape (and preset=null)")] if cfg.task == "strata" else []
+        return [("model_shape", f"the {cfg.task} task runs on a shipped architecture with random weights: set "
+                 "model_shape (and preset=null)")] if scripted else []
     issues = []
     if cfg.preset is not None:
         issues.append(("preset", f"model_shape {cfg.model_shape} replaces the preset: set preset=null"))
     if cfg.model_path is not None:
         issues.append(("model_path", f"model_shape {cfg.model_shape} replaces model_path: remove it"))
-    if cfg.task != "strata":
-        issues.append(("task", "a model_shape has random weights and no tokenizer: it trains the scripted strata "
-                       "task (task=strata)"))
-    if cfg.engine != "embedded":
-        issues.append(("engine", "a model_shape runs on the embedded engine"))
-    if cfg.rollout_engine != "embedded":
-        issues.append(("rollout_engine", "vLLM loads its weights from a model directory and a model_shape has none: "
-                       "use rollout_engine=embedded"))
+    if not scripted:
+        tasks = " or ".join(f"task={t}" for t in tasks_with("scripted"))
+        issues.append(("task", f"a model_shape has random weights and no tokenizer: it trains a scripted task ({tasks})"))
+    if not get_engine(cfg.engine).model_shapes:
+        issues.append(("engine", f"a model_shape runs on the {' or '.join(engines_that('model_shapes'))} engine"))
+    if cfg.sampler != "hf":
+        issues.append(("sampler", "vLLM loads its weights from a model directory and a model_shape has none: "
+                       "use sampler=hf"))
     if get_method(cfg.method).needs.prompt_ids:
         issues.append(("method", f"method {cfg.method} keys its memory by prompt id; the strata task's prompts "
                        "never repeat"))
@@ -408,7 +423,7 @@ def for_method(data: Mapping[str, Any], method: str) -> dict[str, Any]:
         spec = get_method(method)
     except ValueError:
         return {**data, "method": method}
-    return {**{k: v for k, v in data.items() if k not in SECTION_NAMES or spec.reads(k)}, "method": method}
+    return {**{k: v for k, v in data.items() if k not in METHOD_SECTION_NAMES or spec.reads(k)}, "method": method}
 
 
 def unread_sections(data: Mapping[str, Any], methods: Sequence[str]) -> list[tuple[str, str]]:
@@ -416,14 +431,19 @@ def unread_sections(data: Mapping[str, Any], methods: Sequence[str]) -> list[tup
     or a forgotten method: :func:`for_method` would drop them silently)."""
     known = [m for m in methods if m in METHODS]
     return [(name, f"no method of {', '.join(known)} reads the {name} section; remove it or add a method that does")
-            for name in SECTION_NAMES if data.get(name) is not None and known
+            for name in METHOD_SECTION_NAMES if data.get(name) is not None and known
             and not set(known) & set(section_readers(name))]
 
 
 def operator_field_message(loc: Sequence[Any]) -> str | None:
-    """For an unknown field at ``loc`` that is an operator setting: what to do; else None."""
-    if len(loc) == 2 and loc[0] == "code" and loc[1] in _OPERATOR_FIELDS:
-        return f"an operator setting ({_OPERATOR_FIELDS[str(loc[1])]}), not a run-config field; remove it"
+    """For an unknown field at ``loc`` that is an operator setting (a section's former field,
+    ``Section.operator_fields``): what to do; else None."""
+    if len(loc) != 2:
+        return None
+    for sec in (*all_sections(), *task_sections()):
+        env = dict(sec.operator_fields).get(str(loc[1])) if sec.name == loc[0] else None
+        if env is not None:
+            return f"an operator setting ({env}), not a run-config field; remove it"
     return None
 
 
@@ -444,9 +464,7 @@ def parse_run_config(data: dict[str, Any] | RunConfig, policy: RunPolicy | None 
         raise ConfigError([(".".join(str(p) for p in err["loc"]) or "config", _message(err)) for err in e.errors()]) from None
     issues = cross_field_issues(cfg)
     if policy is not None:
-        from trainer.operator_policy import policy_issues
-
-        issues += policy_issues(cfg, policy)
+        issues += policy.issues(cfg)
     if issues:
         raise ConfigError(issues)
     return cfg

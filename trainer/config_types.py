@@ -1,8 +1,9 @@
-"""The base types of every config model: ``Strict`` (the strict pydantic base), ``Field`` and
-``Issues`` (a rule's findings).
+"""The base types of every config model: ``Strict`` (the strict pydantic base), ``Field``,
+``Issues`` (a rule's findings), ``Section`` (a block of the run config that a method or a task
+owns) and ``Cap`` (an operator cap, declared on the field it bounds).
 
-``RunConfig`` (trainer/config.py), its blocks (trainer/alerts.py, trainer/resources.py) and the
-methods' sections (trainer/methods/) all build on these. This module imports no other project
+``RunConfig`` (trainer/config.py), its blocks (trainer/alerts.py, trainer/resources.py), the
+methods' sections (trainer/methods/) and the tasks' (trainer/tasks/) all build on these. This module imports no other project
 module, so each of them can import it without joining an import circle
 (tests/test_import_graph.py). Pydantic and the stdlib only; without pydantic (scripts/gpu_check.py
 runs the engines with torch and transformers only, its run config a plain namespace) the models
@@ -11,7 +12,8 @@ are declared but never built or validated.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
 try:
     from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
@@ -19,6 +21,50 @@ except ImportError:  # see the module docstring
     BaseModel = None
 
 Issues = list[tuple[str, str]]  # (dotted field path, message)
+
+
+@dataclass(frozen=True)
+class Cap:
+    """An operator cap on the field it annotates: ``n_max: Annotated[int, Cap(...)] = Field(...)``.
+
+    The run config's value must be <= the operator's limit (trainer/operator_policy.py derives
+    its ``RunPolicy`` field ``policy``, the environment variable ``env`` and its table of caps
+    from these, so a cap is declared once, by the section that owns the field). ``limit`` is the
+    default; ``ge`` (or ``gt``) bounds what an operator may set; a float cap is always finite.
+    Pydantic ignores this marker, so the field's schema is unchanged."""
+
+    policy: str
+    env: str
+    limit: int | float
+    description: str
+    ge: int | float | None = 1
+    gt: int | float | None = None
+
+
+def no_rules(cfg: Any) -> Issues:
+    return []
+
+
+@dataclass(frozen=True)
+class Section:
+    """One config block a method or a task owns (``MethodSpec.sections``, ``TaskSpec.section``).
+
+    name: the RunConfig field (``aero`` -> ``cfg.aero``); model: its pydantic model (per-field
+    bounds, help texts and caps); rules: cross-field checks of a config that reads the section,
+    each naming the field to change; title and form: the Launch form's heading and its (dotted
+    path, label) inputs, top-level fields the section needs (``train_size``) included;
+    operator_fields: former fields of the block that are the operator's settings now ({field:
+    environment variable}), refused with a message naming the setting."""
+
+    name: str
+    model: type
+    title: str
+    form: tuple[tuple[str, str], ...] = ()
+    rules: Callable[[Any], Issues] = no_rules  # (RunConfig) -> Issues; no import of it here (module docstring)
+    operator_fields: tuple[tuple[str, str], ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "title": self.title, "form": [list(f) for f in self.form]}
 
 
 def _numeric_kind(annotation: Any) -> str | None:

@@ -1,9 +1,11 @@
-"""The training-engine registry and the one entry point that trains a run on its engine.
+"""The training engines: their registry (re-exported from trainer/engine_registry.py) and the one
+entry point that trains a run on its engine.
 
-An engine is a package with a ``run`` function of the contract below, registered here with
-what the platform needs to know about it (the config's ``engine`` choices, the submit-time
-rules, which queue runs it, whether it logs to trackers itself). Adding an engine is its
-package plus one entry in :data:`ENGINE_SPECS`; the methods it can run say so themselves
+An engine is a package with a ``run`` function of the contract below, registered in
+trainer/engine_registry.py with what the platform needs to know about it (the config's ``engine``
+choices, the submit-time rules, which queue runs it, whether it logs to trackers itself, whether
+it spans GPUs and nodes, what a worker preloads). Adding an engine is its package plus one entry
+in :data:`ENGINE_SPECS`; the methods it can run say so themselves
 (``MethodSpec.needs.engines``, trainer/methods/spec.py), as the tasks do (``TaskSpec.engines``).
 
 Light on purpose (stdlib only): the API's config validation imports it. Functions are named
@@ -26,52 +28,17 @@ run waits for while its GPUs are taken and None once placed, and ``on_placed(sum
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from common.refs import load
+from trainer.engine_registry import (ENGINE_NAMES, ENGINE_SPECS, EngineSpec, engines_that, get_engine,  # noqa: F401
+                                     preload_engines)
 
 if TYPE_CHECKING:
     from trainer.config import RunConfig
     from trainer.operator_policy import RunPolicy
     from trainer.sinks import MetricSink
-
-
-@dataclass(frozen=True)
-class EngineSpec:
-    name: str
-    description: str  # one line for help texts
-    run: str  # "module:function" with the run contract above
-    # "module:function(cfg) -> [(field, message)]": the engine's own submit-time rules, beyond
-    # what every engine shares (trainer/config.py); None when it has none
-    rules: str | None = None
-    # True when the engine logs to the run's trackers itself (its own loggers), so the platform
-    # attaches no tracker sinks (one set of tracker files per run)
-    own_trackers: bool = False
-    # True when a run with device="auto" goes to the GPU queue (an engine made for clusters)
-    gpu_by_default: bool = False
-    # True when the engine runs on Ray and places its workers itself (trainer/placement.py):
-    # its run function takes on_wait and on_placed
-    uses_ray: bool = False
-    extra: str | None = None  # the pip extra that installs it, for error messages
-
-
-ENGINE_SPECS: dict[str, EngineSpec] = {s.name: s for s in (
-    EngineSpec("embedded", "the platform's own single-process trainer (CPU or one GPU; no extra installs)",
-               run="trainer.embedded.loop:run_embedded"),
-    EngineSpec("verl", "verl 0.9.1's RayPPOTrainer (Ray, FSDP; vLLM or our HF rollout), for clusters and the CPU",
-               run="trainer.verl:run_verl", rules="trainer.verl.rules:verl_issues", own_trackers=True,
-               gpu_by_default=True, uses_ray=True, extra="verl"),
-)}
-ENGINE_NAMES: tuple[str, ...] = tuple(ENGINE_SPECS)
-
-
-def get_engine(name: str) -> EngineSpec:
-    try:
-        return ENGINE_SPECS[name]
-    except KeyError:
-        raise ValueError(f"unknown engine {name!r}; known: {', '.join(ENGINE_NAMES)}") from None
 
 
 def engine_issues(cfg: RunConfig) -> list[tuple[str, str]]:

@@ -22,21 +22,20 @@ import os
 from collections.abc import Mapping
 from fnmatch import fnmatch
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+import typing
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from trainer.alerts import webhook_policy_issues
+from trainer.config import RunConfig
+from trainer.config_types import Cap
 from trainer.resources import gpus_held
 
-if TYPE_CHECKING:
-    from trainer.config import RunConfig
-
-
-class RunPolicy(BaseModel):
+class _Settings(BaseModel):
     """Operator settings (env names in :data:`ENV`). ``data_roots=None``: paths unrestricted
     (the CLI, run by the operator, when ``AERO_DATA_ROOTS`` is unset); the platform always
-    passes roots (default: its data directory)."""
+    passes roots (default: its data directory). :data:`RunPolicy` adds one field per cap."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -53,30 +52,8 @@ class RunPolicy(BaseModel):
                              "uid is killed after each candidate, so the range must belong to nothing else).")
     sandbox_uid_count: int = Field(64, ge=1, le=65536, description="Size of the sandbox uid range: candidates scored "
                                    "at once on this host (across worker processes); more wait for a free uid.")
-    sandbox_memory_mb: int = Field(4096, ge=64, description="Cap on code.memory_mb (RLIMIT_AS per process, MiB).")
-    sandbox_max_processes: int = Field(256, ge=2, description="Cap on code.max_processes (RLIMIT_NPROC).")
-    sandbox_max_output_bytes: int = Field(16 << 20, ge=1024, description="Cap on code.max_output_bytes.")
-    sandbox_test_timeout_s: float = Field(60.0, gt=0, description="Cap on code.test_timeout_s.")
-    sandbox_timeout_s: float = Field(600.0, gt=0, description="Cap on code.timeout_s.")
-    sandbox_workers: int = Field(64, ge=1, description="Cap on code.workers (sandboxes at once; 0 = min(8, CPUs) "
-                                 "is always allowed).")
-    max_steps: int = Field(100_000, ge=1, description="Cap on steps.")
-    max_batch_prompts: int = Field(4096, ge=1, description="Cap on batch_prompts.")
-    max_n_total: int = Field(512, ge=2, description="Cap on n_total.")
-    max_new_tokens: int = Field(32_768, ge=1, description="Cap on max_new_tokens.")
-    max_prompt_tokens: int = Field(32_768, ge=1, description="Cap on max_prompt_tokens.")
-    max_eval_problems: int = Field(100_000, ge=1, description="Cap on eval_problems.")
-    max_eval_n: int = Field(1024, ge=1, description="Cap on eval_n.")
-    max_aero_n_max: int = Field(1024, ge=1, description="Cap on aero.n_max.")
-    max_aero_k_max: int = Field(100, ge=0, description="Cap on aero.k_max.")
-    max_aero_k: float = Field(1000.0, ge=1, allow_inf_nan=False, description="Cap on aero.k (always finite).")
-    max_aero_delta_n: int = Field(1024, ge=1, description="Cap on aero.delta_n (rescue rollouts per prompt per round).")
     max_gpus: int = Field(8, ge=0, description="Cap on the GPUs one run holds (resources.gpus_per_node x "
                           "resources.nodes; a logical GPU on device=cpu counts too).")
-    max_nodes: int = Field(1, ge=1, description="Cap on resources.nodes: a run over several nodes needs the operator's "
-                           "Ray cluster (AERO_RAY_ADDRESS) and a run directory every node sees, so it is opt-in.")
-    max_dapo_gen_rounds: int = Field(64, ge=1, description="Cap on dapo.max_gen_rounds (prompt batches generated "
-                                     "per step: each one costs a GRPO step's generation).")
     rollout_sample_prompts: int = Field(4, ge=0, le=4096, description="Rollouts stored per step: this many random "
                                         "prompt groups with all their rollouts, plus every rescued group (0: none).")
     rollout_sample_max_rows: int = Field(256, ge=0, le=65536, description="Cap on the rollouts stored per step "
@@ -91,7 +68,7 @@ class RunPolicy(BaseModel):
                                            "may post to; none by default, so every webhook is refused until listed.")
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides) -> RunPolicy:
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides) -> Any:
         """The policy from ``AERO_*`` variables (:data:`ENV`); unset ones keep their defaults."""
         env = os.environ if environ is None else environ
         values = {field: env[var] for field, var in ENV.items() if env.get(var, "").strip()}
@@ -101,9 +78,50 @@ class RunPolicy(BaseModel):
             values["webhook_hosts"] = tuple(h.strip() for h in values["webhook_hosts"].split(",") if h.strip())
         return cls.model_validate({**values, **overrides})
 
+    def issues(self, cfg: RunConfig) -> list[tuple[str, str]]:
+        """:func:`policy_issues` of ``cfg`` under this policy (``parse_run_config(data, policy)``
+        calls it, so the config module needs no import of this one)."""
+        return policy_issues(cfg, self)
+
     def resolved_roots(self) -> tuple[Path, ...] | None:
         return None if self.data_roots is None else tuple(Path(r).expanduser().resolve() for r in self.data_roots)
 
+
+def declared_caps() -> tuple[tuple[str, Cap], ...]:
+    """(dotted config field, cap) for every field of the run config that declares a
+    :class:`~trainer.config_types.Cap` (top-level fields, blocks, and every method's and task's
+    section), in the config's field order: the one place caps are declared."""
+    out = []
+    for name, info in RunConfig.model_fields.items():
+        out += [(name, m) for m in info.metadata if isinstance(m, Cap)]
+        for model in _models_in(info.annotation):
+            out += [(f"{name}.{sub}", m) for sub, sinfo in model.model_fields.items()
+                    for m in sinfo.metadata if isinstance(m, Cap)]
+    return tuple(out)
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models a field holds (``Model`` or ``Model | None``)."""
+    args = typing.get_args(annotation) or (annotation,)
+    return [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
+
+
+def _cap_field(cap: Cap) -> tuple[Any, Any]:
+    kind = type(cap.limit)
+    extra = {"allow_inf_nan": False} if kind is float else {}
+    return kind, Field(cap.limit, ge=cap.ge, gt=cap.gt, description=cap.description, **extra)
+
+
+CAP_DECLARATIONS = declared_caps()
+# (dotted config field, policy field): the config's value must be <= the policy's
+CAPS: tuple[tuple[str, str], ...] = tuple((field, cap.policy) for field, cap in CAP_DECLARATIONS)
+if TYPE_CHECKING:
+    class RunPolicy(_Settings):
+        def __getattr__(self, name: str) -> Any: ...  # the cap fields, built below
+else:
+    RunPolicy = create_model("RunPolicy", __base__=_Settings, __module__=__name__,
+                             __doc__=_Settings.__doc__.replace(":data:`RunPolicy` adds", "With"),
+                             **{cap.policy: _cap_field(cap) for _, cap in CAP_DECLARATIONS})
 
 # field -> environment variable (the backend's Settings reads the same names)
 ENV: dict[str, str] = {
@@ -112,55 +130,14 @@ ENV: dict[str, str] = {
     "sandbox_python": "AERO_SANDBOX_PYTHON",
     "sandbox_uid": "AERO_SANDBOX_UID",
     "sandbox_uid_count": "AERO_SANDBOX_UID_COUNT",
-    "sandbox_memory_mb": "AERO_SANDBOX_MAX_MEMORY_MB",
-    "sandbox_max_processes": "AERO_SANDBOX_MAX_PROCESSES",
-    "sandbox_max_output_bytes": "AERO_SANDBOX_MAX_OUTPUT_BYTES",
-    "sandbox_test_timeout_s": "AERO_SANDBOX_MAX_TEST_TIMEOUT_S",
-    "sandbox_timeout_s": "AERO_SANDBOX_MAX_TIMEOUT_S",
-    "sandbox_workers": "AERO_SANDBOX_MAX_WORKERS",
-    "max_steps": "AERO_MAX_STEPS",
-    "max_batch_prompts": "AERO_MAX_BATCH_PROMPTS",
-    "max_n_total": "AERO_MAX_N_TOTAL",
-    "max_new_tokens": "AERO_MAX_NEW_TOKENS",
-    "max_prompt_tokens": "AERO_MAX_PROMPT_TOKENS",
-    "max_eval_problems": "AERO_MAX_EVAL_PROBLEMS",
-    "max_eval_n": "AERO_MAX_EVAL_N",
-    "max_aero_n_max": "AERO_MAX_AERO_N_MAX",
-    "max_aero_k_max": "AERO_MAX_AERO_K_MAX",
-    "max_aero_k": "AERO_MAX_AERO_K",
-    "max_aero_delta_n": "AERO_MAX_AERO_DELTA_N",
-    "max_dapo_gen_rounds": "AERO_MAX_DAPO_GEN_ROUNDS",
     "max_gpus": "AERO_MAX_GPUS",
-    "max_nodes": "AERO_MAX_NODES",
     "rollout_sample_prompts": "AERO_ROLLOUT_SAMPLE_PROMPTS",
     "rollout_sample_max_rows": "AERO_ROLLOUT_SAMPLE_MAX_ROWS",
     "rollout_text_chars": "AERO_ROLLOUT_TEXT_CHARS",
     "data_roots": "AERO_DATA_ROOTS",
     "webhook_hosts": "AERO_WEBHOOK_HOSTS",
+    **{cap.policy: cap.env for _, cap in CAP_DECLARATIONS},
 }
-
-# (dotted config field, policy field): the config's value must be <= the policy's
-CAPS: tuple[tuple[str, str], ...] = (
-    ("steps", "max_steps"),
-    ("batch_prompts", "max_batch_prompts"),
-    ("n_total", "max_n_total"),
-    ("max_new_tokens", "max_new_tokens"),
-    ("max_prompt_tokens", "max_prompt_tokens"),
-    ("eval_problems", "max_eval_problems"),
-    ("eval_n", "max_eval_n"),
-    ("aero.n_max", "max_aero_n_max"),
-    ("aero.k_max", "max_aero_k_max"),
-    ("aero.k", "max_aero_k"),
-    ("aero.delta_n", "max_aero_delta_n"),
-    ("dapo.max_gen_rounds", "max_dapo_gen_rounds"),
-    ("resources.nodes", "max_nodes"),
-    ("code.memory_mb", "sandbox_memory_mb"),
-    ("code.max_processes", "sandbox_max_processes"),
-    ("code.max_output_bytes", "sandbox_max_output_bytes"),
-    ("code.test_timeout_s", "sandbox_test_timeout_s"),
-    ("code.timeout_s", "sandbox_timeout_s"),
-    ("code.workers", "sandbox_workers"),
-)
 
 OUTSIDE_ROOTS = "must be a path under the operator's data roots (AERO_DATA_ROOTS)"
 
@@ -215,7 +192,8 @@ def policy_issues(cfg: RunConfig, policy: RunPolicy) -> list[tuple[str, str]]:
     if gpus > policy.max_gpus:
         issues.append(("resources.gpus_per_node", f"the run would hold {gpus} GPUs (gpus_per_node x nodes); at most "
                        f"{policy.max_gpus} (operator cap AERO_MAX_GPUS)"))
-    if cfg.code.audit_hook == "fallback" and policy.sandbox_audit_hook == "always":
+    code = getattr(cfg, "code", None)  # the code task's section (trainer/tasks/code_config.py)
+    if code is not None and code.audit_hook == "fallback" and policy.sandbox_audit_hook == "always":
         issues.append(("code.audit_hook", "the operator requires the audit hook always (AERO_SANDBOX_AUDIT_HOOK)"))
     issues += webhook_policy_issues(cfg.alerts, policy.webhook_hosts)
     roots = policy.resolved_roots()

@@ -13,11 +13,12 @@ never the submitter's (docs/scale.md).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 from pydantic import Field
 
-from trainer.config_types import Strict
+from trainer.config_types import Cap, Strict
+from trainer.engine_registry import engines_that, get_engine
 
 if TYPE_CHECKING:
     from trainer.config import RunConfig
@@ -31,12 +32,14 @@ class ResourcesConfig(Strict):
         "each (data-parallel size = gpus_per_node x nodes). null = 1 on the verl engine and for an embedded run "
         "on CUDA, 0 for an embedded run on the CPU. On device=cpu a GPU is a logical slot Ray places (a gloo rank on "
         "verl), with no device behind it. The embedded engine trains on one device: at most 1.")
-    nodes: int = Field(1, ge=1, le=1024, description="Nodes of the Ray cluster the run spans, gpus_per_node GPUs on "
+    nodes: Annotated[int, Cap("max_nodes", "AERO_MAX_NODES", 1, "Cap on resources.nodes: a run over several nodes needs "
+                              "the operator's Ray cluster (AERO_RAY_ADDRESS) and a run directory every node sees, so it "
+                              "is opt-in.")] = Field(1, ge=1, le=1024, description="Nodes of the Ray cluster the run spans, gpus_per_node GPUs on "
                        "each (verl's trainer.nnodes). More than 1 needs the verl engine, the operator's Ray cluster "
                        "(AERO_RAY_ADDRESS) and a run directory every node sees.")
     rollout_tp: int = Field(1, ge=1, le=64, description="Tensor parallelism of each vLLM rollout replica (verl's "
                             "rollout.tensor_model_parallel_size; paper-scale 7B: 2-4). Must divide gpus_per_node. The "
-                            "HF rollout server (rollout_engine=embedded) runs whole replicas: 1.")
+                            "HF rollout server (sampler=hf) runs whole replicas: 1.")
 
 
 def gpus_per_node(cfg: RunConfig, cuda: bool) -> int:
@@ -46,7 +49,7 @@ def gpus_per_node(cfg: RunConfig, cuda: bool) -> int:
     if cfg.resources.gpus_per_node is not None:
         return cfg.resources.gpus_per_node
     on_cuda = cfg.device == "cuda" or (cfg.device == "auto" and cuda)
-    return 1 if cfg.engine != "embedded" or on_cuda else 0
+    return 1 if get_engine(cfg.engine).distributed or on_cuda else 0
 
 
 def gpus_held(cfg: RunConfig, cuda: bool) -> int:
@@ -63,16 +66,17 @@ def resource_issues(cfg: RunConfig) -> list[tuple[str, str]]:
     the data-parallel ranks with masked pad rows (trainer/verl/rows.py ``pad_for_update``), so any
     batch splits over any number of ranks, training exactly the rows a one-rank run trains."""
     res, issues = cfg.resources, []
-    if cfg.engine == "embedded":
+    if not get_engine(cfg.engine).distributed:
+        use = " or ".join(f"engine={e}" for e in engines_that("distributed"))
         if (res.gpus_per_node or 0) > 1:
-            issues.append(("resources.gpus_per_node", f"the embedded engine trains on one device; got "
-                           f"{res.gpus_per_node} GPUs. Use engine=verl for data-parallel training over several"))
+            issues.append(("resources.gpus_per_node", f"the {cfg.engine} engine trains on one device; got "
+                           f"{res.gpus_per_node} GPUs. Use {use} for data-parallel training over several"))
         if res.nodes > 1:
-            issues.append(("resources.nodes", "the embedded engine trains on one device of one node; use engine=verl "
+            issues.append(("resources.nodes", f"the {cfg.engine} engine trains on one device of one node; use {use} "
                            "for several nodes"))
         if res.rollout_tp > 1:
-            issues.append(("resources.rollout_tp", "rollout tensor parallelism is verl's (its vLLM replicas); the "
-                           "embedded engine samples on its one device: use engine=verl or rollout_tp=1"))
+            issues.append(("resources.rollout_tp", f"rollout tensor parallelism is for vLLM replicas over several GPUs; "
+                           f"the {cfg.engine} engine samples on its one device: use {use} or rollout_tp=1"))
         if res.gpus_per_node == 0 and cfg.device == "cuda":
             issues.append(("resources.gpus_per_node", "a device=cuda run holds its GPU: set 1 (or null)"))
         return issues
@@ -81,9 +85,9 @@ def resource_issues(cfg: RunConfig) -> list[tuple[str, str]]:
         issues.append(("resources.gpus_per_node", f"the {cfg.engine} engine places one FSDP rank per GPU (a logical GPU "
                        "on device=cpu): at least 1"))
         return issues
-    if res.rollout_tp > 1 and cfg.rollout_engine != "vllm":
-        issues.append(("resources.rollout_tp", "the HF rollout server (rollout_engine=embedded) runs whole replicas: "
-                       "rollout_tp=1, or rollout_engine=vllm for tensor-parallel replicas"))
+    if res.rollout_tp > 1 and cfg.sampler != "vllm":
+        issues.append(("resources.rollout_tp", "the HF rollout server (sampler=hf) runs whole replicas: "
+                       "rollout_tp=1, or sampler=vllm for tensor-parallel replicas"))
     elif gpus % res.rollout_tp:
         issues.append(("resources.rollout_tp", f"must divide gpus_per_node ({gpus}): a rollout replica's "
                        "tensor-parallel ranks sit on one node"))

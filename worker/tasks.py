@@ -3,19 +3,18 @@ without a broker). The backend sends tasks by name ("worker.tasks.train_run").""
 
 from __future__ import annotations
 
-# Preload the trainer (torch, transformers) in the worker's main process: prefork pool processes
-# fork from it with everything imported, so a task, and a takeover after a crash, starts in
-# milliseconds instead of re-importing torch in each pool process (5-15 s on a busy 2-core box).
-# transformers loads a model's modeling code lazily, at the first from_pretrained: the embedded
-# default's (Qwen2) is preloaded too, or every new pool process pays ~2 s of CPU for it (1,400
-# modules: scipy.optimize, torch._dynamo, torch.distributed.tensor) at its first run.
-import transformers.models.qwen2.modeling_qwen2  # noqa: F401
-
-import trainer.embedded.loop  # noqa: F401
 from sqlalchemy.exc import InterfaceError, OperationalError
+
+from trainer.engines import preload_engines
 
 from worker.celery_app import app
 from worker.runner import execute_run
+
+# Preload what each engine asks (trainer/engines.py ``EngineSpec.preload``: torch, transformers and
+# the embedded loop) in the worker's main process: prefork pool processes fork from it with
+# everything imported, so a task, and a takeover after a crash, starts in milliseconds instead of
+# re-importing torch in each pool process (5-15 s on a busy 2-core box).
+PRELOADED = preload_engines()
 
 
 @app.task(name="worker.tasks.train_run", bind=True, autoretry_for=(OperationalError, InterfaceError), retry_backoff=2,

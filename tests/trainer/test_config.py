@@ -7,6 +7,7 @@ from trainer.methods.aero_strategies import AeroStrategies
 from trainer.methods.spec import get_method
 
 VERL = {"engine": "verl", "preset": None, "model_path": "/m", "task": "math", "train_data": "/d.jsonl"}
+CODE_TASK = {"task": "code", "preset": None, "model_path": "/m", "train_data": "/d.jsonl"}
 
 BAD = [
     ({"aero": {"n_explore": 20}}, "aero.n_explore"),
@@ -33,12 +34,12 @@ BAD = [
     ({"mini_batches": 64, "batch_prompts": 4}, "mini_batches"),
     ({"task": "code", "preset": None, "model_path": "/m"}, "train_data"),
     ({"task": "cobol"}, "task"),
-    ({"code": {"timeout_s": 2.0, "test_timeout_s": 4.0}}, "code.timeout_s"),
-    ({"code": {"memory_mb": 16}}, "code.memory_mb"),
-    ({"code": {"max_processes": 1}}, "code.max_processes"),
-    ({"code": {"network": "none"}}, "code.network"),
-    ({"code": {"test_timeout_s": 0}}, "code.test_timeout_s"),
-    ({"code": {"bogus": 1}}, "code.bogus"),
+    ({**CODE_TASK, "code": {"timeout_s": 2.0, "test_timeout_s": 4.0}}, "code.timeout_s"),
+    ({**CODE_TASK, "code": {"memory_mb": 16}}, "code.memory_mb"),
+    ({**CODE_TASK, "code": {"max_processes": 1}}, "code.max_processes"),
+    ({**CODE_TASK, "code": {"network": "none"}}, "code.network"),
+    ({**CODE_TASK, "code": {"test_timeout_s": 0}}, "code.test_timeout_s"),
+    ({**CODE_TASK, "code": {"bogus": 1}}, "code.bogus"),
     # the verl engine's rules (trainer.verl.rules.verl_issues)
     ({"engine": "verl", "method": "aero-mem", "shuffle_mini_batches": False}, "train_size"),  # stable ids on verl too
     ({**VERL, "task": "code"}, "task"),
@@ -109,11 +110,11 @@ SHAPE = {"preset": None, "model_shape": "qwen2.5-1.5b", "task": "strata"}
     ({**SHAPE, "model_path": "/m"}, "model_path"),                # ... and a local model
     ({**SHAPE, "task": "arithmetic"}, "task"),                    # random weights, no tokenizer: strata only
     ({**SHAPE, "engine": "verl"}, "engine"),
-    ({**SHAPE, "rollout_engine": "vllm"}, "rollout_engine"),      # vLLM loads weights from a directory
+    ({**SHAPE, "sampler": "vllm"}, "sampler"),                    # vLLM loads weights from a directory
     ({**SHAPE, "method": "aero-mem"}, "method"),                  # strata prompts have no stable ids
     ({"preset": None, "model_path": "/m", "task": "strata"}, "model_shape"),
     ({**SHAPE, "model_shape": "llama-70b"}, "model_shape"),
-], ids=["preset", "model_path", "task", "engine", "rollout_engine", "method", "strata-needs-shape", "unknown"])
+], ids=["preset", "model_path", "task", "engine", "sampler", "method", "strata-needs-shape", "unknown"])
 def test_model_shape_rules_name_the_field(override, field):
     with pytest.raises(ConfigError) as err:
         parse_run_config(override)

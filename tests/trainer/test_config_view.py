@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from trainer.methods.spec import all_sections
+from trainer.tasks.registry import task_sections
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,9 +32,10 @@ def typed_view() -> tuple[dict[str, str], dict[str, str]]:
 
 def test_the_typed_view_lists_every_registered_section_with_its_model():
     fields, imports = typed_view()
-    want = {sec.name: sec.model.__name__ for sec in all_sections()}
-    assert fields == want, "update the typed RunConfig in trainer/config.py to the registry's sections"
-    for sec in all_sections():
+    sections = (*all_sections(), *task_sections())  # the methods' and the tasks'
+    want = {sec.name: sec.model.__name__ for sec in sections}
+    assert fields == want, "update the typed RunConfig in trainer/config.py to the registries' sections"
+    for sec in sections:
         assert imports[sec.model.__name__] == sec.model.__module__, sec.name
 
 

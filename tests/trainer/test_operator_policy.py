@@ -22,8 +22,8 @@ def fields(data, policy) -> dict[str, str]:
 def test_defaults_accept_the_default_config_and_refuse_the_reported_attacks():
     pol = RunPolicy()
     assert parse_run_config({}, pol).steps == 60
-    got = fields({"steps": 1_000_000, "batch_prompts": 65_536, "n_total": 4096, "max_new_tokens": 2**62,
-                  "eval_problems": 2**62, "aero": {"n_max": 2**62, "k_max": 2**62},
+    got = fields({**CODE, "model_path": "/m", "train_data": "/d.jsonl", "steps": 1_000_000, "batch_prompts": 65_536,
+                  "n_total": 4096, "max_new_tokens": 2**62, "eval_problems": 2**62, "aero": {"n_max": 2**62, "k_max": 2**62},
                   "code": {"memory_mb": 1 << 20, "max_processes": 100_000}}, pol)
     assert set(got) == {"steps", "batch_prompts", "n_total", "max_new_tokens", "eval_problems", "aero.n_max",
                         "aero.k_max", "code.memory_mb", "code.max_processes"}
@@ -120,7 +120,6 @@ def test_from_env(monkeypatch, tmp_path):
 def test_the_sandbox_takes_isolation_interpreter_and_uid_from_the_policy(monkeypatch, tmp_path):
     import trainer.tasks.code as code
     import trainer.tasks.sandbox as sandbox
-    from trainer.embedded import presets
 
     monkeypatch.setattr(sandbox, "isolation", lambda limits: (None, True))
     monkeypatch.setattr(sandbox, "sandbox_python", lambda python, prefix, drop: python)
@@ -129,11 +128,11 @@ def test_the_sandbox_takes_isolation_interpreter_and_uid_from_the_policy(monkeyp
                             "code": {"memory_mb": 512, "audit_hook": "fallback"}})
     pol = RunPolicy(sandbox_isolation="namespace", sandbox_python="/opt/py/bin/python3", sandbox_uid=4242,
                     sandbox_uid_count=3)
-    limits = presets.code_task(cfg, {}, pol)
+    limits = code.build_code_task(cfg, {}, pol)
     assert (limits.network, limits.python, limits.run_as_uid, limits.memory_mb) == ("namespace", "/opt/py/bin/python3", 4242, 512)
     assert limits.uid_count == 3  # the uid range: AERO_SANDBOX_UID .. + AERO_SANDBOX_UID_COUNT - 1
     assert limits.audit_hook == "always"  # the operator's 'always' wins over the config's 'fallback'
-    assert presets.code_task(cfg, {}, pol.model_copy(update={"sandbox_audit_hook": "fallback"})).audit_hook == "fallback"
+    assert code.build_code_task(cfg, {}, pol.model_copy(update={"sandbox_audit_hook": "fallback"})).audit_hook == "fallback"
 
 
 def test_aero_train_checks_the_policy_before_any_compute(tmp_path, monkeypatch):

@@ -31,8 +31,6 @@ import torch
 from torch import Tensor
 
 from trainer.core.advantages import bayesian_advantage, grpo_advantage, posterior_mean
-# S1's functions live in trainer/core/rescue.py; trainer/methods/aero.py's step imports them from here.
-from trainer.core.rescue import plan_rounds, replay, start_rescue  # noqa: F401
 from trainer.core.strata import Stratum, is_correct
 
 KINDS = ("rescued", "bayes", "low", "high", "zero")

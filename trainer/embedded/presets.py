@@ -1,4 +1,4 @@
-"""Build a run's task, policy and rollout engine from its config (presets or a local model)."""
+"""Build a run's task, policy and sampler from its config (presets or a local model)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from common.refs import load
 from trainer.config import ConfigError, RunConfig
 from trainer.embedded.model import count_parameters, load_policy
 from trainer.operator_policy import RunPolicy
@@ -24,15 +25,16 @@ PRESETS = {name: ASSETS / name for name in PRESET_NAMES}
 
 @dataclass
 class Setup:
-    """Everything built from a config before any compute: task, policy, engine.
+    """Everything built from a config before any compute: task, policy, sampler (what generates
+    the rollouts: trainer/rollout/).
 
     ``compute_dtype`` is the dtype of the forward passes; ``autocast()`` is the context the
     update runs in (bf16 autocast over float32 master weights on CUDA, else a no-op). The
-    engine autocasts its own forwards with the same dtype."""
+    hf sampler autocasts its own forwards with the same dtype."""
 
     task: Any
     model: torch.nn.Module
-    engine: Any
+    sampler: Any
     device: torch.device
     n_params: int
     n_layers: int
@@ -64,16 +66,16 @@ def weight_dtype(device: torch.device, compute_dtype: torch.dtype) -> torch.dtyp
 
 
 def load_setup(cfg: RunConfig, policy: RunPolicy | None = None) -> Setup:
-    """Model, task and engine for ``cfg``; the code sandbox's isolation, interpreter and uid come
+    """Model, task and sampler for ``cfg``; the code sandbox's isolation, interpreter and uid come
     from the operator's ``policy`` (default: :class:`RunPolicy`'s defaults)."""
     device, dtype = resolve_device(cfg)
     model, path = load_model(cfg, device, dtype)
     if device.type == "cuda":  # decode reads the KV cache once per step (trainer/rollout/attention.py);
         use_packed_gqa(model)  # CPU runs keep transformers' own path, bit for bit as before
     task = build_task(cfg, path, policy)
-    engine = build_engine(cfg, model, path, task, device, dtype)
+    sampler = build_sampler(cfg, model, path, task, device, dtype)
     mc = model.config
-    return Setup(task=task, model=model, engine=engine, device=device, n_params=count_parameters(model),
+    return Setup(task=task, model=model, sampler=sampler, device=device, n_params=count_parameters(model),
                  n_layers=mc.num_hidden_layers, d_model=mc.hidden_size, compute_dtype=dtype)
 
 
@@ -96,18 +98,18 @@ def load_model(cfg: RunConfig, device: torch.device, dtype: torch.dtype) -> tupl
         raise ConfigError([("model_path", str(e))]) from None
 
 
-def rollout_engine_name(cfg: RunConfig, device: torch.device) -> tuple[str, str | None]:
-    """(engine to build, why the requested one was replaced or None). 'vllm' falls back to
-    'embedded' without vLLM installed, or without CUDA unless the installed vLLM is a CPU build,
-    with a message that says so."""
+def sampler_name(cfg: RunConfig, device: torch.device) -> tuple[str, str | None]:
+    """(sampler to build, why the requested one was replaced or None). 'vllm' falls back to
+    'hf' without vLLM installed, or without CUDA unless the installed vLLM is a CPU build, with
+    a message that says so."""
     from trainer.rollout.vllm import INSTALL_HINT, vllm_available, vllm_on_cpu
 
-    if cfg.rollout_engine != "vllm":
-        return cfg.rollout_engine, None
+    if cfg.sampler != "vllm":
+        return cfg.sampler, None
     if not vllm_available():
-        return "embedded", f"{INSTALL_HINT}; falling back to the embedded engine"
+        return "hf", f"{INSTALL_HINT}; falling back to the hf sampler"
     if device.type != "cuda" and not vllm_on_cpu():
-        return "embedded", "rollout_engine 'vllm' needs a CUDA device (or a CPU build of vLLM); falling back to the embedded engine"
+        return "hf", "sampler 'vllm' needs a CUDA device (or a CPU build of vLLM); falling back to the hf sampler"
     return "vllm", None
 
 
@@ -120,15 +122,15 @@ def stop_token_ids(task, model) -> list[int]:
     return sorted(ids)
 
 
-def build_engine(cfg: RunConfig, model: torch.nn.Module, path: Path, task, device: torch.device, dtype: torch.dtype):
-    from trainer.rollout import make_engine
+def build_sampler(cfg: RunConfig, model: torch.nn.Module, path: Path, task, device: torch.device, dtype: torch.dtype):
+    from trainer.rollout import make_sampler
 
-    name, why = rollout_engine_name(cfg, device)
+    name, why = sampler_name(cfg, device)
     if why is not None:
         warnings.warn(why, RuntimeWarning, stacklevel=2)
-    return make_engine(name, model=model, model_path=path, stop_ids=stop_token_ids(task, model),
-                       pad_id=task.tokenizer.pad_id, device=device, dtype=dtype, seed=cfg.seed,
-                       max_model_len=cfg.max_prompt_tokens + cfg.max_new_tokens, decode=cfg.rollout_decode)
+    return make_sampler(name, model=model, model_path=path, stop_ids=stop_token_ids(task, model),
+                        pad_id=task.tokenizer.pad_id, device=device, dtype=dtype, seed=cfg.seed,
+                        max_model_len=cfg.max_prompt_tokens + cfg.max_new_tokens, decode=cfg.rollout_decode)
 
 
 def build_task(cfg: RunConfig, model_dir: Path, policy: RunPolicy | None = None):
@@ -166,37 +168,12 @@ def build_task(cfg: RunConfig, model_dir: Path, policy: RunPolicy | None = None)
     common = dict(tokenizer=tokenizer, benchmark_paths={k: Path(v).expanduser() for k, v in cfg.benchmarks.items()},
                   max_prompt_tokens=cfg.max_prompt_tokens)
     try:
-        if cfg.task == "code":
-            return code_task(cfg, common, policy)
+        spec = get_task_spec(cfg.task)
+        if spec.build is not None:  # a task with its own construction (code: the sandbox)
+            return load(spec.build)(cfg, common, policy)
         return make_task(cfg.task, train_path=Path(cfg.train_data).expanduser(), **common)
     except ValueError as e:  # a bad row (file + line + field), or every prompt over max_prompt_tokens
         raise ConfigError([("train_data", str(e))]) from None
-
-
-def code_task(cfg: RunConfig, common: dict, policy: RunPolicy | None = None):
-    """The code task with the sandbox limits of ``cfg.code`` and the isolation mode, interpreter
-    and uid of the operator's ``policy``; fails early (ConfigError) when isolation 'namespace'
-    is required but unavailable or no interpreter runs in the sandbox."""
-    import os
-
-    from trainer.tasks import make_task
-    from trainer.tasks.sandbox import Limits, isolation, sandbox_python
-
-    c, pol = cfg.code, policy or RunPolicy()
-    audit_hook = "always" if "always" in (c.audit_hook, pol.sandbox_audit_hook) else "fallback"
-    limits = Limits(timeout_s=c.timeout_s, test_timeout_s=c.test_timeout_s, memory_mb=c.memory_mb,
-                    max_processes=c.max_processes, max_output_bytes=c.max_output_bytes,
-                    network=pol.sandbox_isolation, audit_hook=audit_hook, run_as_uid=pol.sandbox_uid,
-                    uid_count=pol.sandbox_uid_count, python=pol.sandbox_python)
-    try:
-        prefix, _ = isolation(limits)
-        sandbox_python(limits.python, prefix, limits.run_as_uid if os.geteuid() == 0 else None)
-    except RuntimeError as e:
-        # an operator setting is wrong for this host: say which (AERO_SANDBOX_ISOLATION / _PYTHON)
-        raise ConfigError([("code", f"{e} (operator setting "
-                            f"{'AERO_SANDBOX_ISOLATION' if 'namespace' in str(e) else 'AERO_SANDBOX_PYTHON'})")]) from None
-    return make_task("code", train_path=Path(cfg.train_data).expanduser(), limits=limits,
-                     workers=c.workers or min(8, os.cpu_count() or 1), max_tests=c.max_tests, **common)
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tiktoken.model")

@@ -30,6 +30,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from trainer.config import RunConfig
 from trainer.embedded.model import build_model, tiny_qwen2_config
 from trainer.rollout.base import SamplingParams
 from trainer.tasks.generated import GeneratedTask
@@ -164,7 +165,8 @@ def pretrain(out_dir: str | Path, task_name: str = "arithmetic", steps: int = 90
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out, safe_serialization=True)
     tok.save(out)
-    recipe = {**({"task": task_name} if task_name != "arithmetic" else {}), "steps": steps, "batch": batch, "lr": lr, "seed": seed, "level_weights": weights,
+    default_task = RunConfig.model_fields["task"].default  # the recipe names any other task
+    recipe = {**({"task": task_name} if task_name != default_task else {}), "steps": steps, "batch": batch, "lr": lr, "seed": seed, "level_weights": weights,
               "noisy_steps": noisy_steps, "noisy_lr": noisy_lr, "label_noise": label_noise}
     report = {"final_loss": clean_loss, "noisy_final_loss": noisy_loss, **describe_base(model.eval(), task, **(describe or {}))}
     (out / "pretrain.json").write_text(json.dumps(

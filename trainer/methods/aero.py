@@ -18,12 +18,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 from functools import partial
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import numpy as np
 
 import common.metric_keys as mk
-from trainer.config_types import Field, Issues, Strict
+from trainer.config_types import Cap, Field, Issues, Strict
 from trainer.methods.aero_strategies import ALL, NONE, AeroStrategies
 from trainer.methods.section import Section
 from trainer.methods.spec import BOTH_ENGINES, Display, MethodSpec, Needs, VerlMapping, register
@@ -38,12 +38,17 @@ class AEROConfig(Strict):
     """AERO allocation and curation (paper §4, Algorithm 1, Table 9 'AERO Sampling')."""
 
     n_explore: int = Field(8, ge=1, le=4096, description="Stage I exploration rollouts per prompt (paper: 8).")
-    n_max: int = Field(32, ge=1, description="Cap on rollouts per prompt, exploration included (paper: 32).")
-    delta_n: int = Field(2, ge=1, description="Extra rollouts per rescue prompt per rescue round (paper: 2 math, 4 code).")
-    k_max: int = Field(10, ge=0, description="Maximum rescue rounds K_max (paper: 10 math, 3 code).")
+    n_max: Annotated[int, Cap("max_aero_n_max", "AERO_MAX_AERO_N_MAX", 1024, "Cap on aero.n_max.")] = Field(
+        32, ge=1, description="Cap on rollouts per prompt, exploration included (paper: 32).")
+    delta_n: Annotated[int, Cap("max_aero_delta_n", "AERO_MAX_AERO_DELTA_N", 1024, "Cap on aero.delta_n (rescue "
+                                "rollouts per prompt per round).")] = Field(
+        2, ge=1, description="Extra rollouts per rescue prompt per rescue round (paper: 2 math, 4 code).")
+    k_max: Annotated[int, Cap("max_aero_k_max", "AERO_MAX_AERO_K_MAX", 100, "Cap on aero.k_max.", ge=0)] = Field(
+        10, ge=0, description="Maximum rescue rounds K_max (paper: 10 math, 3 code).")
     tau: float = Field(0.5, gt=0.0, le=1.0, description="Success-rate threshold between low- and high-success strata (paper: 0.5).")
     S: int = Field(0, ge=0, le=4096, description="Rescue threshold on correct count: prompts with c <= S are rescued (paper: 0).")
-    k: float = Field(1.0, allow_inf_nan=False, le=1e6, description="Negatives kept per positive in low-success groups, "
+    k: Annotated[float, Cap("max_aero_k", "AERO_MAX_AERO_K", 1000.0, "Cap on aero.k (always finite).")] = Field(
+        1.0, allow_inf_nan=False, le=1e6, description="Negatives kept per positive in low-success groups, "
                      "m = min(k*c, #incorrect) (paper: 1; Thm 4.1 optimum).")
     alpha0: float = Field(1.0, description="Beta prior alpha for the Bayesian baseline (paper: 1).")
     beta0: float = Field(1.0, description="Beta prior beta for the Bayesian baseline (paper: 1).")
@@ -121,7 +126,8 @@ def aero_step_with_ledger(cfg: RunConfig, sampler: Sampler, rng: np.random.Gener
     given up on this step: explored and curated as usual, never rescued."""
     import torch
 
-    from trainer.core.aero import CurationRules, aero_advantages, curate, plan_rounds, replay, start_rescue
+    from trainer.core.aero import CurationRules, aero_advantages, curate
+    from trainer.core.rescue import plan_rounds, replay, start_rescue
     from trainer.core.strata import Stratum, stratify
     from trainer.methods.sampler import RowLog
 

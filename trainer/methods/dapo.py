@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 import numpy as np
 
 import common.metric_keys as mk
-from trainer.config_types import Field, Issues, Strict
+from trainer.config_types import Cap, Field, Issues, Strict
 from trainer.methods.section import Section
 from trainer.methods.spec import BOTH_ENGINES, Display, MethodSpec, Needs, VerlMapping, register
 from trainer.methods.step import StepResult, group_advantages, strata_stats
@@ -23,7 +23,8 @@ class DAPOConfig(Strict):
     eps_low: float = Field(0.2, gt=0.0, lt=1.0, description="Lower clip range (DAPO: 0.2).")
     eps_high: float = Field(0.28, gt=0.0, description="Upper clip range, 'clip-higher' (DAPO: 0.28).")
     dynamic_sampling: bool = Field(True, description="Drop zero-variance groups and sample more prompt batches.")
-    max_gen_rounds: int = Field(
+    max_gen_rounds: Annotated[int, Cap("max_dapo_gen_rounds", "AERO_MAX_DAPO_GEN_ROUNDS", 64, "Cap on dapo.max_gen_rounds "
+                                       "(prompt batches generated per step: each one costs a GRPO step's generation).")] = Field(
         1,
         ge=1,
         description="Cap on prompt batches generated per step. 1 = the same rollout budget as GRPO (default, for "

@@ -13,7 +13,7 @@ with its spec and its step. The spec declares, apart from each other:
 Its step (``(cfg, sampler, rng, *, spec) -> trainer.methods.step.StepResult``, handed its own
 resolved spec by :func:`get_step`) returns the final training
 rows with their advantages; the engines only generate what it asks for and train what it returns.
-Nothing outside trainer/methods/ compares method names (tests/test_method_names.py scans for it).
+Nothing outside trainer/methods/ compares method names (tests/test_registry_names.py scans for it).
 
 The registry fills itself on first use by importing every module of this package
 (:func:`_load`). Method modules import numpy and pydantic at most at module level (torch-using

@@ -31,13 +31,17 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
 from trainer.tasks.base import Problem
 from trainer.tasks.math import FileTask, row_field, chat_messages, format_prompt, read_records
 from trainer.tasks.sandbox import Limits, Result, TestSuite, run_candidate, run_many
+
+if TYPE_CHECKING:
+    from trainer.config import RunConfig
+    from trainer.operator_policy import RunPolicy
 
 # Appendix E, "System Prompt Design", verbatim except that the paper's typeset quotes
 # (‘‘‘python ... ‘‘‘) are the Markdown fence the model is asked to write (```python ... ```).
@@ -302,3 +306,31 @@ class CodeTask(FileTask):
             stats[OUTCOME_KEYS[r.outcome]] += 1
         stats["test_pass_sum"] = float(sum(r.pass_rate for r in results))
         return [r.reward for r in results], stats
+
+
+def build_code_task(cfg: RunConfig, common: dict, policy: RunPolicy | None = None) -> CodeTask:
+    """The code task with the sandbox limits of ``cfg.code`` and the isolation mode, interpreter
+    and uid of the operator's ``policy``; fails early (ConfigError) when isolation 'namespace'
+    is required but unavailable or no interpreter runs in the sandbox."""
+    import os
+
+    from trainer.config import ConfigError
+    from trainer.operator_policy import RunPolicy
+    from trainer.tasks import make_task
+    from trainer.tasks.sandbox import isolation, sandbox_python
+
+    c, pol = cfg.code, policy or RunPolicy()
+    audit_hook = "always" if "always" in (c.audit_hook, pol.sandbox_audit_hook) else "fallback"
+    limits = Limits(timeout_s=c.timeout_s, test_timeout_s=c.test_timeout_s, memory_mb=c.memory_mb,
+                    max_processes=c.max_processes, max_output_bytes=c.max_output_bytes,
+                    network=pol.sandbox_isolation, audit_hook=audit_hook, run_as_uid=pol.sandbox_uid,
+                    uid_count=pol.sandbox_uid_count, python=pol.sandbox_python)
+    try:
+        prefix, _ = isolation(limits)
+        sandbox_python(limits.python, prefix, limits.run_as_uid if os.geteuid() == 0 else None)
+    except RuntimeError as e:
+        # an operator setting is wrong for this host: say which (AERO_SANDBOX_ISOLATION / _PYTHON)
+        raise ConfigError([("code", f"{e} (operator setting "
+                            f"{'AERO_SANDBOX_ISOLATION' if 'namespace' in str(e) else 'AERO_SANDBOX_PYTHON'})")]) from None
+    return make_task("code", train_path=Path(cfg.train_data).expanduser(), limits=limits,
+                     workers=c.workers or min(8, os.cpu_count() or 1), max_tests=c.max_tests, **common)

@@ -1,9 +1,13 @@
 """The task registry: one entry per task says what the platform needs to know about it, so a
 new task is its module plus one entry here (the config's choices and rules, the embedded
-engine's construction, verl's rows and reward, the launch form all read it).
+engine's construction, verl's rows and reward, the launch form all read it). As a method's spec
+does, a task's entry carries its config section (the code task's sandbox limits, with their
+operator caps and rule: ``RunConfig`` holds a ``code`` block exactly when ``task="code"``), its
+own submit-time rules and its build hook. Nothing outside trainer/tasks/ compares task names
+(tests/test_registry_names.py scans for it).
 
-Light on purpose (stdlib only): the API's config validation imports it. Task classes and
-scorers are named as ``"module:attribute"`` and imported when used.
+Light on purpose (stdlib and pydantic only): the API's config validation imports it. Task
+classes, builders, rules and scorers are named as ``"module:attribute"`` and imported when used.
 
 ``source`` says where problems come from, which decides most rules:
 
@@ -22,6 +26,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from trainer.config_types import Section
+from trainer.tasks.code_config import CODE_SECTION
+
 
 @dataclass(frozen=True)
 class TaskSpec:
@@ -33,6 +40,15 @@ class TaskSpec:
     preset: str | None = None  # generated tasks: the shipped preset trained on it
     preset_description: str = ""
     score_problem: str | None = None  # generated tasks: "module:function(response, Problem) -> float"
+    # the config block this task owns (trainer/config_types.py Section), present exactly when it runs
+    section: Section | None = None
+    # "module:function(cfg, common, policy) -> Task": builds a files task the embedded engine trains
+    # (``common``: tokenizer, benchmark paths, prompt cap); None = make_task(name, train_path, **common)
+    build: str | None = None
+
+    @property
+    def section_name(self) -> str | None:
+        return self.section.name if self.section is not None else None
 
 
 TASK_SPECS: dict[str, TaskSpec] = {s.name: s for s in (
@@ -48,7 +64,8 @@ TASK_SPECS: dict[str, TaskSpec] = {s.name: s for s in (
     TaskSpec("math", "math problems from a local verl parquet / JSONL file, math-verify reward (a local model)",
              "files", "trainer.tasks.math:MathTask"),
     TaskSpec("code", "programming problems from a local file, rewarded by sandboxed tests (a local model)",
-             "files", "trainer.tasks.code:CodeTask", engines=("embedded",)),
+             "files", "trainer.tasks.code:CodeTask", engines=("embedded",), section=CODE_SECTION,
+             build="trainer.tasks.code:build_code_task"),
     TaskSpec("strata", "scripted rewards with the paper's prompt strata on a random-weight model_shape (cost "
              "benchmarks only)", "scripted", "trainer.tasks.strata:StrataTask", engines=("embedded",)),
 )}
@@ -63,6 +80,15 @@ def get_task_spec(name: str) -> TaskSpec:
         return TASK_SPECS[name]
     except KeyError:
         raise ValueError(f"unknown task {name!r}; known: {', '.join(TASK_NAMES)}") from None
+
+
+def task_sections() -> tuple[Section, ...]:
+    """Every task's config section, once each, in registry order."""
+    out: dict[str, Section] = {}
+    for s in TASK_SPECS.values():
+        if s.section is not None and out.setdefault(s.section.name, s.section) is not s.section:
+            raise ValueError(f"two task sections are named {s.section.name!r}")
+    return tuple(out.values())
 
 
 def tasks_with(source: str) -> tuple[str, ...]:

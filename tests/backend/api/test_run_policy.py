@@ -19,6 +19,10 @@ HUGE = 2**62
 
 
 def post(client, auth, config):
+    """POST a run; a config with a ``code`` section is a code-task run (the section is the code
+    task's), with placeholder paths unless it names its own."""
+    if "code" in config and "task" not in config:
+        config = {**code_run(), **config}
     return client.post("/api/runs", json={"config": {**T, **config}}, headers=auth)
 
 
@@ -103,14 +107,16 @@ def strict_client(make_settings, enqueued):
         yield c
 
 
-def test_a_lowered_cap_is_named_and_tightening_is_accepted(strict_client, auth, enqueued):
+def test_a_lowered_cap_is_named_and_tightening_is_accepted(strict_client, auth, enqueued, tmp_path):
     msg = detail_for(post(strict_client, auth, {"code": {"memory_mb": 4096}}), "code.memory_mb")
     assert msg.endswith("at most 2048 (operator cap AERO_SANDBOX_MAX_MEMORY_MB)")
     assert detail_for(post(strict_client, auth, {"steps": 11}), "steps").endswith("at most 10 (operator cap AERO_MAX_STEPS)")
     assert detail_for(post(strict_client, auth, {"eval_n": 8}), "eval_n").endswith("at most 4 (operator cap AERO_MAX_EVAL_N)")
     assert nothing_stored(strict_client, enqueued)
     # asking for less than the operator allows is always fine
-    r = post(strict_client, auth, {"steps": 10, "eval_n": 2, "code": {"memory_mb": 512, "max_processes": 8, "timeout_s": 5.0}})
+    data = tmp_path / "data"  # the API's data directory: its default data root
+    r = post(strict_client, auth, {**code_run(model_path=str(data / "m"), train_data=str(data / "t.jsonl")), "steps": 10,
+                                   "eval_n": 2, "code": {"memory_mb": 512, "max_processes": 8, "timeout_s": 5.0}})
     assert r.status_code == 201, r.text
     assert r.json()["config"]["code"]["memory_mb"] == 512
 
@@ -185,7 +191,7 @@ def test_sweeps_apply_the_policy_to_the_base_and_every_grid_point(client, auth, 
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "base", "code", "network"]
     r = sweep(base={"steps": 1_000_000})
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "base", "steps"]
-    r = sweep(overrides=[{}, {"code.memory_mb": 1_048_576}])
+    r = sweep(overrides=[{}, {**code_run(), "code.memory_mb": 1_048_576}])
     assert r.status_code == 422, r.text
     assert r.json()["detail"][0]["loc"] == ["body", "overrides", 1, "code", "memory_mb"]
     assert "operator cap" in r.json()["detail"][0]["msg"]

@@ -156,12 +156,13 @@ def test_migration_0009_drops_the_code_sections_operator_fields_from_stored_conf
     with get_engine(empty_db_url).begin() as conn:
         insert_queued_runs(conn, stored)
         conn.execute(insert(Sweep.__table__).values(id=1, name="s", spec=spec))
-    migrate(empty_db_url)
+    migrate(empty_db_url, "0009")  # 0013 later drops a non-code run's code block altogether
     with get_engine(empty_db_url).connect() as conn:
         got = dict(conn.execute(select(Run.__table__.c.id, Run.__table__.c.config)).all())
         got_spec = conn.execute(select(Sweep.__table__.c.spec)).scalar_one()
     assert got[1] == {"method": "grpo", "code": {"workers": 2}} and got[2] == stored[2]
-    assert parse_run_config(got[1]).code.workers == 2
+    code_run = {"task": "code", "preset": None, "model_path": "/m", "train_data": "/d.jsonl"}
+    assert parse_run_config({**got[1], **code_run}).code.workers == 2
     assert got_spec == {**spec, "base": {"code": {"workers": 2}}, "overrides": [{"lr": 1e-5}, {"code": {}}]}
 
 
@@ -195,3 +196,67 @@ def test_migration_0011_makes_grpo_runs_with_drgrpos_estimator_drgrpo_runs(empty
         cfg = parse_run_config(rows[i][1])
         assert cfg.effective_loss_agg == (stored[i].get("loss_agg") or "seq-mean-token-mean")  # what it trained with
         assert not get_method(cfg.method).divides_by_std(cfg) and before[i].method == cfg.method
+
+
+def test_migration_0012_renames_rollout_engine_to_sampler_in_stored_configs(empty_db_url):
+    """``rollout_engine`` ("embedded" | "vllm") is ``sampler`` ("hf" | "vllm") now: 0012 rewrites
+    stored runs and sweeps (base and overrides) to the new field, so they parse without the
+    deprecation path; a downgrade writes the old field back."""
+    import warnings
+
+    from sqlalchemy import insert, select
+
+    from backend.db.models import Run, Sweep
+    from trainer.config import parse_run_config
+
+    migrate(empty_db_url, "0011")
+    stored = {1: {"method": "grpo", "rollout_engine": "embedded", "seed": 3}, 2: {"method": "aero", "rollout_engine": "vllm"},
+              3: {"method": "aero", "seed": 4}}
+    spec = {"base": {"rollout_engine": "embedded", "steps": 5}, "methods": ["grpo"], "seeds": [0],
+            "overrides": [{"rollout_engine": "vllm", "optim.lr": 1e-5}, {"optim": {"lr": 2e-5}}], "tags": []}
+    with get_engine(empty_db_url).begin() as conn:
+        insert_queued_runs(conn, stored)
+        conn.execute(insert(Sweep.__table__).values(id=1, name="s", spec=spec))
+    migrate(empty_db_url)
+
+    def read():
+        with get_engine(empty_db_url).connect() as conn:
+            return (dict(conn.execute(select(Run.__table__.c.id, Run.__table__.c.config)).all()),
+                    conn.execute(select(Sweep.__table__.c.spec)).scalar_one())
+
+    got, got_spec = read()
+    assert got == {1: {"method": "grpo", "seed": 3, "sampler": "hf"}, 2: {"method": "aero", "sampler": "vllm"},
+                   3: stored[3]}
+    assert got_spec == {**spec, "base": {"steps": 5, "sampler": "hf"},
+                        "overrides": [{"optim.lr": 1e-5, "sampler": "vllm"}, {"optim": {"lr": 2e-5}}]}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the new field: no deprecation warning
+        assert [parse_run_config(got[i]).sampler for i in (1, 2)] == ["hf", "vllm"]
+    downgrade(empty_db_url, "0011")
+    assert read() == (stored, spec)
+
+
+def test_migration_0013_drops_the_code_block_from_stored_configs_of_other_tasks(empty_db_url):
+    """Every config stored before carries a ``code`` block; it is the code task's section now and
+    refused for other tasks, so 0013 drops it from those (a code run keeps its own)."""
+    from sqlalchemy import select
+
+    from backend.db.models import Run
+    from trainer.config import ConfigError, parse_run_config
+
+    migrate(empty_db_url, "0012")
+    code = {"test_timeout_s": 4.0, "timeout_s": 30.0, "memory_mb": 512, "workers": 0}
+    code_run = {"method": "grpo", "task": "code", "preset": None, "model_path": "/m", "train_data": "/d.jsonl",
+                "code": dict(code)}
+    stored = {1: {"method": "aero", "code": dict(code)}, 2: {"method": "grpo", "task": "countdown", "code": dict(code)},
+              3: code_run, 4: {"method": "dapo"}}
+    with pytest.raises(ConfigError, match="task arithmetic has no code section"):
+        parse_run_config(stored[1])
+    with get_engine(empty_db_url).begin() as conn:
+        insert_queued_runs(conn, stored)
+    migrate(empty_db_url)
+    with get_engine(empty_db_url).connect() as conn:
+        got = dict(conn.execute(select(Run.__table__.c.id, Run.__table__.c.config)).all())
+    assert got == {1: {"method": "aero"}, 2: {"method": "grpo", "task": "countdown"}, 3: code_run, 4: stored[4]}
+    assert parse_run_config(got[1]).task == "arithmetic" and parse_run_config(got[2]).task == "countdown"
+    assert parse_run_config(got[3]).code.memory_mb == 512
