@@ -16,12 +16,9 @@ back to back on the packed path, and ``decodes`` in the JSON holds its time, its
 the first decode listed and whether it sampled that decode's tokens. ``--eos-id`` picks a stop
 token that random weights do sample (rows then finish at different steps, so the batch shrinks).
 
-``--warmup`` splits the first-call cost that the 1.5B-shape bench saw (~70 s of a 117 s first
-generation) per decode: ``first_launch_s`` (a 2-row, 4-token call on a fresh engine: CUDA context,
-library handles, first kernel launches), ``cold_s`` (the first full-size call) against ``warm_s``
-(the same call again), and on CUDA the caching allocator's new segments (cudaMalloc calls) and
-their bytes during each. A cold call that costs much more than a warm one while it adds many
-segments is allocator growth, which a preallocated KV cache (``static``) is meant to remove.
+Each timed call follows a 2-row, 4-token call on the same engine, which pays the first launches
+but not the allocator's growth at full size, so the first path timed may still carry some of it:
+scripts/warmup_probe.py splits a first call's extra cost (the warm-up) from the steady state.
 """
 
 from __future__ import annotations
@@ -60,35 +57,6 @@ def timed_generate(engine: EmbeddedEngine, prompts, counts, sampling: SamplingPa
                       "tokens_per_s": sum(r.length for r in rollouts) / secs}
 
 
-def segments(device) -> tuple[int, int]:
-    """(cudaMalloc calls, bytes reserved) so far by the caching allocator; zeros on the CPU."""
-    if device.type != "cuda":
-        return 0, 0
-    stats = torch.cuda.memory_stats(device)
-    return int(stats.get("segment.all.allocated", 0)), int(stats.get("reserved_bytes.all.allocated", 0))
-
-
-def warmup_split(engine: EmbeddedEngine, prompts, counts, sampling: SamplingParams, device) -> dict:
-    """Where a fresh engine's first calls go (module docstring, ``--warmup``)."""
-    cuda, out = device.type == "cuda", {}
-
-    def call(name: str, p, c, s, seed: int) -> None:
-        seg0, bytes0 = segments(device)
-        t0 = time.perf_counter()
-        engine.generate(p, c, s, torch.Generator(device=device).manual_seed(seed))
-        if cuda:
-            torch.cuda.synchronize()
-        seg1, bytes1 = segments(device)
-        out[f"{name}_s"], out[f"{name}_segments"], out[f"{name}_segment_mb"] = (
-            time.perf_counter() - t0, seg1 - seg0, (bytes1 - bytes0) / 2**20)
-
-    call("first_launch", prompts[:1], [2], SamplingParams(1.0, 1.0, 4), 1)
-    call("cold", prompts, counts, sampling, 0)
-    call("warm", prompts, counts, sampling, 0)
-    out["cold_minus_warm_s"] = out["cold_s"] - out["warm_s"]
-    return out
-
-
 def agreement(a: list, b: list) -> dict:
     """How far two runs of the same rows and generator sampled alike."""
     return {"same_tokens_frac": float(np.mean([x.response_ids == y.response_ids for x, y in zip(a, b)])),
@@ -104,7 +72,6 @@ def main(argv: list[str] | None = None) -> dict:
                     "path (dynamic, static, graphs); the first is the reference")
     ap.add_argument("--sync-every", type=int, default=None, help="the static decodes' steps between host reads")
     ap.add_argument("--eos-id", type=int, default=None, help="stop token (default: the last id, never sampled)")
-    ap.add_argument("--warmup", action="store_true", help="split each decode's first-call cost (module docstring)")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
     cuda = torch.cuda.is_available()
@@ -130,8 +97,6 @@ def main(argv: list[str] | None = None) -> dict:
     out.update(agreement(results["sdpa"], results["packed"]))
     out["speedup"] = out["sdpa"]["ms_per_step"] / out["packed"]["ms_per_step"]
     decodes = [d.strip() for d in a.decodes.split(",") if d.strip()]
-    if a.warmup:  # before the timed decodes below warm the allocator for them
-        out["warmup"] = {d: warmup_split(engine(d), prompts, counts, sampling, device) for d in decodes or ["dynamic"]}
     if decodes:
         out["decodes"], ref = {}, None
         for d in decodes:

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The one script a person with a GPU runs, from anywhere:
 #
-#     bash scripts/gpu_check.sh            # on the CUDA machine: under 8 minutes (the timeouts; the
-#                                          # 2026-12-04 H200 runs: docs in BENCHMARKS.md "Paper scale")
+#     bash scripts/gpu_check.sh            # on the CUDA machine: at most BUDGET seconds (default 570, inside
+#                                          # a 10-minute limit; the 2026-12-04 H200 runs: BENCHMARKS.md "Paper scale")
 #     bash scripts/gpu_check.sh --dry-run  # anywhere: the same sequence at CPU sizes (a minute or two)
 #
 # 1. Installs .whl/*.whl (cp312 wheels of what a bare GPU machine lacks: pydantic, math-verify,
@@ -11,24 +11,31 @@
 #    pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp
 #      --platform manylinux_2_17_x86_64 -d .whl pydantic==2.14.4 pydantic_core==2.50.5 ...
 # 2. Prints nvidia-smi and the torch / transformers versions.
-# 3. Runs, each under `timeout` with its own limit, each writing JSON under $OUT (default runs/gpu):
+# 3. Runs, each under `timeout` with its own limit clipped to what is left of BUDGET (a command
+#    with under 30 s left is skipped), each writing JSON under $OUT (default runs/gpu):
 #      0. scripts/decode_probe.py: ms per decode step at 512 rows (96 steps, warm), SDPA vs packed GQA;
 #         with DECODES=dynamic,static,graphs also the sampler's decodes back to back (raise
 #         PROBE_TIMEOUT: each decode is one more warm 96-step pass) -> $OUT/decode.json
-#      a. `aero bench --shape qwen2.5-1.5b --methods grpo,dapo,aero --steps 2 --set batch_prompts=32`
-#         (its means are step 2's: step 1 pays the warm-up; a run cut by the timeout keeps its steps)
-#         -> $OUT/shape_1p5b.json, and every step's metrics -> $OUT/shape_steps.json
+#      w. with WARMUP=1 (the default): scripts/warmup_probe.py, the first generate call against an
+#         identical second at 512 rows x 128 tokens, each decode (WARMUP_DECODES) in a fresh process,
+#         split by phase and decode step with the CUDA allocator's counters; the dynamic decode again
+#         with expandable segments; the update's first call against its second -> $OUT/warmup.json
+#      a. with RUN_BENCH=1 (the default): `aero bench --shape qwen2.5-1.5b --methods grpo,dapo,aero
+#         --steps 2 --set batch_prompts=32` (its means are step 2's: step 1 pays the warm-up; a run cut
+#         by the timeout keeps its steps) -> $OUT/shape_1p5b.json, every step's metrics -> $OUT/shape_steps.json
 #      b. with RUN_UPDATE_PROBES=1 (measured 2026-12-04; ~2.5 more minutes):
 #         scripts/update_probe.py: the update alone at 128 prompts x 16 with activation
 #         checkpointing -> $OUT/update_paper.json; and at 32 prompts without -> $OUT/update_nockpt.json
 #      c. with RUN_GPU_CHECK=1: scripts/gpu_check.py (the 33.6M-policy GRPO/AERO check)
 #    One failed command does not stop the next; the exit codes are reported at the end and the
-#    script exits non-zero if any failed. A log of everything goes to $OUT/gpu_check.log.
+#    script exits non-zero if any failed or was skipped. A log of everything goes to $OUT/gpu_check.log.
+# 4. Prints a summary: one line per JSON (the steady-state figures), then the warm-up apart
+#    (warmup.json per decode and the update; the bench's step 1 against its step 2).
 #
 # Environment: PYTHON (default python3), OUT (default runs/gpu), SITE (default /tmp/site),
-# BENCH_TIMEOUT (default 360 s), BENCH_STEPS (2), PROBE_TIMEOUT (90 s), CHECK_TIMEOUT (90 s),
-# RUN_GPU_CHECK (0), RUN_UPDATE_PROBES (0), DECODES (e.g. dynamic,static,graphs), WARMUP (1: the decode
-# probe's first-call split per decode, scripts/decode_probe.py --warmup), DECODES (empty: the attention paths only),
+# BUDGET (570 s: the whole script), BENCH_TIMEOUT (default 360 s), BENCH_STEPS (2), PROBE_TIMEOUT (90 s),
+# CHECK_TIMEOUT (90 s), WARMUP (1), WARMUP_TIMEOUT (180 s), WARMUP_DECODES (dynamic,static,graphs),
+# RUN_BENCH (1), RUN_GPU_CHECK (0), RUN_UPDATE_PROBES (0), DECODES (empty: the attention paths only),
 # BENCH_RUNS (bench's run directories, default /tmp/gpu_check_runs: kept out of $OUT, whose files
 # travel back).
 set -uo pipefail
@@ -37,7 +44,7 @@ DRY=0
 for arg in "$@"; do
   case "$arg" in
     --dry-run) DRY=1 ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
     *) echo "unknown argument: $arg (only --dry-run)" >&2; exit 2 ;;
   esac
 done
@@ -48,10 +55,15 @@ PYTHON=${PYTHON:-python3}
 OUT=${OUT:-runs/gpu}
 SITE=${SITE:-/tmp/site}
 BENCH_RUNS=${BENCH_RUNS:-/tmp/gpu_check_runs}
+BUDGET=${BUDGET:-570}
 BENCH_TIMEOUT=${BENCH_TIMEOUT:-360}
 PROBE_TIMEOUT=${PROBE_TIMEOUT:-90}
 CHECK_TIMEOUT=${CHECK_TIMEOUT:-90}
+WARMUP_TIMEOUT=${WARMUP_TIMEOUT:-180}
 DECODES=${DECODES:-}
+WARMUP=${WARMUP:-1}
+WARMUP_DECODES=${WARMUP_DECODES:-dynamic,static,graphs}
+RUN_BENCH=${RUN_BENCH:-1}
 RUN_GPU_CHECK=${RUN_GPU_CHECK:-0}
 RUN_UPDATE_PROBES=${RUN_UPDATE_PROBES:-0}
 BENCH_STEPS=${BENCH_STEPS:-2}
@@ -60,7 +72,7 @@ LOG=$OUT/gpu_check.log
 exec > >(tee "$LOG") 2>&1
 export PYTHONUNBUFFERED=1
 
-echo "== gpu_check.sh $( ((DRY)) && echo '--dry-run ')at $(date -u +%FT%TZ) in $ROOT; OUT=$OUT; PYTHON=$PYTHON"
+echo "== gpu_check.sh $( ((DRY)) && echo '--dry-run ')at $(date -u +%FT%TZ) in $ROOT; OUT=$OUT; PYTHON=$PYTHON; BUDGET=${BUDGET}s"
 
 # 1. wheels
 if compgen -G ".whl/*.whl" > /dev/null; then
@@ -100,17 +112,32 @@ if ((DRY)); then
   SHAPE=tiny-151k; STEPS=2; SETS=(--set batch_prompts=2 --set n_total=4 --set aero.n_explore=2 --set max_new_tokens=16)
   PAPER=(--shape tiny-151k --prompts 2 --n 4 --max-new 64); SMALL=(--shape tiny-151k --prompts 1 --n 4 --max-new 64)
   DECODE=(--shape tiny-151k --rows 4 --tokens 8)
+  WARM=(--shape tiny-151k --rows 4 --tokens 8 --first-steps 2 --update-prompts 1 --update-n 4 --update-max-new 32)
   CHECK_ARGS=(--tiny --steps 2 --prompts 2 --sft-steps 1)
 else
   SHAPE=qwen2.5-1.5b; STEPS=$BENCH_STEPS; SETS=(--set batch_prompts=32)
   PAPER=(--shape qwen2.5-1.5b --prompts 128); SMALL=(--shape qwen2.5-1.5b --prompts 32)
   DECODE=(--shape qwen2.5-1.5b --rows 512 --tokens 96)
+  WARM=(--shape qwen2.5-1.5b --rows 512 --tokens 128 --first-steps 16 --update-prompts 4 --update-n 16)
   CHECK_ARGS=()
 fi
 
 NAMES=(); CODES=(); JSONS=()
+RESERVE=20  # seconds of BUDGET kept for the summary
+clipped() {  # clipped LIMIT_S: the limit, or what is left of BUDGET when that is less
+  local left=$((BUDGET - SECONDS - RESERVE))
+  echo $(($1 < left ? $1 : left))
+}
 run() {  # run NAME TIMEOUT_S JSON -- CMD...
   local name=$1 limit=$2 json=$3; shift 4
+  local budget_limit; budget_limit=$(clipped "$limit")
+  if ((budget_limit < 30)); then
+    echo; echo "== [$name] SKIPPED: ${budget_limit}s left of BUDGET=${BUDGET}s"
+    NAMES+=("$name"); CODES+=("skipped"); JSONS+=("$json"); return
+  fi
+  ((budget_limit < limit)) && echo "[$name] limit ${limit}s clipped to ${budget_limit}s (BUDGET=${BUDGET}s)"
+  limit=$budget_limit
+  rm -f "$json"  # a JSON left by an earlier run is not this run's
   echo; echo "== [$name] timeout ${limit}s: $*"
   local t0=$SECONDS
   timeout -k 10 "$limit" "$@"
@@ -122,9 +149,19 @@ run() {  # run NAME TIMEOUT_S JSON -- CMD...
 
 # decode at 512 rows: transformers' SDPA against the packed grouped-query path, same generator
 run decode "$PROBE_TIMEOUT" "$OUT/decode.json" -- \
-  "$PYTHON" scripts/decode_probe.py "${DECODE[@]}" ${DECODES:+--decodes "$DECODES"} ${WARMUP:+--warmup} \
-  --json "$OUT/decode.json"
+  "$PYTHON" scripts/decode_probe.py "${DECODE[@]}" ${DECODES:+--decodes "$DECODES"} --json "$OUT/decode.json"
 
+# the first generate call against an identical second, each decode in a fresh process (the ~70 s
+# first generation at the 1.5B shape); the probe starts no process in its last 15 s, and its JSON
+# holds every process it finished
+if ((WARMUP)); then
+  limit=$(clipped "$WARMUP_TIMEOUT")
+  run warmup "$limit" "$OUT/warmup.json" -- \
+    "$PYTHON" scripts/warmup_probe.py "${WARM[@]}" --decodes "$WARMUP_DECODES" --budget-s $((limit - 15)) \
+    --json "$OUT/warmup.json"
+fi
+
+if ((RUN_BENCH)); then
 run bench_shape "$BENCH_TIMEOUT" "$OUT/shape_1p5b.json" -- \
   "$PYTHON" -c 'from cli.main import app; app()' bench --shape "$SHAPE" --methods grpo,dapo,aero \
   --steps "$STEPS" --seed 0 "${SETS[@]}" --out "$BENCH_RUNS/bench" --json "$OUT/shape_1p5b.json"
@@ -140,6 +177,7 @@ steps = {d.name: [json.loads(line) for line in (d / "metrics.jsonl").read_text()
 out.write_text(json.dumps(steps))
 print(f"per-step metrics: {', '.join(f'{m} {len(s)} steps' for m, s in steps.items()) or 'none'} -> {out}")
 EOF
+fi
 
 # the update alone at the paper's per-step batch (128 prompts x 16, activation checkpointing, the
 # shape bench's default) and, without checkpointing, at 32 prompts: peak memory, seconds, MFU
@@ -163,6 +201,9 @@ for i in "${!NAMES[@]}"; do
 import json, sys
 from pathlib import Path
 name, rc, path = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+if rc == "skipped":
+    print(f"{name}: SKIPPED (no time left of BUDGET)")
+    sys.exit()
 if not path.exists():
     print(f"{name}: exit {rc}; no JSON ({path})")
     sys.exit()
@@ -185,9 +226,15 @@ elif "speedup" in d:  # scripts/decode_probe.py
                  f"{f(d['packed']['ms_per_step'])} ms/step (x{f(d['speedup'])}), same tokens {f(d['same_tokens_frac'])}")
     for k, r in d.get("decodes", {}).items():
         parts.append(f"decode {k} {f(r['ms_per_step'])} ms/step (x{f(r['speedup'])}), same tokens {f(r['same_tokens_frac'])}")
-    for k, w in d.get("warmup", {}).items():
-        parts.append(f"warm-up {k}: first launch {f(w['first_launch_s'])}s, cold {f(w['cold_s'])}s "
-                     f"({w['cold_segments']} new segments, {f(w['cold_segment_mb'])} MB) vs warm {f(w['warm_s'])}s")
+elif d.get("probe") == "warmup":  # scripts/warmup_probe.py: the steady state here, the warm-up below
+    parts.append(f"{d['shape']} {d['rows']} rows x {d['tokens']} tokens on {d.get('device', '?')}")
+    for k, r in d["decodes"].items():
+        if "warmup_s" in r:
+            steady = r["steady_device_ms_per_step"] or r["steady_ms_per_step"]
+            parts.append(f"decode {k} steady {f(steady)} ms/step (second call's median)")
+        else:
+            parts.append(f"decode {k}: {r.get('skipped') or r.get('error', '?')}")
+    parts.append("warm-up: below")
 elif "plan" in d:  # scripts/update_probe.py
     parts.append(f"{d['shape']} {d['rows']} rows {d['tokens']} tokens: {f(d['seconds'])}s, "
                  f"peak {f(d['peak_memory_mb'])} MB, MFU {f(d['mfu'])}, micro-batch {d['plan']['micro_batch_tokens']}")
@@ -202,5 +249,60 @@ print(f"{name}: exit {rc}; {path} ({path.stat().st_size} B): " + "; ".join(parts
 EOF
   [[ ${CODES[$i]} == 0 ]] || failed=1
 done
+
+# the warm-up, apart from the steady-state figures above: the probe's first call minus an identical
+# second per decode, the update's, and the bench's step 1 against its step 2 (the same work, warm)
+echo; echo "== warm-up (first call minus an identical second; not in the figures above)"
+"$PYTHON" - "$OUT/warmup.json" "$OUT/shape_steps.json" <<'EOF'
+import json, sys
+from pathlib import Path
+warm, steps = Path(sys.argv[1]), Path(sys.argv[2])
+def f(x, spec=".2f"):
+    return format(x, spec) if isinstance(x, (int, float)) else "-"
+def pair(a, b, key):
+    return f"{f((a or {}).get(key), '.0f')}/{f((b or {}).get(key), '.0f')}"
+if warm.exists():
+    d = json.loads(warm.read_text())
+    print(f"warmup_probe: {d['shape']} {d['rows']} rows x {d['tokens']} tokens on {d.get('device', '?')}, "
+          f"first N = {d['first_steps']} decode steps; torch {d.get('torch', '?')}")
+    for group in ("decodes", "expandable"):
+        for k, r in d[group].items():
+            label = f"{k} ({'expandable segments' if group == 'expandable' else 'default allocator'})"
+            if "warmup_s" not in r:
+                print(f"  {label}: {r.get('skipped') or r.get('error', '?')}")
+                continue
+            a, b, s = r["first"], r["second"], r["split"]
+            fa, sa = a["allocator"], b["allocator"]
+            print(f"  {label}: warm-up {f(r['warmup_s'])} s = 1st call {f(a['seconds'])} - 2nd {f(b['seconds'])}; "
+                  f"prefill {f(s['prefill_s'], '+.2f')}, first N steps {f(s['first_steps_s'], '+.2f')}, rest {f(s['rest_steps_s'], '+.2f')}, "
+                  f"tail {f(s['tail_s'], '+.2f')}, graph capture {f(a['graph_capture_s'])}/{f(b['graph_capture_s'])} s")
+            print(f"    first step {f(a['first_step_ms'], '.1f')} vs {f(b['first_step_ms'], '.1f')} ms; cudaMalloc "
+                  f"{pair(fa, sa, 'segment.all.allocated')}, device allocs {pair(fa, sa, 'num_device_alloc')}, frees "
+                  f"{pair(fa, sa, 'num_device_free')}, alloc retries {pair(fa, sa, 'num_alloc_retries')} (1st/2nd); "
+                  f"{s['steps_with_device_allocs'] if s['steps_with_device_allocs'] is not None else '-'} steps "
+                  f"allocated: {f(s['excess_ms_per_step_with_device_allocs'], '+.1f')} ms each vs "
+                  f"{f(s['excess_ms_per_step_without'], '+.1f')} without; import {f(r['import_s'])} s, device init "
+                  f"{f(r['device_init_s'])} s, build {f(r['build_s'])} s; warnings {len(r['warnings'])}")
+    for k, v in d["allocator_share_s"].items():
+        print(f"  allocator share ({k}: default minus expandable segments): {f(v)} s")
+    u = d.get("update")
+    if u and "calls" in u:
+        c = u["calls"]
+        print(f"  update ({u['rows']} rows, {u['tokens']} tokens): warm-up {f(u['warmup_s'])} s = 1st call "
+              f"{f(c[0]['seconds'])} - 2nd {f(c[1]['seconds'])}; cudaMalloc "
+              f"{pair(c[0]['allocator'], c[1]['allocator'], 'segment.all.allocated')} (1st/2nd)")
+    elif u:
+        print(f"  update: {u.get('skipped') or u.get('error', '?')}")
+else:
+    print(f"warmup_probe: no JSON ({warm})")
+if steps.exists():
+    for m, rows in json.loads(steps.read_text()).items():
+        t = [(r.get("time/step_s"), r.get("time/rollout_s")) for r in rows]
+        if len(t) >= 2:
+            print(f"bench {m}: step 1 {f(t[0][0])} s (generation {f(t[0][1])}) vs step 2 {f(t[1][0])} s "
+                  f"(generation {f(t[1][1])}): step 1 carries the process's warm-up, on different rows")
+        elif t:
+            print(f"bench {m}: step 1 {f(t[0][0])} s (generation {f(t[0][1])}); no step 2")
+EOF
 echo "exit codes: $(for i in "${!NAMES[@]}"; do printf '%s=%s ' "${NAMES[$i]}" "${CODES[$i]}"; done)"
 exit $failed

@@ -20,7 +20,10 @@ shipped tiny policy instead of a shape, with rows at its task's lengths given by
 
 Prints one JSON object (also written to --json): the plan, rows, tokens, seconds, peak memory
 (torch.cuda.max_memory_allocated on CUDA; the process's peak RSS on CPU) and MFU against the
-device's peak bf16 FLOP/s (trainer/bench/device.py).
+device's peak bf16 FLOP/s (trainer/bench/device.py), all of the first call. ``--calls 2`` runs the
+same update again (weights moved by the first): ``calls`` holds each call's seconds and, on CUDA,
+the caching allocator's counters over it (scripts/warmup_probe.py), ``warmup_s`` the first call's
+seconds minus the second's (None with one call).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(1, str(ROOT / "scripts"))  # warmup_probe's allocator counters
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -44,6 +48,7 @@ from trainer.embedded.presets import load_model, resolve_device  # noqa: E402
 from trainer.embedded.update import Updater  # noqa: E402
 from trainer.flops import train_flops  # noqa: E402
 from trainer.rollout.base import Rollout  # noqa: E402
+from warmup_probe import alloc_delta, alloc_stats  # noqa: E402
 
 
 def synthetic_rows(prompts: int, n: int, max_new: int, vocab: int, seed: int = 0, prompt_tokens=(100, 200),
@@ -72,8 +77,11 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--micro-batch-tokens", type=int, default=0)
     ap.add_argument("--packed", choices=("auto", "on", "off"), default="auto",
                     help="packed_update: on = micro-batches packed into one row, off/auto = padded (the embedded default)")
+    ap.add_argument("--calls", type=int, default=1, help="update calls on the same rows (2: first vs second)")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
+    if a.calls < 1:
+        ap.error("--calls must be >= 1")
     model_fields = {"preset": a.preset, "max_prompt_tokens": a.prompt_tokens[1]} if a.preset else \
         {"preset": None, "model_shape": a.shape, "task": "strata", "max_prompt_tokens": 1024}
     cfg = parse_run_config({**model_fields, "method": "grpo",
@@ -96,12 +104,20 @@ def main(argv: list[str] | None = None) -> dict:
     # Not ru_maxrss: that is the process's lifetime peak, which building the model may already have set.
     meter = Meter(device)
     start, reset = meter.in_use(), meter.reset()
-    t0 = time.perf_counter()
-    with autocast if autocast is not None else torch.enable_grad():
-        stats = updater.step(rows, adv)
-    if cuda:
-        torch.cuda.synchronize()
-    secs = time.perf_counter() - t0
+    calls: list[dict] = []
+    stats: dict[str, float] = {}
+    peak_mb: float | None = None
+    for i in range(a.calls):
+        before = alloc_stats(device)
+        t0 = time.perf_counter()
+        with autocast if autocast is not None else torch.enable_grad():
+            step_stats = updater.step(rows, adv)
+        if cuda:
+            torch.cuda.synchronize()
+        calls.append({"seconds": time.perf_counter() - t0, "allocator": alloc_delta(before, alloc_stats(device))})
+        if i == 0:
+            stats, peak_mb = step_stats, meter.peak() if reset else None
+    secs: float = calls[0]["seconds"]
     mc = model.config
     n_params = sum(p.numel() for p in model.parameters())
     flops = train_flops(n_params, mc.num_hidden_layers, mc.hidden_size, [len(r.prompt_ids) + r.length for r in rows])
@@ -112,9 +128,10 @@ def main(argv: list[str] | None = None) -> dict:
            "tokens": sum(len(r.prompt_ids) + r.length for r in rows), "response_tokens": sum(r.length for r in rows),
            "seconds": secs, "tokens_per_s": sum(len(r.prompt_ids) + r.length for r in rows) / secs,
            "flops": flops, "mfu": flops / secs / peak if peak else None,
-           "peak_memory_mb": meter.peak() / 2**20 if reset else None,  # weights and optimizer state included
-           "update_memory_mb": (meter.peak() - start) / 2**20 if reset and start is not None else None,
-           "loss": stats["loss/total"]}
+           "peak_memory_mb": peak_mb / 2**20 if peak_mb is not None else None,  # weights and optimizer state included
+           "update_memory_mb": (peak_mb - start) / 2**20 if peak_mb is not None and start is not None else None,
+           "loss": stats["loss/total"], "calls": calls,
+           "warmup_s": calls[0]["seconds"] - calls[1]["seconds"] if len(calls) > 1 else None}
     print(json.dumps(out))
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=2))
