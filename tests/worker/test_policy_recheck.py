@@ -23,6 +23,9 @@ def get_run(url: str, run_id: int) -> Run:
         return s.get(Run, run_id)
 
 
+CODE_RUN = {"task": "code", "preset": None, "model_path": "/m", "train_data": "/d.jsonl"}
+
+
 def insert(db_url, **changes) -> int:
     """Store a run config as-is, bypassing the API (and its policy check)."""
     config = RunConfig(steps=4, batch_prompts=4, n_total=4, max_new_tokens=8, eval_every=0, device="cpu",
@@ -41,8 +44,8 @@ def insert(db_url, **changes) -> int:
     ({"code__network": "audit"}, "code.network"),
     ({"code__python": "/bin/sh"}, "code.python"),
     ({"code__run_as_uid": 0}, "code.run_as_uid"),
-    ({"code__memory_mb": 1_048_576}, "code.memory_mb"),
-    ({"code__max_processes": 100_000}, "code.max_processes"),
+    ({**CODE_RUN, "code__memory_mb": 1_048_576}, "code.memory_mb"),  # the code task's own section
+    ({**CODE_RUN, "code__max_processes": 100_000}, "code.max_processes"),
     ({"steps": 1_000_000}, "steps"),
     ({"aero__k": 1e308}, "aero.k"),
     ({"aero__k_max": 2**62}, "aero.k_max"),
