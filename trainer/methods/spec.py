@@ -11,8 +11,8 @@ with its spec and its step. The spec declares, apart from each other:
 - whether it is the baseline the others are compared against (:func:`baseline_method`).
 
 Its step (``(cfg, sampler, rng, *, spec) -> trainer.methods.step.StepResult``, handed its own
-resolved spec by :func:`get_step`) returns the final training
-rows with their advantages; the engines only generate what it asks for and train what it returns.
+resolved spec by :func:`get_step`) returns the final training rows with their advantages; the
+engines only generate what it asks for and train what it returns.
 Nothing outside trainer/methods/ compares method names (tests/test_registry_names.py scans for it).
 
 The registry fills itself on first use by importing every module of this package

@@ -329,7 +329,7 @@ def test_a_step_with_no_engine_call_is_the_same_on_both_engines(monkeypatch):
     from trainer.methods.step import StepResult
     from trainer.verl.step_metrics import step_accounting
 
-    def skip_all(cfg, sampler, rng):
+    def skip_all(cfg, sampler, rng, *, spec):  # get_step hands every step its spec
         return StepResult.nothing_trained(sampler.next_prompts(), {"skip/all": 1.0})
 
     grpo_spec, _ = registry._REGISTRY["grpo"]
