@@ -29,11 +29,15 @@ def resume(run: RunArg, api: ApiOpt = None, token: TokenOpt = None):
 
 
 def cloned(config: dict[str, Any], sets: dict[str, Any]) -> dict[str, Any]:
-    """``config`` with the ``--set`` overrides applied (dotted keys, deep)."""
+    """``config`` with the ``--set`` overrides applied (dotted keys, deep). A ``--set task=...``
+    that changes the task drops the old task's section (the code task's ``code`` block), unless
+    the overrides set it too."""
+    from trainer.tasks.registry import retasked
+
     new: dict[str, Any] = {}
     for key, value in {**flatten(config), **flatten(sets)}.items():
         set_path(new, key, value)
-    return new
+    return retasked(new, config.get("task"), kept=(k.split(".", 1)[0] for k in sets))
 
 
 @commands.command()

@@ -25,7 +25,8 @@ from trainer.engines import ENGINE_NAMES, engine_issues, engines_that, get_engin
 from trainer.methods.spec import all_sections, get_method, method_names, section_readers, specs
 from trainer.resources import ResourcesConfig, resource_issues
 from trainer.safetext import no_control_chars  # noqa: F401  (also backend.schemas's, via this module)
-from trainer.tasks.registry import PRESET_NAMES, PRESET_TASK, TASK_NAMES, TASK_SPECS, get_task_spec, task_sections, tasks_with
+from trainer.tasks.registry import (PRESET_NAMES, PRESET_TASK, TASK_NAMES, TASK_SPECS, get_task_spec, task_sections,
+                                    tasks_with, without_stale_task_sections)
 
 if TYPE_CHECKING:
     from trainer.operator_policy import RunPolicy
@@ -241,6 +242,7 @@ class _MethodSections(_RunFields):
         omitted (or null); one it does not read is refused by :meth:`_section_of_run`."""
         if not isinstance(data, dict):
             return data
+        data = without_stale_task_sections(data, _task_of(data))
         own: list[Section] = []
         try:
             own += get_method(data.get("method", cls.model_fields["method"].default)).sections

@@ -8,6 +8,7 @@ from typing import Any
 
 from common.dotted import flatten, merge, nest
 from trainer.config import for_method, renamed_fields
+from trainer.tasks.registry import retasked
 
 MAX_RUNS_PER_SWEEP = 512
 
@@ -24,8 +25,10 @@ def apply_override(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict
     """A copy of ``base`` with ``override`` applied. Keys may be dotted (``"aero.n_explore": 4``)
     or nested dicts (``{"aero": {"n_explore": 4}}``, merged into the base's section). A renamed
     field is applied under its new name (``rollout_engine`` -> ``sampler``, with a deprecation
-    warning), so it overrides the base's value."""
-    return merge(base, nest(flatten(renamed_fields(override))))
+    warning), so it overrides the base's value. An override that changes the task drops the
+    base's task section (the code task's ``code`` block) unless it gives that section itself."""
+    change = nest(flatten(renamed_fields(override)))
+    return retasked(merge(base, change), base.get("task"), kept=change)
 
 
 def expand_grid(base: Mapping[str, Any], methods: Sequence[str], seeds: Sequence[int], overrides: Sequence[Mapping[str, Any]]) -> list[GridPoint]:

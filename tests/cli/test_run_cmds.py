@@ -153,3 +153,18 @@ def test_submit_takes_alerts_webhook_and_trackers(api):
     assert bad.exit_code == 2 and "--alert" in bad.output
     hook = aero(api, "submit", "-m", "grpo", "--webhook", "https://hooks.example.com/x", "--alert", "failed")
     assert hook.exit_code == 1 and "AERO_WEBHOOK_HOSTS" in hook.output  # the operator allows no host here
+
+
+def test_a_clone_that_changes_the_task_leaves_the_old_tasks_section_behind():
+    """A stored code run carries its ``code`` block; ``--set task=math`` clones it without it
+    (the math task has none and would refuse it), unless the sets give the block themselves."""
+    from cli.run_cmds import cloned
+
+    code_run = RunConfig(method="grpo", task="code", preset=None, model_path="/m", train_data="/d.jsonl",
+                         code={"memory_mb": 512}).model_dump(mode="json")
+    math = cloned(code_run, {"task": "math"})
+    assert "code" not in math and math["task"] == "math" and math["model_path"] == "/m"
+    RunConfig.model_validate(math)  # parses: no stray block
+    assert cloned(code_run, {"steps": 5})["code"]["memory_mb"] == 512  # same task: the block stays
+    kept = cloned(code_run, {"task": "math", "code.memory_mb": 256})  # the sets give it: kept, and refused
+    assert kept["code"]["memory_mb"] == 256

@@ -158,3 +158,21 @@ def test_tasks_and_presets_come_from_the_registry_and_name_each_other():
         parse_run_config({"task": "countdown", "method": "aero-mem"})
     assert ("train_size", "method aero-mem keys its memory by prompt id: set train_size (a finite countdown training "
                           "set drawn in epochs)") in e.value.issues
+
+
+def test_a_config_saved_before_the_code_block_moved_still_parses():
+    """Configs dumped before the code block became the code task's section carry it whatever
+    their task (saved JSON, API responses): holding only the defaults, it is dropped with a
+    ConfigDeprecationWarning; with values of its own, it is refused, naming the field."""
+    from trainer.config import ConfigDeprecationWarning
+    from trainer.tasks.code_config import CodeConfig
+
+    old = {"method": "aero", "task": "countdown", "code": CodeConfig().model_dump()}
+    with pytest.warns(ConfigDeprecationWarning, match="the countdown task ignores it"):
+        cfg = parse_run_config(old)
+    assert cfg.task == "countdown" and "code" not in cfg.model_dump()
+    with pytest.raises(ConfigError) as e:
+        parse_run_config({**old, "code": {"memory_mb": 512}})
+    assert e.value.issues == [("code", "Value error, task countdown has no code section (read by the code task); "
+                               "remove it")]
+    assert parse_run_config({**CODE_TASK, "code": {"memory_mb": 512}}).code.memory_mb == 512

@@ -164,9 +164,12 @@ _LOADED = False
 
 
 def register(spec: MethodSpec, step: Step) -> MethodSpec:
-    """Add a method (called at import by its module). A name may be registered once."""
-    if spec.name in _REGISTRY and _REGISTRY[spec.name][0] != spec:
-        raise ValueError(f"method {spec.name!r} is already registered")
+    """Add a method (called at import by its module). A name may be registered once: the same
+    spec again is a no-op (the first step stays), another spec under the name an error."""
+    if spec.name in _REGISTRY:
+        if _REGISTRY[spec.name][0] != spec:
+            raise ValueError(f"method {spec.name!r} is already registered")
+        return spec
     _REGISTRY[spec.name] = (spec, step)
     return spec
 

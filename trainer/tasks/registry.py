@@ -23,9 +23,12 @@ classes, builders, rules and scorers are named as ``"module:attribute"`` and imp
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
+from trainer.config_renames import ConfigDeprecationWarning
 from trainer.config_types import Section
 from trainer.tasks.code_config import CODE_SECTION
 
@@ -93,3 +96,36 @@ def task_sections() -> tuple[Section, ...]:
 
 def tasks_with(source: str) -> tuple[str, ...]:
     return tuple(n for n, s in TASK_SPECS.items() if s.source == source)
+
+
+def without_stale_task_sections(data: Mapping[str, Any], task: Any) -> dict[str, Any]:
+    """``data`` (a raw run config for ``task``) without another task's section that holds only
+    its defaults: every config dumped before the code block became the code task's section had
+    one, whatever its task (saved JSON files, API responses). Each dropped block warns
+    (ConfigDeprecationWarning); a block with values of its own stays, and the config refuses it."""
+    from pydantic import ValidationError
+
+    out, own = dict(data), TASK_SPECS[task].section_name if task in TASK_SPECS else None
+    for sec in task_sections():
+        value = out.get(sec.name)
+        if sec.name == own or not isinstance(value, dict) or task not in TASK_SPECS:
+            continue
+        try:
+            default = sec.model.model_validate(value).model_dump() == sec.model().model_dump()
+        except ValidationError:
+            default = False
+        if default:
+            del out[sec.name]
+            warnings.warn(f"run config: the {sec.name} block is the {sec.name} task's own now; the {task} task "
+                          f"ignores it (it held the defaults): remove it", ConfigDeprecationWarning, stacklevel=2)
+    return out
+
+
+def retasked(data: Mapping[str, Any], old_task: Any, kept: Iterable[str] = ()) -> dict[str, Any]:
+    """``data``, a config whose task was ``old_task`` before a change (a clone's ``--set``, a
+    sweep's override), without the old task's section when the task changed, unless the change
+    itself gave it (``kept``: the change's top-level keys)."""
+    old = TASK_SPECS[old_task].section_name if old_task in TASK_SPECS else None
+    if old is None or data.get("task", old_task) == old_task or old in set(kept):
+        return dict(data)
+    return {k: v for k, v in data.items() if k != old}

@@ -16,6 +16,13 @@ def test_apply_override_dotted_and_nested():
     assert base == {"a": 1, "aero": {"n_explore": 8, "k": 1.0}}  # not mutated
 
 
+def test_an_override_that_changes_the_task_drops_the_base_tasks_section():
+    base = {"task": "code", "preset": None, "code": {"memory_mb": 512}, "steps": 3}
+    assert apply_override(base, {"task": "math"}) == {"task": "math", "preset": None, "steps": 3}
+    assert apply_override(base, {"steps": 4})["code"] == {"memory_mb": 512}  # same task: kept
+    assert apply_override(base, {"task": "math", "code.workers": 2})["code"] == {"memory_mb": 512, "workers": 2}
+
+
 def test_expand_grid_order_and_names():
     pts = expand_grid({"seed": 9, "method": "x"}, ["grpo", "aero"], [0, 1], [{}, {"steps": 5}])
     assert [(p.override_index, p.method, p.seed) for p in pts] == [
