@@ -12,7 +12,7 @@ without torch and the training loop that ``run`` imports.
 
 from __future__ import annotations
 
-import importlib
+from common.lazy import lazy_exports
 
 _EXPORTS: dict[str, tuple[str, ...]] = {
     "run": ("ABLATIONS", "COST_FIELDS", "MAIN_METHODS", "SHAPE_BASE", "SHAPE_STEPS", "run_bench"),
@@ -21,11 +21,4 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "device": ("MethodMemory", "device_name", "peak_flops"),
     "table": ("render_leaderboard", "render_markdown", "render_reach", "render_seeds_markdown", "render_shape_markdown"),
 }
-_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
-__all__ = sorted(_WHERE)
-
-
-def __getattr__(name: str):
-    if name not in _WHERE:
-        raise AttributeError(f"module 'trainer.bench' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"trainer.bench.{_WHERE[name]}"), name)
+__all__, __getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -8,7 +8,7 @@ can be imported by the backend without loading torch.
 
 from __future__ import annotations
 
-import importlib
+from common.lazy import lazy_exports
 
 _EXPORTS: dict[str, tuple[str, ...]] = {
     "advantages": ("bayesian_advantage", "grpo_advantage", "posterior_mean"),
@@ -22,11 +22,4 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "stats": ("mean_ci", "paired_permutation_test", "paired_diff_ci", "interpolated_band", "paired_ratios"),
     "strata": ("Stratum", "is_correct", "stratify"),
 }
-_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
-__all__ = sorted(_WHERE)
-
-
-def __getattr__(name: str):
-    if name not in _WHERE:
-        raise AttributeError(f"module 'trainer.core' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"trainer.core.{_WHERE[name]}"), name)
+__all__, __getattr__ = lazy_exports(__name__, _EXPORTS)
