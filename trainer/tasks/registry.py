@@ -28,7 +28,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from trainer.config_renames import ConfigDeprecationWarning
 from trainer.config_types import Section
 from trainer.tasks.code_config import CODE_SECTION
 
@@ -103,7 +102,9 @@ def without_stale_task_sections(data: Mapping[str, Any], task: Any) -> dict[str,
     its defaults: every config dumped before the code block became the code task's section had
     one, whatever its task (saved JSON files, API responses). Each dropped block warns
     (ConfigDeprecationWarning); a block with values of its own stays, and the config refuses it."""
-    from pydantic import ValidationError
+    from pydantic import ValidationError  # here: scripts/gpu_check.py imports the registry without pydantic
+
+    from trainer.config_renames import ConfigDeprecationWarning
 
     out, own = dict(data), TASK_SPECS[task].section_name if task in TASK_SPECS else None
     for sec in task_sections():
