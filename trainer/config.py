@@ -25,8 +25,8 @@ from trainer.engines import ENGINE_NAMES, engine_issues, engines_that, get_engin
 from trainer.methods.spec import all_sections, get_method, method_names, section_readers, specs
 from trainer.resources import ResourcesConfig, resource_issues
 from trainer.safetext import no_control_chars  # noqa: F401  (also backend.schemas's, via this module)
-from trainer.tasks.registry import (PRESET_NAMES, PRESET_TASK, TASK_NAMES, TASK_SPECS, get_task_spec, task_sections,
-                                    tasks_with, without_stale_task_sections)
+from trainer.tasks.registry import (PRESET_NAMES, PRESET_TASK, TASK_NAMES, TASK_SPECS, get_task_spec, section_tasks,
+                                    task_sections, tasks_with, without_stale_task_sections)
 
 if TYPE_CHECKING:
     from trainer.operator_policy import RunPolicy
@@ -217,7 +217,7 @@ class _RunFields(Strict):
 
 def _section_field(sec, shared: bool = False) -> tuple[Any, Any]:
     if sec.name in TASK_SECTION_NAMES:
-        readers, who = ", ".join(n for n, t in TASK_SPECS.items() if t.section is sec), "tasks"
+        readers, who = ", ".join(section_tasks(sec.name)), "tasks"
     else:
         readers, who = ", ".join(section_readers(sec.name)), "methods"
     rule = f"each run of those {who} takes it" if shared else f"defaults when omitted; refused for other {who}"
@@ -242,13 +242,14 @@ class _MethodSections(_RunFields):
         omitted (or null); one it does not read is refused by :meth:`_section_of_run`."""
         if not isinstance(data, dict):
             return data
-        data = without_stale_task_sections(data, _task_of(data))
+        task_name = _task_of(data)
+        data = without_stale_task_sections(data, task_name)
         own: list[Section] = []
         try:
             own += get_method(data.get("method", cls.model_fields["method"].default)).sections
         except (TypeError, ValueError):
             pass  # the method field's own error names it
-        task = TASK_SPECS.get(_task_of(data)) if isinstance(_task_of(data), str) else None
+        task = TASK_SPECS.get(task_name) if isinstance(task_name, str) else None
         own += [task.section] if task is not None and task.section is not None else []
         return {**data, **{sec.name: {} for sec in own if data.get(sec.name) is None}}
 
@@ -261,8 +262,8 @@ class _MethodSections(_RunFields):
         if name in TASK_SECTION_NAMES:
             task = info.data.get("task")
             if task is not None and get_task_spec(task).section_name != name:
-                readers = ", ".join(n for n, t in TASK_SPECS.items() if t.section_name == name)
-                raise ValueError(f"task {task} has no {name} section (read by the {readers} task); remove it")
+                raise ValueError(f"task {task} has no {name} section (read by the {', '.join(section_tasks(name))} "
+                                 "task); remove it")
             return value
         method = info.data.get("method")
         if method is not None and not get_method(method).reads(name):

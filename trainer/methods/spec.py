@@ -107,9 +107,10 @@ class MethodSpec:
     advantage estimator (trainer/core/estimators.py) the method always trains with, or None to
     take the config's ``adv_estimator``. route_of: the method this one is when run with its own
     estimator (Dr.GRPO: ``grpo``); a config naming that method with this estimator is refused
-    at submit, naming this method, so a run has one label in every comparison. aero: which of AERO's strategies (S1, S2, S3) an AERO-family
-    method switches on (trainer/methods/aero_strategies.py), read by its step and by the savings
-    waterfall; None for every other method. The JSON keeps the key ``strategies`` for every
+    at submit, naming this method, so a run has one label in every comparison. aero: which of
+    AERO's strategies (S1, S2, S3) an AERO-family method switches on
+    (trainer/methods/aero_strategies.py), read by its step and by the savings waterfall; None
+    for every other method. The JSON keeps the key ``strategies`` for every
     method (all false when ``aero`` is None)."""
 
     name: str

@@ -97,28 +97,38 @@ def tasks_with(source: str) -> tuple[str, ...]:
     return tuple(n for n, s in TASK_SPECS.items() if s.source == source)
 
 
-def without_stale_task_sections(data: Mapping[str, Any], task: Any) -> dict[str, Any]:
+def section_tasks(section: str) -> tuple[str, ...]:
+    """The tasks whose config section is ``section`` (as ``section_readers`` is for methods)."""
+    return tuple(n for n, s in TASK_SPECS.items() if s.section_name == section)
+
+
+def without_stale_task_sections(data: Mapping[str, Any], task: Any) -> Mapping[str, Any]:
     """``data`` (a raw run config for ``task``) without another task's section that holds only
     its defaults: every config dumped before the code block became the code task's section had
     one, whatever its task (saved JSON files, API responses). Each dropped block warns
-    (ConfigDeprecationWarning); a block with values of its own stays, and the config refuses it."""
+    (ConfigDeprecationWarning); a block with values of its own stays, and the config refuses it.
+    ``data`` itself when there is nothing to drop (an unknown task's own error names it)."""
+    if task not in TASK_SPECS:
+        return data
+    stale = [sec for sec in task_sections()
+             if sec.name != TASK_SPECS[task].section_name and isinstance(data.get(sec.name), dict)]
+    if not stale:
+        return data
     from pydantic import ValidationError  # here: scripts/gpu_check.py imports the registry without pydantic
 
     from trainer.config_renames import ConfigDeprecationWarning
 
-    out, own = dict(data), TASK_SPECS[task].section_name if task in TASK_SPECS else None
-    for sec in task_sections():
-        value = out.get(sec.name)
-        if sec.name == own or not isinstance(value, dict) or task not in TASK_SPECS:
-            continue
+    out = dict(data)
+    for sec in stale:
         try:
-            default = sec.model.model_validate(value).model_dump() == sec.model().model_dump()
+            default = sec.model.model_validate(out[sec.name]).model_dump() == sec.model().model_dump()
         except ValidationError:
             default = False
         if default:
             del out[sec.name]
-            warnings.warn(f"run config: the {sec.name} block is the {sec.name} task's own now; the {task} task "
-                          f"ignores it (it held the defaults): remove it", ConfigDeprecationWarning, stacklevel=2)
+            warnings.warn(f"run config: the {sec.name} block is the {' and '.join(section_tasks(sec.name))} task's "
+                          f"own now; the {task} task ignores it (it held the defaults): remove it",
+                          ConfigDeprecationWarning, stacklevel=2)
     return out
 
 
