@@ -109,6 +109,13 @@ class _RunFields(Strict):
         "without host syncs, the host checked every 8 tokens on CUDA. graphs: static, with each decode step replayed "
         "as a CUDA graph per batch size (CUDA; elsewhere the same fixed-shape step runs without graphs). vLLM "
         "decodes its own way; the verl engine's rollout servers use dynamic (docs/engines.md).")
+    sampler_rng: Literal["stream", "per-row"] = Field(
+        "stream", description="Where the hf sampler's random numbers come from. stream: the run's generator, drawn "
+        "for every row in turn (torch.multinomial's draws), so a rollout's tokens depend on the rows sampled with "
+        "it. per-row: each rollout samples by inverse CDF from counter-based numbers keyed by its step, prompt and "
+        "index among the prompt's rollouts, so its tokens depend on the policy and its key only, not on the batch, "
+        "chunk or schedule that computes it (another seed's worth of samples: the same seed gives other tokens than "
+        "stream). Needed by aero.schedule=continuous. The hf sampler on the embedded engine only.")
     gradient_checkpointing: bool = Field(
         False, description="Recompute activations in the backward pass (HF gradient checkpointing): less memory for "
         "long responses on real models, ~30% more train time. The verl engine maps it to enable_gradient_checkpointing.")
@@ -357,6 +364,9 @@ def cross_field_issues(cfg: RunConfig) -> list[tuple[str, str]]:
     for name, path in cfg.benchmarks.items():
         if not name.strip() or not str(path).strip():
             issues.append(("benchmarks", f"each benchmark needs a name and a local file path; got {name!r}: {path!r}"))
+    if cfg.sampler_rng == "per-row" and cfg.sampler != "hf":
+        issues.append(("sampler_rng", "per-row keys are the hf sampler's; vLLM seeds each request its own way: "
+                       "set sampler=hf, or sampler_rng=stream"))
     issues += engine_issues(cfg)
     issues += resource_issues(cfg)
     issues += method_issues(cfg)

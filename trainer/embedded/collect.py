@@ -73,20 +73,30 @@ class TimedScorer:
         self.t_first = 0.0  # the step's first generation call (AERO: exploration)
         self.failures: dict[str, float] = {"errors": 0, "timeouts": 0}
 
-    def __call__(self, prompts: list[list[int]], problems: list[Problem], n, round_: int = 0) -> list[Rollout]:
+    def __call__(self, prompts: list[list[int]], problems: list[Problem], n, round_: int = 0,
+                 keys: list[int] | None = None) -> list[Rollout]:
         t0 = time.perf_counter()
-        rollouts = self.ctx.sampler.generate(prompts, n, self.ctx.sampling, self.ctx.gen)
+        kw = {} if keys is None else {"keys": keys}
+        rollouts = self.ctx.sampler.generate(prompts, n, self.ctx.sampling, self.ctx.gen, **kw)
+        self.generated(time.perf_counter() - t0)
+        return self.score(rollouts, problems, round_)
+
+    def generated(self, seconds: float) -> None:
+        """One generation call took ``seconds`` (scoring inside it excluded)."""
+        self.t_gen += seconds
+        if self.calls == 0:
+            self.t_first = seconds
+        self.calls += 1
+
+    def score(self, rollouts: list[Rollout], problems: list[Problem], round_: int) -> list[Rollout]:
+        """The verifier over ``rollouts`` (their problems by ``prompt_index``): rewards and round set."""
         t1 = time.perf_counter()
         tok = self.ctx.task.tokenizer
         rewards, fails = score_batch(self.ctx.task, [tok.decode(r.response_ids) for r in rollouts],
                                      [problems[r.prompt_index] for r in rollouts], self.ctx.cfg.verifier_timeout_s)
         for r, rew in zip(rollouts, rewards):
             r.reward, r.round = float(rew), round_
-        self.t_gen += t1 - t0
-        if self.calls == 0:
-            self.t_first = t1 - t0
         self.t_rew += time.perf_counter() - t1
-        self.calls += 1
         self.scored += len(rollouts)
         for k in fails:
             self.failures[k] = self.failures.get(k, 0) + fails[k]
@@ -120,6 +130,8 @@ class EmbeddedSampler:
         self.problems: list[Problem] = []
         self.prompts: list[list[int]] = []
         self.groups: list[int] = []  # per generated row, its prompt group among all prompts drawn this step
+        self.step_key: int | None = None  # sampler_rng="per-row": the step's key, drawn on first use
+        self.next_index: dict[int, int] = {}  # per prompt of the stream, its next rollout index this step
 
     def next_prompts(self) -> int:
         cfg, task = self.ctx.cfg, self.ctx.task
@@ -132,12 +144,61 @@ class EmbeddedSampler:
         return [p.meta.get("where") for p in self.problems]
 
     def sample(self, counts: Sequence[int], round_: int) -> Samples:
-        new = self.timed(self.prompts, self.problems, list(counts), round_)
+        keys = None
+        if self.ctx.cfg.sampler_rng == "per-row":
+            keys = [k for p, n in enumerate(counts) for k in self._keys(p, int(n))]
+        return self._add(self.timed(self.prompts, self.problems, list(counts), round_, keys))
+
+    def _add(self, new: list[Rollout]) -> Samples:
         first = len(self.rollouts)
         self.rollouts += new
         self.groups += [self.used - len(self.problems) + r.prompt_index for r in new]
         return Samples.build(first, [r.prompt_index for r in new], [r.reward for r in new], [r.length for r in new],
                              [len(r.prompt_ids) + r.length for r in new])
+
+    def _keys(self, p: int, n: int) -> list[int]:
+        """The sampling keys of prompt p's next n rollouts this step (sampler_rng="per-row"): keyed by
+        the step, the prompt's place in the data stream and the rollout's index among the prompt's,
+        so a rollout gets the same key whichever call or batch samples it."""
+        from trainer.rollout.keyed import row_key
+
+        if self.step_key is None:  # one draw of the run's generator per step: a resumed run draws it again
+            self.step_key = int(torch.randint(0, 2**62, (1,), generator=self.ctx.gen, device=self.ctx.gen.device))
+        g = self.used - len(self.problems) + p
+        k0 = self.next_index.get(g, 0)
+        self.next_index[g] = k0 + n
+        return [row_key(self.step_key, g, k) for k in range(k0, k0 + n)]
+
+    def stream(self, first: Sequence[int], react) -> list[Samples]:
+        """:meth:`trainer.methods.sampler.Sampler.stream` on the hf sampler's continuous batch."""
+        from trainer.rollout.continuous import Block
+
+        firsts: list[int] = []  # each block's first global row id, in the order asked for
+        parts: dict[int, Samples] = {}
+        next_row = [len(self.rollouts)]
+
+        def blocks(asks) -> list[Block]:
+            out = []
+            for p, n, round_ in asks:
+                if n > 0:
+                    firsts.append(next_row[0])
+                    next_row[0] += int(n)
+                    out.append(Block(int(p), tuple(self._keys(int(p), int(n))), int(round_)))
+            return out
+
+        def on_block(bid: int, rollouts: list[Rollout]) -> list[Block]:
+            self.timed.score(rollouts, self.problems, rollouts[0].round)
+            part = Samples.build(firsts[bid], [r.prompt_index for r in rollouts], [r.reward for r in rollouts],
+                                 [r.length for r in rollouts], [len(r.prompt_ids) + r.length for r in rollouts])
+            parts[bid] = part
+            return blocks(react(part, rollouts[0].round))
+
+        t0, rew0 = time.perf_counter(), self.timed.t_rew
+        new = self.ctx.sampler.stream(self.prompts, blocks([(p, n, 0) for p, n in enumerate(first)]),  # type: ignore[attr-defined]
+                                      self.ctx.sampling, on_block)
+        self.timed.generated(time.perf_counter() - t0 - (self.timed.t_rew - rew0))
+        self._add(new)
+        return [parts[b] for b in range(len(parts))]
 
     def step_rows(self) -> StepRows:
         """Every row of the step, for its stored sample (texts decoded on demand)."""

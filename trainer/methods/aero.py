@@ -79,6 +79,13 @@ class AEROConfig(Strict):
         "(and charged in FLOPs) but not trained. 1 = the paper's sequential rounds, one engine call each (slower by "
         "one call per round). R > 1: R rounds per call.",
     )
+    schedule: Literal["calls", "continuous"] = Field(
+        "calls", description="How exploration and rescue are generated. calls: one engine call for exploration, then "
+        "one per rounds_per_call rounds. continuous: all in ONE continuous batch on the hf sampler: a prompt's next "
+        "rescue window joins the batch as soon as its exploration (or last window) is scored, instead of waiting for "
+        "the slowest row of the batch; while the budget could still bind, rescue waits and is planned for the whole "
+        "batch, as in calls. The same rollouts per prompt as calls with the same keys (needs sampler_rng=per-row).",
+    )
 
 
 def aero_rules(cfg: RunConfig) -> Issues:
@@ -96,6 +103,9 @@ def aero_rules(cfg: RunConfig) -> Issues:
         issues.append(("aero.alpha0", f"must be > 0 (Beta prior); got {a.alpha0}"))
     if a.beta0 <= 0:
         issues.append(("aero.beta0", f"must be > 0 (Beta prior); got {a.beta0}"))
+    if a.schedule == "continuous" and cfg.sampler_rng != "per-row":
+        issues.append(("aero.schedule", "a continuous batch samples each rollout from its own key: set "
+                       "sampler_rng=per-row with aero.schedule=continuous"))
     return issues
 
 
@@ -127,37 +137,17 @@ def aero_step_with_ledger(cfg: RunConfig, sampler: Sampler, rng: np.random.Gener
     import torch
 
     from trainer.core.aero import CurationRules, aero_advantages, curate
-    from trainer.core.rescue import plan_rounds, replay, start_rescue
-    from trainer.core.strata import Stratum, stratify
-    from trainer.methods.sampler import RowLog
+    from trainer.core.strata import stratify
 
     a = cfg.aero
     strategies = spec.aero if spec.aero is not None else NONE
-    s1 = strategies.s1
     P = sampler.next_prompts()
-    log = RowLog()
     n_first = np.full(P, a.n_explore, dtype=np.int64) if first is None else np.asarray(first, dtype=np.int64)
-    explore = log.add(sampler.sample(n_first.tolist(), round_=0))
-    rows_of = explore.rows_by_prompt(P)
-    correct = explore.correct_by_prompt(P)
+    may_rescue = np.full(P, strategies.s1) & (True if no_rescue is None else ~np.asarray(no_rescue, dtype=bool))
+    budget = (cfg.n_total - a.n_explore) * P if rescue_budget is None else int(rescue_budget)
+    run = explore_and_rescue_stream if a.schedule == "continuous" else explore_and_rescue_calls
+    log, rows_of, correct, state, calls = run(cfg, sampler, n_first, may_rescue, budget)
     strata = stratify(correct, n_first, a.S, a.tau)
-    state = start_rescue(strata if s1 else np.full(P, int(Stratum.HIGH)), a.n_explore, cfg.n_total, P)
-    if first is not None or rescue_budget is not None:
-        state = replace(state, produced=n_first.copy(),
-                        budget_left=state.budget_left if rescue_budget is None else int(rescue_budget))
-    if no_rescue is not None:
-        state = replace(state, active=state.active & ~np.asarray(no_rescue, dtype=bool))
-    calls = 1
-    while s1:
-        plan = plan_rounds(state, a.rounds_per_call, delta_n=a.delta_n, n_max=a.n_max, k_max=a.k_max,
-                           split=a.budget_split)
-        if len(plan) == 0:
-            break
-        new = log.add(sampler.sample(plan.sum(0).tolist(), round_=state.rounds_used + 1))
-        calls += 1
-        new_rows = new.rows_by_prompt(P)
-        state, used = replay(state, plan, [new.correct[r - new.first_row].astype(np.float64) for r in new_rows])
-        rows_of = [np.concatenate([rows_of[p], new_rows[p][used[p]]]) for p in range(P)]
     ok, length, tokens, reward = log.column("correct"), log.column("length"), log.column("tokens"), log.column("reward")
     rules = CurationRules.from_config(a, strategies, n_explore=int(n_first.min(initial=a.n_explore)))
     cur = curate([ok[r].astype(np.float64) for r in rows_of], strata, state.rescued_at, rules,
@@ -171,7 +161,7 @@ def aero_step_with_ledger(cfg: RunConfig, sampler: Sampler, rng: np.random.Gener
     stats.update({
         mk.ZERO_ACC_AFTER_RESCUE: float((cur.correct == 0).mean()),
         "rescue/rescued": float(state.rescued.sum()), "rescue/rounds": float(state.rounds_used),
-        "rescue/calls": float(calls - 1), "rescue/generated": float(len(log) - len(explore)),
+        "rescue/calls": float(calls - 1), "rescue/generated": float(len(log) - int(n_first.sum())),
         "rescue/unused": float(state.unused), "rescue/budget_left": float(state.budget_left),
         **{f"groups/{kind}": float(cur.kinds.count(kind)) for kind in ("rescued", "bayes", "low", "high", "zero")},
     })
@@ -179,6 +169,65 @@ def aero_step_with_ledger(cfg: RunConfig, sampler: Sampler, rng: np.random.Gener
                   correct=cur.correct, mean_tokens=np.array([tokens[r].mean() for r in rows_of]))
     return StepResult(rows=rows, group=gid, advantages=adv, prompts_used=P, calls=calls, generated=len(log),
                       stats=stats, cost_metrics=partial(savings_metrics, cfg, ledger)), ledger
+
+
+def explore_and_rescue_calls(cfg: RunConfig, sampler: Sampler, n_first: np.ndarray, may_rescue: np.ndarray,
+                              budget: int):
+    """Exploration, then rescue windows of ``aero.rounds_per_call`` rounds, one engine call each
+    (steps 1-3 of the module docstring). Returns (row log, each prompt's rows that count, in
+    generation order, exploration's correct counts, the final RescueState, engine calls)."""
+    from trainer.core.rescue import plan_rounds, replay, start_rescue
+    from trainer.core.strata import Stratum, stratify
+    from trainer.methods.sampler import RowLog
+
+    a, P = cfg.aero, len(n_first)
+    log = RowLog()
+    explore = log.add(sampler.sample(n_first.tolist(), round_=0))
+    rows_of = explore.rows_by_prompt(P)
+    correct = explore.correct_by_prompt(P)
+    strata = np.where(may_rescue, stratify(correct, n_first, a.S, a.tau), int(Stratum.HIGH))
+    state = replace(start_rescue(strata, a.n_explore, cfg.n_total, P), produced=n_first.copy(), budget_left=budget)
+    calls = 1
+    while True:
+        plan = plan_rounds(state, a.rounds_per_call, delta_n=a.delta_n, n_max=a.n_max, k_max=a.k_max,
+                           split=a.budget_split)
+        if len(plan) == 0:
+            break
+        new = log.add(sampler.sample(plan.sum(0).tolist(), round_=state.rounds_used + 1))
+        calls += 1
+        new_rows = new.rows_by_prompt(P)
+        state, used = replay(state, plan, [new.correct[r - new.first_row].astype(np.float64) for r in new_rows])
+        rows_of = [np.concatenate([rows_of[p], new_rows[p][used[p]]]) for p in range(P)]
+    return log, rows_of, correct, state, calls
+
+
+def explore_and_rescue_stream(cfg: RunConfig, sampler: Sampler, n_first: np.ndarray, may_rescue: np.ndarray,
+                               budget: int):
+    """:func:`explore_and_rescue_calls` in ONE continuous batch (``aero.schedule="continuous"``):
+    a prompt's rescue window joins the batch when its exploration, or its last window, is scored
+    (trainer/core/rescue_stream.py says when that equals separate calls: always, per prompt)."""
+    from trainer.core.rescue_stream import RescueRules, RescueStream
+    from trainer.methods.sampler import RowLog
+
+    a, P = cfg.aero, len(n_first)
+    plan = RescueStream(may_rescue, n_first, budget, RescueRules(S=a.S, tau=a.tau, rounds=a.rounds_per_call,
+                        delta_n=a.delta_n, n_max=a.n_max, k_max=a.k_max, split=a.budget_split))
+    rows_of: list[np.ndarray] = [np.zeros(0, dtype=np.int64)] * P
+    correct = np.zeros(P, dtype=np.int64)
+
+    def react(block, round_: int):
+        p = int(block.prompt_of_row[0])
+        if round_ == 0:
+            rows_of[p], correct[p] = block.ids, int(block.correct.sum())
+            return plan.explored(p, int(correct[p]))
+        used, asks = plan.scored(p, block.correct)
+        rows_of[p] = np.concatenate([rows_of[p], block.ids[used]])
+        return asks
+
+    log = RowLog()
+    for part in sampler.stream(n_first.tolist(), react):
+        log.add(part)
+    return log, rows_of, correct, plan.state(), 1
 
 
 def savings_metrics(cfg: RunConfig, ledger: dict, flops_per_token: float, seconds_per_token: float) -> dict[str, float]:

@@ -123,6 +123,17 @@ class _Sampled:
         s = self.sampler.sample(full.tolist(), round_)
         return replace(s, prompt_of_row=self.position[s.prompt_of_row])
 
+    def stream(self, first: Sequence[int], react) -> list[Samples]:
+        full = np.zeros(self.P, dtype=np.int64)
+        full[self.live] = np.asarray(first, dtype=np.int64)
+
+        def seen_here(block: Samples, round_: int):
+            asks = react(replace(block, prompt_of_row=self.position[block.prompt_of_row]), round_)
+            return [(int(self.live[p]), n, r) for p, n, r in asks]
+
+        return [replace(s, prompt_of_row=self.position[s.prompt_of_row])
+                for s in self.sampler.stream(full.tolist(), seen_here)]
+
 
 def aero_mem_step(cfg: RunConfig, sampler: Sampler, rng: np.random.Generator, *, spec: MethodSpec) -> StepResult:
     """One aero-mem step (module docstring). ``rng`` is AERO's (S3's random negatives); the

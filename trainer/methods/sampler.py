@@ -10,7 +10,7 @@ so a step names the rows to train on by id and the adapter picks them from what 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -57,6 +57,9 @@ class Samples:
         return np.bincount(self.prompt_of_row, weights=self.correct, minlength=P).astype(np.int64)
 
 
+React = Callable[[Samples, int], Sequence[tuple[int, int, int]]]
+
+
 class Sampler(Protocol):
     """What a step may ask of an engine (module docstring). ``state``: a method's own plain-data
     state across steps (aero-mem's prompt memory), which the adapter keeps and checkpoints."""
@@ -70,6 +73,14 @@ class Sampler(Protocol):
     def sample(self, counts: Sequence[int], round_: int) -> Samples:
         """Generate and score ``counts[p]`` rollouts for prompt p of the current batch, in one
         engine call; ``round_`` tags them (0 = the step's first generation)."""
+        ...
+
+    def stream(self, first: Sequence[int], react: React) -> list[Samples]:
+        """Generate and score ``first[p]`` rollouts of prompt p (round 0) and every block ``react``
+        asks for, in ONE continuous batch: ``react(block, round)`` gets a block's scored rows (one
+        prompt's) when its last row is scored and returns the blocks to add, as (prompt, count,
+        round). Returns every block's rows, in id order (ids are given as blocks are asked for).
+        Engines without a continuous batch do not have it (the config refuses aero.schedule)."""
         ...
 
     def prompt_keys(self) -> list[str | None]:

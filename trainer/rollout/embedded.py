@@ -39,12 +39,14 @@ from __future__ import annotations
 
 import contextlib
 import numbers
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
 from trainer.kv_cache import forward_kwargs, left_pad, output_cache
 from trainer.rollout.base import Rollout, SamplingParams
+from trainer.rollout.continuous import Block, RowOut, decode_stream
+from trainer.rollout.keyed import sample_keyed
 from trainer.rollout.sampling import sample_next, top_p_filter
 from trainer.rollout.static_decode import DECODES, Prefill, StaticSettings, decode_static
 
@@ -117,30 +119,77 @@ class EmbeddedEngine:
         return self._device if self._device is not None else next(self.model.parameters()).device
 
     def generate(self, prompts: Sequence[list[int]], n_per_prompt: Sequence[int] | int,
-                 sampling: SamplingParams, generator: torch.Generator | None = None) -> list[Rollout]:
+                 sampling: SamplingParams, generator: torch.Generator | None = None,
+                 keys: Sequence[int] | None = None) -> list[Rollout]:
         """Sample ``n_per_prompt[i]`` responses for each prompt i in one batched call.
 
+        ``keys``: one int64 per row (prompt-major), to sample each row from its own key
+        (trainer/rollout/keyed.py) instead of ``generator``'s stream.
         Returns rollouts ordered by prompt, then sample (``prompt_index`` set)."""
         counts = expand_counts(len(prompts), n_per_prompt)
+        if keys is not None and len(keys) != sum(counts):
+            raise ValueError(f"keys has {len(keys)} entries for {sum(counts)} rows")
         if any(len(prompts[i]) == 0 for i, n in enumerate(counts) if n > 0):
             raise ValueError("prompts must be non-empty (the first response token needs a context)")
         row_prompt = [i for i, n in enumerate(counts) for _ in range(n)]
         if not row_prompt:
             return []
         step = self.max_batch_rows or len(row_prompt)
+        out: list[Rollout] = []
+        with self._sampling_mode():
+            for start in range(0, len(row_prompt), step):
+                chunk_keys = None if keys is None else self._keys(keys[start:start + step])
+                out += self._generate_rows(prompts, row_prompt[start:start + step], sampling, generator, chunk_keys)
+        return out
+
+    def stream(self, prompts: Sequence[list[int]], first: Sequence[Block], sampling: SamplingParams,
+               react: Callable[[int, list[Rollout]], Sequence[Block]]) -> list[Rollout]:
+        """Sample ``first`` and the blocks ``react`` asks for in one continuous batch
+        (trainer/rollout/continuous.py); rows sample with their blocks' keys.
+
+        ``react(block id, rollouts)`` gets each block's rollouts (``round`` set from the block) when
+        its last row finishes, and returns the blocks to add (none: nothing more); ids count the
+        non-empty blocks in the order they were asked for. The batch holds at most
+        the first blocks' rows (or ``max_batch_rows``). Returns every rollout, in the order the
+        blocks were asked for."""
+        n_first = sum(len(b.keys) for b in first)
+        if not n_first:
+            return []
+        if int(sampling.max_new_tokens) <= 0:
+            raise ValueError("a continuous batch samples at least one token per row (max_new_tokens >= 1)")
+        if any(not prompts[i] for i in range(len(prompts))):
+            raise ValueError("prompts must be non-empty (the first response token needs a context)")
+        built: dict[int, list[Rollout]] = {}
+        blocks = [b for b in first if b.keys]
+
+        def on_block(bid: int, rows: list[RowOut]) -> Sequence[Block]:
+            blk = blocks[bid]
+            built[bid] = [Rollout(prompt_index=blk.prompt, prompt_ids=list(prompts[blk.prompt]), response_ids=r.tokens,
+                                  logprobs=r.logprobs, finished=r.finished, round=blk.round) for r in rows]
+            new = [b for b in react(bid, built[bid]) if b.keys]
+            blocks.extend(new)
+            return new
+
+        capacity = min(n_first, self.max_batch_rows or n_first)
+        with self._sampling_mode():
+            pre = self._prefill_distinct(prompts, list(range(len(prompts))))
+            decode_stream(self.model, pre, list(blocks), on_block, sampling,
+                          self._static_settings(), capacity)
+        return [r for bid in range(len(blocks)) for r in built[bid]]
+
+    @contextlib.contextmanager
+    def _sampling_mode(self):
+        """Eval mode (each submodule's own mode restored after), inference mode and autocast."""
         modes = [m.training for m in self.model.modules()] if self.model.training else None
         if modes is not None:  # toggling walks every module: skip it when already in eval mode
             self.model.eval()
         try:
             with torch.inference_mode(), self._autocast():
-                out: list[Rollout] = []
-                for start in range(0, len(row_prompt), step):
-                    out += self._generate_rows(prompts, row_prompt[start:start + step], sampling, generator)
+                yield
         finally:
             if modes is not None:  # restore each submodule's own mode (some may be frozen in eval)
                 for m, mode in zip(self.model.modules(), modes):
                     m.training = mode
-        return out
 
     def _autocast(self):
         dev = self.device
@@ -148,14 +197,18 @@ class EmbeddedEngine:
             return torch.autocast("cuda", dtype=self.dtype)
         return contextlib.nullcontext()
 
+    def _keys(self, keys: Sequence[int]) -> torch.Tensor:
+        return torch.tensor(list(keys), dtype=torch.int64, device=self.device)
+
     def _generate_rows(self, prompts, row_prompt: list[int], sampling: SamplingParams,
-                       generator) -> list[Rollout]:
+                       generator, keys: torch.Tensor | None = None) -> list[Rollout]:
         """Prefill + decode for one chunk of rows (row r samples prompt ``row_prompt[r]``)."""
         if self.decode == "dynamic" or int(sampling.max_new_tokens) <= 0:
-            tokens, logprobs, lengths, finished = self._decode(prompts, row_prompt, sampling, generator)
+            tokens, logprobs, lengths, finished = self._decode(prompts, row_prompt, sampling, generator, keys)
         else:
             tokens, logprobs, lengths, finished = decode_static(
-                self.model, self._prefill_distinct(prompts, row_prompt), sampling, generator, self._static_settings())
+                self.model, self._prefill_distinct(prompts, row_prompt), sampling, generator, self._static_settings(),
+                keys)
         tokens, logprobs = tokens.tolist(), logprobs.tolist()
         lengths, finished = lengths.tolist(), finished.tolist()
         return [Rollout(prompt_index=p, prompt_ids=list(prompts[p]), response_ids=tokens[r][:lengths[r]],
@@ -191,7 +244,8 @@ class EmbeddedEngine:
             logits, mask, pos = logits[pre.expand], mask[pre.expand], pos[pre.expand]
         return logits, cache, mask, pos
 
-    def _decode(self, prompts, row_prompt: list[int], sampling: SamplingParams, generator):
+    def _decode(self, prompts, row_prompt: list[int], sampling: SamplingParams, generator,
+                keys: torch.Tensor | None = None):
         """The vectorised sampling loop. Returns tokens [B, S], logprobs [B, S], lengths [B],
         finished [B] (on CPU), S <= max_new_tokens the number of decode steps taken.
 
@@ -232,7 +286,10 @@ class EmbeddedEngine:
                     all_logits = logits
                 else:
                     all_logits.index_copy_(0, live, logits.to(all_logits.dtype))
-            tok_all, lp = sample_next(all_logits, sampling, generator)
+            if keys is None:
+                tok_all, lp = sample_next(all_logits, sampling, generator)
+            else:
+                tok_all, lp = sample_keyed(all_logits, sampling, keys, torch.full_like(keys, t))
             tok_all = tok_all.masked_fill(done, self.pad_id)
             tokens[:, t], logprobs[:, t] = tok_all, lp.masked_fill(done, 0.0)
             lengths += (~done).long()

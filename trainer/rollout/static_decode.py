@@ -35,6 +35,7 @@ import torch
 
 from trainer.rollout.attention import NAME as PACKED_GQA
 from trainer.rollout.base import SamplingParams
+from trainer.rollout.keyed import sample_keyed
 from trainer.rollout.sampling import exponential_draws, sample_with_draws
 
 DECODES = ("dynamic", "static", "graphs")
@@ -165,9 +166,10 @@ class DecodeState:
     Per position of the forward batch (the first ``b`` of B): ``row_of`` (its row), the token it
     feeds next, its last prompt position and its valid cache slots [B, L + S]."""
 
-    def __init__(self, pre: Prefill, max_new: int, settings: StaticSettings):
+    def __init__(self, pre: Prefill, max_new: int, settings: StaticSettings, keys: torch.Tensor | None = None):
         B, L, dev = len(pre.expand), pre.mask.shape[1], pre.expand.device
         self.B, self.L, self.b, self.settings = B, L, B, settings
+        self.keys = keys  # [B] int64 per-row sampling keys (trainer/rollout/keyed.py), or None: the stream
         self.cache = SlotCache(layer_kv(pre.cache), pre.expand, L + max_new)
         self.valid = torch.ones((B, L + max_new), dtype=torch.bool, device=dev)  # later slots: by window or slot
         self.valid[:, :L] = pre.mask.index_select(0, pre.expand).bool()
@@ -301,12 +303,16 @@ def step_function(model: torch.nn.Module, s: DecodeState) -> Callable[[int], tor
 
 
 def sample_step(s: DecodeState, logits: torch.Tensor, sampling: SamplingParams,
-                gen: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+                gen: torch.Generator | None, t: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """Tokens and log-probs [b] of the forward batch's rows from their logits [b, V]. The
     exponentials are drawn for all B rows in row order (torch.multinomial over B rows draws
     them so), each row then takes its own: the generator's stream never depends on the batch.
     A generator on another device than the model draws there (as multinomial does), which
-    costs a copy of the probabilities, and with it a sync, every step."""
+    costs a copy of the probabilities, and with it a sync, every step. With per-row keys, each
+    row draws from its own key at token ``t`` instead (no generator)."""
+    if s.keys is not None:
+        keys = s.keys.index_select(0, s.row_of[:s.b])
+        return sample_keyed(logits, sampling, keys, torch.full_like(keys, t))
     if gen is None:
         return sample_with_draws(logits, sampling, None)
     draws = exponential_draws(s.B, logits.shape[-1], gen, logits.device)
@@ -316,22 +322,22 @@ def sample_step(s: DecodeState, logits: torch.Tensor, sampling: SamplingParams,
 
 
 def decode_static(model: torch.nn.Module, pre: Prefill, sampling: SamplingParams,
-                  generator: torch.Generator | None, settings: StaticSettings):
+                  generator: torch.Generator | None, settings: StaticSettings, keys: torch.Tensor | None = None):
     """The static-shape sampling loop (module docstring). Returns, on the CPU, tokens [B, S'],
     log-probs [B, S'], lengths [B] and finished [B], S' <= max_new_tokens the steps the dynamic
     decode would take (the longest response)."""
     S = int(sampling.max_new_tokens)
-    s = DecodeState(pre, S, settings)
+    s = DecodeState(pre, S, settings, keys)
     logits = pre.logits.index_select(0, pre.expand)  # step 0 samples from the prefill
     pre.cache = None  # every row's copy is in the slot cache: let the distinct prompts' go
     step = step_function(model, s)
-    gen = resolve_generator(generator, s.slots.device) if sampling.temperature > 0 else None
+    gen = resolve_generator(generator, s.slots.device) if sampling.temperature > 0 and keys is None else None
     rewind, ran = Rewind(gen, settings.sync_every > 1), 0
     for t in range(S):
         if t > 0:
             logits = step(t)
         rewind.before(t)
-        s.record(t, *sample_step(s, logits, sampling, gen))
+        s.record(t, *sample_step(s, logits, sampling, gen, t))
         ran = t + 1
         if ran % settings.sync_every == 0 or ran == S:
             live = s.live()

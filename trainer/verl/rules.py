@@ -42,6 +42,9 @@ def verl_issues(cfg: RunConfig) -> list[tuple[str, str]]:
     if cfg.rollout_decode != "dynamic":
         issues.append(("rollout_decode", "verl's rollout servers decode dynamically: rollout_decode=dynamic on verl "
                        "(static and graphs are the embedded engine's)"))
+    if cfg.sampler_rng != "stream":
+        issues.append(("sampler_rng", "verl's rollout servers draw from their own generators: sampler_rng=stream on "
+                       "verl (per-row keys, and with them aero.schedule=continuous, are the embedded engine's)"))
     if cfg.device == "cpu" and cfg.sampler == "vllm":
         issues.append(("sampler", "vLLM needs CUDA; on the CPU the verl engine rolls out with 'hf' "
                        "(docs/engines.md)"))

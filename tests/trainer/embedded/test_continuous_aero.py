@@ -1,0 +1,93 @@
+"""AERO's steps on one continuous batch (``aero.schedule="continuous"``) train what separate calls
+train (``schedule="calls"``), both sampling per row (``sampler_rng="per-row"``): on the tiny preset,
+two steps of every AERO method, the same rollouts per prompt, rewards, trained rows and advantages,
+in one engine call instead of one per rescue window; and the run config refuses what cannot work."""
+
+import numpy as np
+import pytest
+import torch
+
+from trainer.config import ConfigError, parse_run_config
+from trainer.embedded.collect import StepContext, collect
+from trainer.embedded.presets import load_setup, stop_token_ids
+from trainer.methods.spec import get_method
+from trainer.rollout.base import SamplingParams
+from trainer.rollout.embedded import EmbeddedEngine
+
+CASES = {
+    "aero": {"method": "aero"},
+    "aero sequential rounds": {"method": "aero", "aero": {"rounds_per_call": 1}},
+    "aero binding budget": {"method": "aero", "aero": {"k_max": 10, "rounds_per_call": 2}},
+    "aero-s1s2 top-p": {"method": "aero-s1s2", "top_p": 0.9, "temperature": 0.8},
+    "aero-mem": {"method": "aero-mem", "train_size": 64},
+}
+
+
+def config(case: str, schedule: str):
+    over = dict(CASES[case])
+    method = over.pop("method")
+    aero = {"n_explore": 4, "k_max": 3, **over.pop("aero", {}), "schedule": schedule}
+    return parse_run_config({"preset": "tiny", "method": method, "batch_prompts": 8, "n_total": 8, "seed": 3,
+                             "sampler_rng": "per-row", "aero": aero, **over})
+
+
+def two_steps(cfg, setup):
+    engine = EmbeddedEngine(setup.model, eos_id=stop_token_ids(setup.task, setup.model),
+                            pad_id=setup.task.tokenizer.pad_id, decode="static")
+    ctx = StepContext(cfg=cfg, task=setup.task, sampler=engine,
+                      sampling=SamplingParams(cfg.temperature, cfg.top_p, cfg.max_new_tokens),
+                      gen=torch.Generator().manual_seed(cfg.seed), rng=np.random.default_rng(cfg.seed))
+    steps, data_pos = [], 0
+    for _ in range(2):
+        c = collect(ctx, data_pos)
+        data_pos += c.prompts_used
+        group = {id(r): data_pos - c.prompts_used + r.prompt_index for r in c.generated}
+        rows = sorted((group[id(r)], r.round, tuple(r.response_ids), r.finished, r.reward) for r in c.generated)
+        trained = sorted((group[id(r)], r.round, tuple(r.response_ids), round(float(a), 6))
+                         for r, a in zip(c.train, c.advantages.tolist()))
+        steps.append(dict(rows=rows, trained=trained, calls=c.gen_calls, stats=c.stats))
+    return steps, ctx.gen.get_state(), ctx.method_state
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_one_continuous_batch_trains_what_separate_calls_train(case):
+    calls_cfg, stream_cfg = config(case, "calls"), config(case, "continuous")
+    setup = load_setup(calls_cfg)
+    ref, gen_c, state_c = two_steps(calls_cfg, setup)
+    got, gen_s, state_s = two_steps(stream_cfg, setup)
+    skip = ("time/", "rescue/calls")
+    for a, b in zip(ref, got):
+        assert a["rows"] == b["rows"]
+        assert a["trained"] == b["trained"]
+        assert b["calls"] == 1
+        assert {k: v for k, v in a["stats"].items() if not k.startswith(skip)} == \
+            pytest.approx({k: v for k, v in b["stats"].items() if not k.startswith(skip)})
+    assert torch.equal(gen_c, gen_s) and state_c == state_s
+    if get_method(calls_cfg.method).aero.s1:
+        assert max(s["calls"] for s in ref) >= 2  # the reference made rescue calls: rows did join the stream
+        assert sum(s["stats"]["rescue/generated"] for s in got) > 0
+
+
+def test_per_row_sampling_is_its_own_sample():
+    """sampler_rng=per-row samples other tokens than the stream from the same seed (a different
+    random source, documented so), and its steps are still reproducible."""
+    cfg = config("aero", "calls")
+    setup = load_setup(cfg)
+    a, _, _ = two_steps(cfg, setup)
+    b, _, _ = two_steps(cfg, setup)
+    assert a[0]["rows"] == b[0]["rows"]
+    stream = parse_run_config({**cfg.model_dump(), "sampler_rng": "stream", "aero": {**cfg.aero.model_dump(),
+                                                                                  "schedule": "calls"}})
+    c, _, _ = two_steps(stream, setup)
+    assert c[0]["rows"] != a[0]["rows"]
+
+
+def test_the_config_refuses_what_cannot_run():
+    with pytest.raises(ConfigError, match="aero.schedule: a continuous batch samples each rollout from its own key"):
+        parse_run_config({"preset": "tiny", "method": "aero", "aero": {"schedule": "continuous"}})
+    with pytest.raises(ConfigError, match="sampler_rng: per-row keys are the hf sampler's"):
+        parse_run_config({"preset": "tiny", "sampler": "vllm", "sampler_rng": "per-row"})
+    with pytest.raises(ConfigError, match="sampler_rng: verl's rollout servers"):
+        parse_run_config({"engine": "verl", "preset": None, "model_path": "/m", "task": "math",
+                          "train_data": "/d.jsonl", "sampler_rng": "per-row"})
+    assert parse_run_config({}).sampler_rng == "stream" and parse_run_config({}).aero.schedule == "calls"

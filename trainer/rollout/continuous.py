@@ -1,0 +1,233 @@
+"""A continuous batch for the hf sampler (``EmbeddedEngine.stream``): rows join the decode while
+others are mid-answer, so a step's later rounds (AERO's rescue) are rows joining one batch, not
+new generate calls each with its own prefill, warm-up and tail of one long row.
+
+The caller asks for *blocks* (n rollouts of one prompt, each with its sampling key). When every
+row of a block has finished, ``react(block id, its rollouts)`` is called on the host and may ask
+for more blocks; their rows wait in a queue and join as finished rows leave. The call ends when
+no row is decoding and none waits.
+
+The decode is the static decode's (trainer/rollout/static_decode.py) with one position per row:
+a preallocated KV cache of ``capacity`` rows [C, kv_heads, L + max_new, head_dim] whose rows are
+at different tokens, so each row writes its own slot (:class:`StreamCache`) and masks its own
+slots. Every distinct prompt is prefilled once per call; a joining row copies its prompt's keys
+and values and samples its first token from the prompt's prefill logits. Rows sample with their
+keys (trainer/rollout/keyed.py): a row's tokens do not depend on when it joined or what it shared
+the batch with, so this call samples what separate ``generate`` calls with the same keys sample
+(tests/trainer/rollout/test_continuous.py), log-probs to float rounding.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+
+from trainer.rollout.base import SamplingParams
+from trainer.rollout.keyed import sample_keyed
+from trainer.rollout.static_decode import Prefill, SlotCache, StaticSettings, as_4d, layer_kv, mask_kind
+
+
+@dataclass(frozen=True)
+class Block:
+    """``len(keys)`` rollouts of prompt ``prompt``, row i sampled with ``keys[i]``; ``round`` tags them."""
+
+    prompt: int
+    keys: tuple[int, ...]
+    round: int = 0
+
+
+@dataclass
+class RowOut:
+    """One finished row: its block, its index in the block, response tokens, log-probs, finished."""
+
+    block: int
+    index: int
+    tokens: list[int]
+    logprobs: list[float]
+    finished: bool
+
+
+React = Callable[[int, list[RowOut]], Sequence[Block]]
+
+
+class StreamCache(SlotCache):
+    """:class:`SlotCache` whose rows are at different tokens: ``slot`` holds one write slot per row.
+    Rows start empty; :meth:`admit` copies a prompt's prefill into a row."""
+
+    def __init__(self, kv: list[tuple[torch.Tensor, torch.Tensor]], rows: int, capacity: int):
+        self.prompt_kv = kv
+        self.keys = [k.new_zeros((rows, k.shape[1], capacity, k.shape[3])) for k, _ in kv]
+        self.values = [v.new_zeros((rows, v.shape[1], capacity, v.shape[3])) for _, v in kv]
+        self.rows, self.window = 0, capacity
+        self.slot = torch.zeros(rows, dtype=torch.long, device=kv[0][0].device)
+
+    def admit(self, at: torch.Tensor, prompt: torch.Tensor) -> None:
+        """Rows ``at`` get the prefill of distinct prompts ``prompt`` in slots [0, L)."""
+        L = self.prompt_kv[0][0].shape[2]
+        for buf, (k, v) in zip(self.keys, self.prompt_kv):
+            buf[at, :, :L] = k.index_select(0, prompt)
+        for buf, (k, v) in zip(self.values, self.prompt_kv):
+            buf[at, :, :L] = v.index_select(0, prompt)
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
+        k, v = self.keys[layer_idx][:self.rows], self.values[layer_idx][:self.rows]
+        at, slot = torch.arange(self.rows, device=k.device), self.slot[:self.rows]
+        k[at, :, slot] = key_states[:, :, 0]
+        v[at, :, slot] = value_states[:, :, 0]
+        return k[:, :, :self.window], v[:, :, :self.window]
+
+
+class Stream:
+    """The continuous batch's state: per position of the forward batch (the first ``b`` of C),
+    its row, key, prompt mask and last prompt position, tokens sampled ``n``, and done."""
+
+    def __init__(self, model: torch.nn.Module, pre: Prefill, sampling: SamplingParams, settings: StaticSettings,
+                 capacity: int):
+        U, L = pre.mask.shape
+        S, dev = int(sampling.max_new_tokens), pre.mask.device
+        self.model, self.pre, self.sampling, self.settings = model, pre, sampling, settings
+        self.C, self.L, self.S, self.b, self.n_done = capacity, L, S, 0, 0
+        self.cache = StreamCache(layer_kv(pre.cache), capacity, L + S)
+        pre.cache = None
+        self.kind = mask_kind(model)
+        self.dtype = model.get_input_embeddings().weight.dtype  # type: ignore[operator]
+        self.row = [-1] * capacity  # host: each position's row id
+        self.age = [0] * capacity  # host: an upper bound of each position's n (the attention window)
+        self.key = torch.zeros(capacity, dtype=torch.int64, device=dev)
+        self.prompt_mask = torch.zeros((capacity, L), dtype=torch.bool, device=dev)
+        self.last_pos = torch.zeros(capacity, dtype=torch.long, device=dev)
+        self.n = torch.zeros(capacity, dtype=torch.long, device=dev)
+        self.done = torch.zeros(capacity, dtype=torch.bool, device=dev)
+        self.tok_in = torch.zeros(capacity, dtype=torch.long, device=dev)
+        self.tokens = torch.full((capacity, max(S, 1)), settings.pad_id, dtype=torch.long, device=dev)
+        self.logprobs = torch.zeros((capacity, max(S, 1)), dtype=torch.float32, device=dev)
+        self.resp = torch.arange(S, device=dev)
+
+    def _record(self, lo: int, hi: int, tok: torch.Tensor, lp: torch.Tensor) -> None:
+        """Positions [lo, hi) sampled ``tok``/``lp`` as their token n; rows already done keep theirs."""
+        n, was_done = self.n[lo:hi], self.done[lo:hi]
+        at = n.clamp(max=self.S - 1)[:, None]
+        self.tokens[lo:hi].scatter_(1, at, torch.where(was_done, self.tokens[lo:hi].gather(1, at)[:, 0], tok)[:, None])
+        self.logprobs[lo:hi].scatter_(1, at, torch.where(was_done, self.logprobs[lo:hi].gather(1, at)[:, 0], lp)[:, None])
+        n += (~was_done).long()
+        self.done[lo:hi] = was_done | torch.isin(tok, self.settings.stop_ids) | (n >= self.S)
+        self.tok_in[lo:hi] = tok
+
+    def admit(self, rows: list[tuple[int, int, int]]) -> None:
+        """Rows (row id, distinct prompt, key) join at the end of the forward batch and sample their
+        first token from their prompt's prefill logits."""
+        lo, hi = self.b, self.b + len(rows)
+        dev = self.key.device
+        prompt = torch.tensor([u for _, u, _ in rows], dtype=torch.long, device=dev)
+        at = torch.arange(lo, hi, device=dev)
+        self.cache.admit(at, prompt)
+        self.key[lo:hi] = torch.tensor([k for _, _, k in rows], dtype=torch.int64, device=dev)
+        self.prompt_mask[lo:hi] = self.pre.mask.index_select(0, prompt).bool()
+        self.last_pos[lo:hi] = self.pre.pos[:, -1].index_select(0, prompt)
+        self.n[lo:hi], self.done[lo:hi] = 0, False
+        for i, (r, _, _) in enumerate(rows):
+            self.row[lo + i], self.age[lo + i] = r, 1
+        self.b = hi
+        tok, lp = sample_keyed(self.pre.logits.index_select(0, prompt), self.sampling, self.key[lo:hi], self.n[lo:hi])
+        self._record(lo, hi, tok, lp)
+
+    def step(self) -> None:
+        """One decode step of every position in the batch: feed token n-1, sample token n."""
+        b = self.b
+        window = min(self.S, max(self.age[:b]))
+        n = self.n[:b]
+        self.cache.rows, self.cache.window = b, self.L + window
+        self.cache.slot[:b] = self.L + n - 1
+        keep = torch.cat([self.prompt_mask[:b], self.resp[None, :window] < n[:, None]], dim=1)
+        out = self.model(input_ids=self.tok_in[:b, None], attention_mask=as_4d(keep, self.kind, self.dtype),
+                         position_ids=(self.last_pos[:b] + n)[:, None], use_cache=True,
+                         **{self.settings.cache_kw: self.cache})
+        tok, lp = sample_keyed(out.logits[:, -1], self.sampling, self.key[:b], n)
+        self._record(0, b, tok, lp)
+        for i in range(b):
+            self.age[i] += 1
+
+    def harvest(self, seen: set[int]) -> list[tuple[int, list[int], list[float], bool]]:
+        """The rows that finished since the last read (one host read): (row id, tokens, log-probs,
+        stopped by a stop id)."""
+        done = self.done[:self.b].tolist()
+        self.n_done = sum(done)
+        new = [i for i, d in enumerate(done) if d and self.row[i] not in seen]
+        if not new:
+            return []
+        at = torch.tensor(new, dtype=torch.long, device=self.key.device)
+        n = self.n.index_select(0, at).tolist()
+        toks = self.tokens.index_select(0, at).tolist()
+        lps = self.logprobs.index_select(0, at).tolist()
+        stop = set(self.settings.stop_ids.tolist())
+        out = []
+        for j, i in enumerate(new):
+            seen.add(self.row[i])
+            t = toks[j][:n[j]]
+            out.append((self.row[i], t, lps[j][:n[j]], bool(t) and t[-1] in stop))
+        return out
+
+    def compact(self) -> None:
+        """Drop finished positions from the forward batch (live ones move to the front, in order)."""
+        done = self.done[:self.b].tolist()
+        keep_host = [i for i, d in enumerate(done) if not d]
+        if len(keep_host) == self.b:
+            return
+        keep = torch.tensor(keep_host, dtype=torch.long, device=self.key.device)
+        self.cache.rows = self.b
+        self.cache.compact(keep)
+        for buf in (self.key, self.prompt_mask, self.last_pos, self.n, self.done, self.tok_in, self.tokens,
+                    self.logprobs):
+            buf[:len(keep_host)] = buf[:self.b].index_select(0, keep)
+        self.row[:len(keep_host)] = [self.row[i] for i in keep_host]
+        self.age[:len(keep_host)] = [self.age[i] for i in keep_host]
+        self.b, self.n_done = len(keep_host), 0
+
+
+def decode_stream(model: torch.nn.Module, pre: Prefill, first: Sequence[Block], react: React,
+                  sampling: SamplingParams, settings: StaticSettings, capacity: int) -> list[RowOut]:
+    """Decode ``first`` and every block ``react`` asks for in one continuous batch of at most
+    ``capacity`` rows (module docstring). ``pre`` holds every distinct prompt a block may name
+    (``Block.prompt`` indexes it). Returns every row, in the order the blocks were asked for."""
+    blocks: list[Block] = []
+    rows: list[tuple[int, int]] = []  # row id -> (block, index in block)
+    queue: deque[tuple[int, int, int]] = deque()
+    left: list[int] = []
+    results: dict[int, RowOut] = {}
+
+    def ask(new: Sequence[Block]) -> None:
+        for blk in new:
+            if not blk.keys:
+                continue
+            bid = len(blocks)
+            blocks.append(blk)
+            left.append(len(blk.keys))
+            for i, k in enumerate(blk.keys):
+                queue.append((len(rows), blk.prompt, k))
+                rows.append((bid, i))
+
+    ask(first)
+    s = Stream(model, pre, sampling, settings, capacity)
+    seen: set[int] = set()
+    s.admit([queue.popleft() for _ in range(min(len(queue), s.C))])
+    steps = 0
+    while s.b:
+        s.step()
+        steps += 1
+        if steps % settings.sync_every:
+            continue
+        for r, toks, lps, stopped in s.harvest(seen):  # the host read: who finished
+            bid, i = rows[r]
+            results[r] = RowOut(bid, i, toks, lps, stopped)
+            left[bid] -= 1
+            if left[bid] == 0:
+                first_row = r - i
+                ask(react(bid, [results[x] for x in range(first_row, first_row + len(blocks[bid].keys))]))
+        if queue or s.n_done == s.b or s.n_done >= settings.compact_at * s.b:
+            s.compact()
+        if queue and s.b < s.C:
+            s.admit([queue.popleft() for _ in range(min(len(queue), s.C - s.b))])
+    return [results[r] for r in range(len(rows))]
