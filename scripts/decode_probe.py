@@ -41,14 +41,15 @@ from trainer.rollout.base import SamplingParams  # noqa: E402
 from trainer.rollout.embedded import EmbeddedEngine  # noqa: E402
 
 
-def timed_generate(engine: EmbeddedEngine, prompts, counts, sampling: SamplingParams, device) -> tuple[list, dict]:
-    """One warm-up call, then the timed call from seed 0: (rollouts, seconds and rates)."""
+def timed_generate(engine: EmbeddedEngine, prompts, counts, sampling: SamplingParams, device,
+                   keys: list[int] | None = None) -> tuple[list, dict]:
+    """One warm-up call, then the timed call from seed 0 (or per-row ``keys``): (rollouts, seconds and rates)."""
     cuda = device.type == "cuda"
     engine.generate(prompts[:1], [2], SamplingParams(1.0, 1.0, 4), torch.Generator(device=device).manual_seed(1))
     if cuda:
         torch.cuda.synchronize()
     t0 = time.perf_counter()
-    rollouts = engine.generate(prompts, counts, sampling, torch.Generator(device=device).manual_seed(0))
+    rollouts = engine.generate(prompts, counts, sampling, torch.Generator(device=device).manual_seed(0), keys=keys)
     if cuda:
         torch.cuda.synchronize()
     secs = time.perf_counter() - t0
@@ -70,6 +71,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--decodes", default="", help="comma-separated decodes to time back to back on the packed "
                     "path (dynamic, static, graphs); the first is the reference")
+    ap.add_argument("--rngs", default="", help="comma-separated sampler_rng values (stream, per-row) to time back "
+                    "to back on the first decode of --decodes (default dynamic): torch.multinomial's draws over the "
+                    "vocabulary against one keyed uniform per token")
     ap.add_argument("--sync-every", type=int, default=None, help="the static decodes' steps between host reads")
     ap.add_argument("--eos-id", type=int, default=None, help="stop token (default: the last id, never sampled)")
     ap.add_argument("--json", default=None)
@@ -104,6 +108,16 @@ def main(argv: list[str] | None = None) -> dict:
             ref = ref or (rollouts, timing)
             out["decodes"][d] = {**timing, **agreement(ref[0], rollouts),
                                  "speedup": ref[1]["seconds"] / timing["seconds"]}
+    rngs = [r.strip() for r in a.rngs.split(",") if r.strip()]
+    if rngs:
+        from trainer.rollout.keyed import row_key
+
+        decode, out["rngs"] = (decodes or ["dynamic"])[0], []
+        keys = [row_key(0, r // counts[0], r % counts[0]) for r in range(sum(counts))]
+        for r in rngs:
+            _, timing = timed_generate(engine(decode), prompts, counts, sampling, device,
+                                       keys=keys if r == "per-row" else None)
+            out["rngs"].append({"rng": r, "decode": decode, **timing})
     print(json.dumps(out))
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=2))

@@ -36,6 +36,8 @@
 # BUDGET (570 s: the whole script), BENCH_TIMEOUT (default 360 s), BENCH_STEPS (2), PROBE_TIMEOUT (90 s),
 # CHECK_TIMEOUT (90 s), WARMUP (1), WARMUP_TIMEOUT (180 s), WARMUP_DECODES (dynamic,static,graphs),
 # RUN_BENCH (1), RUN_GPU_CHECK (0), RUN_UPDATE_PROBES (0), DECODES (empty: the attention paths only),
+# SCHEDULE (calls; continuous: with RUN_BENCH also the shape bench of GRPO and AERO on
+# aero.schedule=continuous, sampler_rng=per-row -> $OUT/shape_continuous.json),
 # BENCH_RUNS (bench's run directories, default /tmp/gpu_check_runs: kept out of $OUT, whose files
 # travel back).
 set -uo pipefail
@@ -108,6 +110,10 @@ except Exception:  # noqa: BLE001
 EOF
 
 # 3. the commands
+SCHEDULE=${SCHEDULE:-calls}
+if [[ "$SCHEDULE" != calls && "$SCHEDULE" != continuous ]]; then
+  echo "SCHEDULE must be calls or continuous; got $SCHEDULE" >&2; exit 2
+fi
 if ((DRY)); then
   SHAPE=tiny-151k; STEPS=2; SETS=(--set batch_prompts=2 --set n_total=4 --set aero.n_explore=2 --set max_new_tokens=16)
   PAPER=(--shape tiny-151k --prompts 2 --n 4 --max-new 64); SMALL=(--shape tiny-151k --prompts 1 --n 4 --max-new 64)
@@ -165,6 +171,12 @@ if ((RUN_BENCH)); then
 run bench_shape "$BENCH_TIMEOUT" "$OUT/shape_1p5b.json" -- \
   "$PYTHON" -c 'from cli.main import app; app()' bench --shape "$SHAPE" --methods grpo,dapo,aero \
   --steps "$STEPS" --seed 0 "${SETS[@]}" --out "$BENCH_RUNS/bench" --json "$OUT/shape_1p5b.json"
+if [[ "$SCHEDULE" == continuous ]]; then  # the same bench, AERO's rescue joining one continuous batch
+  run bench_continuous "$BENCH_TIMEOUT" "$OUT/shape_continuous.json" -- \
+    "$PYTHON" -c 'from cli.main import app; app()' bench --shape "$SHAPE" --methods grpo,aero \
+    --steps "$STEPS" --seed 0 "${SETS[@]}" --set sampler_rng=per-row --set aero.schedule=continuous \
+    --out "$BENCH_RUNS/bench_continuous" --json "$OUT/shape_continuous.json"
+fi
 
 # every step's metrics of every method, in one file: they come back even when the bench timed
 # out before writing its JSON (its run directories hold a metrics.jsonl per method)

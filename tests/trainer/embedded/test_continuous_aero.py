@@ -91,3 +91,25 @@ def test_the_config_refuses_what_cannot_run():
         parse_run_config({"engine": "verl", "preset": None, "model_path": "/m", "task": "math",
                           "train_data": "/d.jsonl", "sampler_rng": "per-row"})
     assert parse_run_config({}).sampler_rng == "stream" and parse_run_config({}).aero.schedule == "calls"
+
+
+def test_a_training_run_on_one_continuous_batch(tmp_path):
+    """Two AERO steps through the loop (generation, update, metrics, checkpoint) on the schedule:
+    one generate call per step, and the gradient the same as the calls schedule's to float rounding."""
+    from trainer.engines import run_training
+    from trainer.sinks import MemorySink
+
+    steps = {}
+    for schedule in ("calls", "continuous"):
+        sink = MemorySink()
+        cfg = parse_run_config({"preset": "tiny", "method": "aero", "steps": 2, "batch_prompts": 8, "eval_every": 0,
+                                "eval_problems": 4, "eval_n": 2, "checkpoint_every": 1, "sampler_rng": "per-row",
+                                "aero": {"schedule": schedule}})
+        run_training(cfg, tmp_path / schedule, sink)
+        steps[schedule] = sink.steps
+    assert sorted(steps["continuous"]) == [1, 2]
+    for s in (1, 2):
+        got, ref = steps["continuous"][s], steps["calls"][s]
+        assert got["rescue/calls"] == 0 and ref["rescue/calls"] >= 1
+        assert got["train/grad_norm"] == pytest.approx(ref["train/grad_norm"], rel=1e-5)
+        assert got["rollout/generated"] == ref["rollout/generated"]
