@@ -3,16 +3,14 @@ train (``schedule="calls"``), both sampling per row (``sampler_rng="per-row"``):
 two steps of every AERO method, the same rollouts per prompt, rewards, trained rows and advantages,
 in one engine call instead of one per rescue window; and the run config refuses what cannot work."""
 
-import numpy as np
 import pytest
 import torch
 
+from tests.trainer.embedded.test_decode_methods import step_context
 from trainer.config import ConfigError, parse_run_config
-from trainer.embedded.collect import StepContext, collect
-from trainer.embedded.presets import load_setup, stop_token_ids
+from trainer.embedded.collect import collect
+from trainer.embedded.presets import load_setup
 from trainer.methods.spec import get_method
-from trainer.rollout.base import SamplingParams
-from trainer.rollout.embedded import EmbeddedEngine
 
 CASES = {
     "aero": {"method": "aero"},
@@ -32,11 +30,7 @@ def config(case: str, schedule: str):
 
 
 def two_steps(cfg, setup):
-    engine = EmbeddedEngine(setup.model, eos_id=stop_token_ids(setup.task, setup.model),
-                            pad_id=setup.task.tokenizer.pad_id, decode="static")
-    ctx = StepContext(cfg=cfg, task=setup.task, sampler=engine,
-                      sampling=SamplingParams(cfg.temperature, cfg.top_p, cfg.max_new_tokens),
-                      gen=torch.Generator().manual_seed(cfg.seed), rng=np.random.default_rng(cfg.seed))
+    ctx = step_context(cfg, setup, decode="static")
     steps, data_pos = [], 0
     for _ in range(2):
         c = collect(ctx, data_pos)

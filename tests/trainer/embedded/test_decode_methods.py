@@ -32,14 +32,19 @@ def config(case: str):
     return parse_run_config(data)
 
 
+def step_context(cfg, setup, **engine_kw) -> StepContext:
+    """A step's context over a fresh hf sampler on the setup's model, seeded from the config."""
+    engine = EmbeddedEngine(setup.model, eos_id=stop_token_ids(setup.task, setup.model), pad_id=setup.task.tokenizer.pad_id,
+                            **engine_kw)
+    return StepContext(cfg=cfg, task=setup.task, sampler=engine,
+                       sampling=SamplingParams(cfg.temperature, cfg.top_p, cfg.max_new_tokens),
+                       gen=torch.Generator().manual_seed(cfg.seed), rng=np.random.default_rng(cfg.seed))
+
+
 def two_steps(cfg, setup, decode: str, max_batch_rows: int | None):
     """Two steps of the method's collection with the engine on ``decode``: per step the
     generated rollouts, the trained rows' indices into them, the advantages, the calls."""
-    engine = EmbeddedEngine(setup.model, eos_id=stop_token_ids(setup.task, setup.model), pad_id=setup.task.tokenizer.pad_id,
-                            max_batch_rows=max_batch_rows, decode=decode)
-    ctx = StepContext(cfg=cfg, task=setup.task, sampler=engine,
-                      sampling=SamplingParams(cfg.temperature, cfg.top_p, cfg.max_new_tokens),
-                      gen=torch.Generator().manual_seed(cfg.seed), rng=np.random.default_rng(cfg.seed))
+    ctx = step_context(cfg, setup, max_batch_rows=max_batch_rows, decode=decode)
     steps, data_pos = [], 0
     for _ in range(2):
         c = collect(ctx, data_pos)
