@@ -56,14 +56,17 @@ class RescueStream:
         self.n_first = np.asarray(n_first, dtype=np.int64)
         P = len(self.n_first)
         self.rules, self.budget = rules, int(budget)
-        self.done_exploring = self.n_first == 0  # a prompt with no exploration (aero-mem) has nothing to wait for
+        self.done_exploring = np.zeros(P, dtype=bool)
+        if (self.n_first < 1).any():
+            raise ValueError("every prompt explores at least one rollout on a continuous batch (its scored "
+                             "exploration is what starts its rescue)")
         self.active = np.zeros(P, dtype=bool)
         self.produced = self.n_first.copy()
         self.rescued_at = np.full(P, -1, dtype=np.int64)
         self.rounds = np.zeros(P, dtype=np.int64)
         self.unused = 0
         self.window: dict[int, np.ndarray] = {}  # prompt -> its plan column [R', 1] in flight
-        self.in_flight = int((self.n_first > 0).sum())  # blocks: every prompt's exploration first
+        self.in_flight = P  # blocks: every prompt's exploration first
         self.safe = False
         self.global_windows = 0  # windows planned for the whole batch (the budget could bind)
 

@@ -84,7 +84,8 @@ class AEROConfig(Strict):
         "one per rounds_per_call rounds. continuous: all in ONE continuous batch on the hf sampler: a prompt's next "
         "rescue window joins the batch as soon as its exploration (or last window) is scored, instead of waiting for "
         "the slowest row of the batch; while the budget could still bind, rescue waits and is planned for the whole "
-        "batch, as in calls. The same rollouts per prompt as calls with the same keys (needs sampler_rng=per-row).",
+        "batch, as in calls. Per prompt the rollouts of calls with the same keys (exact when both compute the same "
+        "logits, e.g. float32 on the CPU; elsewhere the same distribution). Needs sampler_rng=per-row.",
     )
 
 
@@ -210,6 +211,8 @@ def explore_and_rescue_stream(cfg: RunConfig, sampler: Sampler, n_first: np.ndar
     from trainer.methods.sampler import RowLog
 
     a, P = cfg.aero, len(n_first)
+    if (n_first < 1).any():  # nothing would start such a prompt's rescue in the stream: separate calls do it
+        return explore_and_rescue_calls(cfg, sampler, n_first, may_rescue, budget)
     plan = RescueStream(may_rescue, n_first, budget, RescueRules(S=a.S, tau=a.tau, rounds=a.rounds_per_call,
                         delta_n=a.delta_n, n_max=a.n_max, k_max=a.k_max, split=a.budget_split))
     rows_of: list[np.ndarray] = [np.zeros(0, dtype=np.int64)] * P

@@ -90,12 +90,18 @@ class Stream:
         S, dev = int(sampling.max_new_tokens), pre.mask.device
         self.model, self.pre, self.sampling, self.settings = model, pre, sampling, settings
         self.C, self.L, self.S, self.b, self.n_done = capacity, L, S, 0, 0
+        self.free: list[int] = []  # finished positions, read, that a joining row may take
         self.cache = StreamCache(layer_kv(pre.cache), capacity, L + S)
         pre.cache = None
-        self.kind = mask_kind(model)
+        try:
+            self.kind = mask_kind(model)
+        except ValueError as e:
+            raise ValueError(f"{e.args[0].split(': use')[0]}: use aero.schedule=calls (the continuous batch builds the "
+                             "static decode's masks)") from None
         self.dtype = model.get_input_embeddings().weight.dtype  # type: ignore[operator]
         self.row = [-1] * capacity  # host: each position's row id
-        self.age = [0] * capacity  # host: an upper bound of each position's n (the attention window)
+        self.joined = [0] * capacity  # host: the step each position's row joined at (bounds its n)
+        self.steps = 0
         self.key = torch.zeros(capacity, dtype=torch.int64, device=dev)
         self.prompt_mask = torch.zeros((capacity, L), dtype=torch.bool, device=dev)
         self.last_pos = torch.zeros(capacity, dtype=torch.long, device=dev)
@@ -105,39 +111,49 @@ class Stream:
         self.tokens = torch.full((capacity, max(S, 1)), settings.pad_id, dtype=torch.long, device=dev)
         self.logprobs = torch.zeros((capacity, max(S, 1)), dtype=torch.float32, device=dev)
         self.resp = torch.arange(S, device=dev)
-
-    def _record(self, lo: int, hi: int, tok: torch.Tensor, lp: torch.Tensor) -> None:
-        """Positions [lo, hi) sampled ``tok``/``lp`` as their token n; rows already done keep theirs."""
-        n, was_done = self.n[lo:hi], self.done[lo:hi]
+        self.bad = torch.zeros((), dtype=torch.bool, device=dev)  # a non-finite log-prob was sampled
+        self.done_host: list[bool] | None = None  # the last read of done, while it holds
+    def _record(self, tok: torch.Tensor, lp: torch.Tensor) -> None:
+        """The batch's positions sampled ``tok``/``lp`` [b] as their token n; rows already done keep theirs."""
+        b = self.b
+        n, was_done = self.n[:b], self.done[:b]
         at = n.clamp(max=self.S - 1)[:, None]
-        self.tokens[lo:hi].scatter_(1, at, torch.where(was_done, self.tokens[lo:hi].gather(1, at)[:, 0], tok)[:, None])
-        self.logprobs[lo:hi].scatter_(1, at, torch.where(was_done, self.logprobs[lo:hi].gather(1, at)[:, 0], lp)[:, None])
+        self.tokens[:b].scatter_(1, at, torch.where(was_done, self.tokens[:b].gather(1, at)[:, 0], tok)[:, None])
+        self.logprobs[:b].scatter_(1, at, torch.where(was_done, self.logprobs[:b].gather(1, at)[:, 0], lp)[:, None])
         n += (~was_done).long()
-        self.done[lo:hi] = was_done | torch.isin(tok, self.settings.stop_ids) | (n >= self.S)
-        self.tok_in[lo:hi] = tok
+        self.done[:b] = was_done | torch.isin(tok, self.settings.stop_ids) | (n >= self.S)
+        self.tok_in[:b] = tok
+        self.bad |= ~torch.isfinite(lp).all()
 
-    def admit(self, rows: list[tuple[int, int, int]]) -> None:
-        """Rows (row id, distinct prompt, key) join at the end of the forward batch and sample their
-        first token from their prompt's prefill logits."""
-        lo, hi = self.b, self.b + len(rows)
+    def admit(self, rows: list[tuple[int, int, int]], free: list[int]) -> None:
+        """Rows (row id, distinct prompt, key) join the forward batch, in the positions ``free``
+        first (finished rows', already read) and then at its end; they sample their first token
+        from their prompt's prefill logits. Reusing a position costs no copy of the live rows."""
+        at_host = free[:len(rows)] + list(range(self.b, self.b + len(rows) - len(free[:len(rows)])))
         dev = self.key.device
         prompt = torch.tensor([u for _, u, _ in rows], dtype=torch.long, device=dev)
-        at = torch.arange(lo, hi, device=dev)
+        at = torch.tensor(at_host, dtype=torch.long, device=dev)
         self.cache.admit(at, prompt)
-        self.key[lo:hi] = torch.tensor([k for _, _, k in rows], dtype=torch.int64, device=dev)
-        self.prompt_mask[lo:hi] = self.pre.mask.index_select(0, prompt).bool()
-        self.last_pos[lo:hi] = self.pre.pos[:, -1].index_select(0, prompt)
-        self.n[lo:hi], self.done[lo:hi] = 0, False
+        self.key[at] = torch.tensor([k for _, _, k in rows], dtype=torch.int64, device=dev)
+        self.prompt_mask[at] = self.pre.mask.index_select(0, prompt).bool()
+        self.last_pos[at] = self.pre.pos[:, -1].index_select(0, prompt)
         for i, (r, _, _) in enumerate(rows):
-            self.row[lo + i], self.age[lo + i] = r, 1
-        self.b = hi
-        tok, lp = sample_keyed(self.pre.logits.index_select(0, prompt), self.sampling, self.key[lo:hi], self.n[lo:hi])
-        self._record(lo, hi, tok, lp)
+            self.row[at_host[i]], self.joined[at_host[i]] = r, self.steps
+        self.b = max(self.b, max(at_host) + 1)
+        self.free = self.free[len(rows):]
+        self.n_done -= min(len(rows), len(free))
+        tok, lp = sample_keyed(self.pre.logits.index_select(0, prompt), self.sampling, self.key[at],
+                               torch.zeros_like(at))
+        self.tokens[at, 0], self.logprobs[at, 0], self.tok_in[at] = tok, lp, tok
+        self.n[at] = 1
+        self.done[at] = torch.isin(tok, self.settings.stop_ids) | (self.S <= 1)
+        self.bad |= ~torch.isfinite(lp).all()
+        self.done_host = None
 
     def step(self) -> None:
         """One decode step of every position in the batch: feed token n-1, sample token n."""
         b = self.b
-        window = min(self.S, max(self.age[:b]))
+        window = min(self.S, self.steps - min(self.joined[:b]) + 1)  # >= every row's n
         n = self.n[:b]
         self.cache.rows, self.cache.window = b, self.L + window
         self.cache.slot[:b] = self.L + n - 1
@@ -146,15 +162,20 @@ class Stream:
                          position_ids=(self.last_pos[:b] + n)[:, None], use_cache=True,
                          **{self.settings.cache_kw: self.cache})
         tok, lp = sample_keyed(out.logits[:, -1], self.sampling, self.key[:b], n)
-        self._record(0, b, tok, lp)
-        for i in range(b):
-            self.age[i] += 1
+        self._record(tok, lp)
+        self.steps += 1
+        self.done_host = None
 
     def harvest(self, seen: set[int]) -> list[tuple[int, list[int], list[float], bool]]:
         """The rows that finished since the last read (one host read): (row id, tokens, log-probs,
         stopped by a stop id)."""
-        done = self.done[:self.b].tolist()
+        read = torch.cat([self.done[:self.b], self.bad[None]]).tolist()
+        done, bad = read[:-1], read[-1]
+        if bad:
+            raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
+        self.done_host = done
         self.n_done = sum(done)
+        self.free = [i for i, d in enumerate(done) if d]  # every finished position is read below
         new = [i for i, d in enumerate(done) if d and self.row[i] not in seen]
         if not new:
             return []
@@ -172,7 +193,7 @@ class Stream:
 
     def compact(self) -> None:
         """Drop finished positions from the forward batch (live ones move to the front, in order)."""
-        done = self.done[:self.b].tolist()
+        done = self.done_host if self.done_host is not None else self.done[:self.b].tolist()
         keep_host = [i for i, d in enumerate(done) if not d]
         if len(keep_host) == self.b:
             return
@@ -183,8 +204,8 @@ class Stream:
                     self.logprobs):
             buf[:len(keep_host)] = buf[:self.b].index_select(0, keep)
         self.row[:len(keep_host)] = [self.row[i] for i in keep_host]
-        self.age[:len(keep_host)] = [self.age[i] for i in keep_host]
-        self.b, self.n_done = len(keep_host), 0
+        self.joined[:len(keep_host)] = [self.joined[i] for i in keep_host]
+        self.b, self.n_done, self.free, self.done_host = len(keep_host), 0, [], None
 
 
 def decode_stream(model: torch.nn.Module, pre: Prefill, first: Sequence[Block], react: React,
@@ -212,7 +233,7 @@ def decode_stream(model: torch.nn.Module, pre: Prefill, first: Sequence[Block], 
     ask(first)
     s = Stream(model, pre, sampling, settings, capacity)
     seen: set[int] = set()
-    s.admit([queue.popleft() for _ in range(min(len(queue), s.C))])
+    s.admit([queue.popleft() for _ in range(min(len(queue), s.C))], [])
     steps = 0
     while s.b:
         s.step()
@@ -226,8 +247,10 @@ def decode_stream(model: torch.nn.Module, pre: Prefill, first: Sequence[Block], 
             if left[bid] == 0:
                 first_row = r - i
                 ask(react(bid, [results[x] for x in range(first_row, first_row + len(blocks[bid].keys))]))
-        if queue or s.n_done == s.b or s.n_done >= settings.compact_at * s.b:
+        if queue:  # waiting rows take finished rows' positions, then the room left
+            take = min(len(queue), len(s.free) + s.C - s.b)
+            if take:
+                s.admit([queue.popleft() for _ in range(take)], s.free)
+        elif s.n_done and (s.n_done == s.b or s.n_done >= settings.compact_at * s.b):
             s.compact()
-        if queue and s.b < s.C:
-            s.admit([queue.popleft() for _ in range(min(len(queue), s.C - s.b))])
     return [results[r] for r in range(len(rows))]

@@ -46,7 +46,7 @@ import torch
 from trainer.kv_cache import forward_kwargs, left_pad, output_cache
 from trainer.rollout.base import Rollout, SamplingParams
 from trainer.rollout.continuous import Block, RowOut, decode_stream
-from trainer.rollout.keyed import sample_keyed
+from trainer.rollout.keyed import check_finite, sample_keyed
 from trainer.rollout.sampling import sample_next, top_p_filter
 from trainer.rollout.static_decode import DECODES, Prefill, StaticSettings, decode_static
 
@@ -290,6 +290,7 @@ class EmbeddedEngine:
                 tok_all, lp = sample_next(all_logits, sampling, generator)
             else:
                 tok_all, lp = sample_keyed(all_logits, sampling, keys, torch.full_like(keys, t))
+                check_finite(lp)  # multinomial's own check (this loop reads the host every step anyway)
             tok_all = tok_all.masked_fill(done, self.pad_id)
             tokens[:, t], logprobs[:, t] = tok_all, lp.masked_fill(done, 0.0)
             lengths += (~done).long()

@@ -7,10 +7,11 @@ continuous batch (trainer/rollout/continuous.py) admits rows while others are mi
 two schedules draw the stream in the same order. Keyed draws make a rollout's tokens a function of
 the policy, its prompt and its key only, whatever batch, chunk or schedule computes it.
 
-Token n of the row with key K takes one uniform ``u = splitmix64(K, n) / 2**64`` and returns the
-token where the row's cumulative (top-p filtered, temperature-scaled) probabilities pass
-``u * total``: inverse-CDF sampling, exact in distribution, with one random number per token
-instead of one per vocabulary entry. Log-probs follow trainer/rollout/sampling.py's conventions.
+Token n of the row with key K takes one uniform ``u`` (53 bits of ``splitmix64(K, n)``) and returns
+the token where the row's cumulative (top-p filtered, temperature-scaled) probabilities pass
+``u * total``: inverse-CDF sampling, exact in distribution to float32's resolution, with one
+random number per token instead of one per vocabulary entry. Log-probs follow
+trainer/rollout/sampling.py's conventions.
 """
 
 from __future__ import annotations
@@ -67,10 +68,25 @@ def keyed_uniform(keys: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
     return _shr(z, 11).to(torch.float64) * 2.0 ** -53
 
 
+def pick(probs: torch.Tensor, cdf: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """The token [b] whose cumulative probability first passes ``x`` [b, 1], never one of
+    probability 0. On CUDA the cumulative sum is a tree scan: across a run of zeros (top-p's
+    filtered tokens) it may rise or fall by a rounding step, so the search can land on a zero;
+    such a row takes the last token of positive probability before it (or its most likely one)."""
+    V = probs.shape[-1]
+    found = torch.searchsorted(cdf, x, right=True)[:, 0].clamp_(max=V - 1)
+    positive = probs > 0
+    ar = torch.arange(V, device=probs.device, dtype=torch.float32)  # exact below 2**24 ids
+    back = (positive & (ar <= found[:, None])).float().mul_(ar).amax(-1).long()
+    back = torch.where(positive.gather(-1, back[:, None])[:, 0], back, probs.argmax(-1))
+    return torch.where(positive.gather(-1, found[:, None])[:, 0], found, back)
+
+
 def sample_keyed(logits: torch.Tensor, sampling: SamplingParams, keys: torch.Tensor | None,
                  n: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Tokens and log-probs [b] of rows with logits [b, V], keys [b] and token positions n [b]
-    (module docstring). Greedy (temperature 0, or ``keys`` None) takes the argmax. No host sync."""
+    (module docstring). Greedy (temperature 0, or ``keys`` None) takes the argmax. No host sync:
+    non-finite logits give a non-finite log-prob, which the decodes check when they read the host."""
     z, lse = scaled(logits, sampling)
     if sampling.temperature <= 0 or keys is None:
         tokens = z.argmax(dim=-1)
@@ -78,9 +94,15 @@ def sample_keyed(logits: torch.Tensor, sampling: SamplingParams, keys: torch.Ten
         probs = top_p_filter((z - lse).exp(), sampling.top_p)
         cdf = probs.cumsum(-1)
         total = cdf[:, -1:]
-        # u * total < total, kept so in float32: the token found always has probability > 0
+        # u * total < total, kept so in float32
         x = (keyed_uniform(keys, n)[:, None] * total.double()).float()
         x = torch.minimum(x, torch.nextafter(total, torch.zeros_like(total)))
-        tokens = torch.searchsorted(cdf, x, right=True)[:, 0]
+        tokens = pick(probs, cdf, x)
     logprobs = (z.gather(-1, tokens[:, None]) - lse)[:, 0]
     return tokens, logprobs
+
+
+def check_finite(logprobs: torch.Tensor) -> None:
+    """Raise as torch.multinomial does when a probability was not finite (one host read)."""
+    if not bool(torch.isfinite(logprobs).all()):
+        raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")

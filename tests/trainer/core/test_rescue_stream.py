@@ -59,10 +59,11 @@ class TableSampler:
         return sorted(parts, key=lambda s: s.first_row)
 
 
-def run(mode, cfg, table, may, budget, order_seed=0):
+def run(mode, cfg, table, may, budget, order_seed=0, n_first=None):
     s = TableSampler(table, order_seed)
     fn = explore_and_rescue_stream if mode == "stream" else explore_and_rescue_calls
-    n_first = np.full(table.shape[0], cfg.aero.n_explore, dtype=np.int64)
+    if n_first is None:
+        n_first = np.full(table.shape[0], cfg.aero.n_explore, dtype=np.int64)
     log, rows_of, correct, state, calls = fn(cfg, s, n_first, may, budget)
     assert len(log) == len(s.tags)
     return dict(rows=[[s.tags[i] for i in r.tolist()] for r in rows_of], correct=correct.tolist(),
@@ -85,13 +86,17 @@ def test_stream_equals_calls(case):
     table = g.random((P, 64)) < np.where(hard, 0.02, g.uniform(0.05, 0.6, size=P))[:, None]
     may = g.random(P) < 0.9
     budget = (cfg.n_total - n_explore) * P
-    ref, calls = run("calls", cfg, table, may, budget)
+    n_first = None
+    if case % 2:  # aero-mem's hooks: each prompt's own first call, a pool of its own
+        n_first = g.integers(1, cfg.aero.n_max + 2, size=P)
+        budget = int(g.integers(0, 31))
+    ref, calls = run("calls", cfg, table, may, budget, n_first=n_first)
     for order_seed in range(3):
-        got, one = run("stream", cfg, table, may, budget, order_seed)
+        got, one = run("stream", cfg, table, may, budget, order_seed, n_first=n_first)
         assert got == ref, (aero, order_seed)
         assert one == 1
     if calls > 1:
-        assert ref["generated"] > P * n_explore
+        assert ref["generated"] > (P * n_explore if n_first is None else n_first.sum())
 
 
 def test_the_budget_binding_waits_for_the_batch_and_a_loose_one_does_not():
@@ -106,3 +111,17 @@ def test_the_budget_binding_waits_for_the_batch_and_a_loose_one_does_not():
     assert tight.explored(0, 0) == [] and tight.explored(1, 1) == [] and tight.explored(2, 0) == []
     asks = tight.explored(3, 0)  # the last exploration: the window of the whole batch, budget split
     assert asks == [(0, 2, 1), (2, 2, 1), (3, 1, 1)] and tight.global_windows == 1
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered")
+def test_a_prompt_without_exploration_is_rescued_as_separate_calls_rescue_it():
+    """n_first = 0 (never asked of the stream by aero-mem, whose live prompts explore): the step
+    falls back to separate calls, which rescue it (0 of 0 correct is the rescue stratum)."""
+    cfg = parse_run_config({"preset": "tiny", "method": "aero", "sampler_rng": "per-row",
+                            "aero": {"n_explore": 2, "schedule": "continuous"}})
+    table = np.zeros((3, 64), dtype=bool)
+    table[1, 5] = True
+    n_first = np.array([2, 0, 2])
+    ref, _ = run("calls", cfg, table, np.ones(3, bool), 40, n_first=n_first)
+    got, calls = run("stream", cfg, table, np.ones(3, bool), 40, n_first=n_first)
+    assert got == ref and ref["rescued_at"][1] == 5 and calls >= 2

@@ -43,8 +43,23 @@ def two_steps(cfg, setup):
     return steps, ctx.gen.get_state(), ctx.method_state
 
 
+@pytest.fixture
+def planners(monkeypatch):
+    """Every RescueStream a step builds, to see which way it planned."""
+    import trainer.core.rescue_stream as rs
+
+    made, init = [], rs.RescueStream.__init__
+
+    def record(self, *args, **kw):
+        init(self, *args, **kw)
+        made.append(self)
+
+    monkeypatch.setattr(rs.RescueStream, "__init__", record)
+    return made
+
+
 @pytest.mark.parametrize("case", list(CASES))
-def test_one_continuous_batch_trains_what_separate_calls_train(case):
+def test_one_continuous_batch_trains_what_separate_calls_train(case, planners):
     calls_cfg, stream_cfg = config(case, "calls"), config(case, "continuous")
     setup = load_setup(calls_cfg)
     ref, gen_c, state_c = two_steps(calls_cfg, setup)
@@ -60,6 +75,10 @@ def test_one_continuous_batch_trains_what_separate_calls_train(case):
     if get_method(calls_cfg.method).aero.s1:
         assert max(s["calls"] for s in ref) >= 2  # the reference made rescue calls: rows did join the stream
         assert sum(s["stats"]["rescue/generated"] for s in got) > 0
+    if case == "aero binding budget":  # rescue planned for the whole batch, as separate calls plan it
+        assert any(p.global_windows for p in planners)
+    if case == "aero":  # every window planned per prompt (the budget could not bind)
+        assert all(p.global_windows == 0 and p.safe for p in planners) and any(p.rounds.max() for p in planners)
 
 
 def test_per_row_sampling_is_its_own_sample():

@@ -11,7 +11,7 @@ from tests.trainer.rollout.test_embedded import EOS, PAD, PROMPTS, eos_biased_mo
 from trainer.rollout.base import SamplingParams
 from trainer.rollout.continuous import Block
 from trainer.rollout.embedded import EmbeddedEngine
-from trainer.rollout.keyed import keyed_uniform, row_key, sample_keyed, splitmix64, splitmix64_ref
+from trainer.rollout.keyed import keyed_uniform, pick, row_key, sample_keyed, splitmix64, splitmix64_ref
 
 SAMPLINGS = {"T1": SamplingParams(1.0, 1.0, 8), "top_p": SamplingParams(0.8, 0.7, 8),
              "greedy": SamplingParams(0.0, 1.0, 8)}
@@ -157,3 +157,27 @@ def test_bad_streams_are_refused():
     assert eng.stream(PROMPTS, [Block(0, ())], SAMPLINGS["T1"], lambda bid, got: []) == []
     with pytest.raises(ValueError, match="non-empty"):
         eng.stream([[]], [Block(0, (1,))], SAMPLINGS["T1"], lambda bid, got: [])
+
+
+def test_a_rounded_cumulative_sum_never_picks_a_filtered_token():
+    """A tree-scanned cumulative sum (CUDA's) may rise or fall across filtered zeros; a search
+    landing on a zero takes the last kept token before it, or the most likely one."""
+    probs = torch.tensor([[0.0, 0.5, 0.0, 0.0, 0.5], [0.0, 0.0, 0.0, 1.0, 0.0]])
+    cdf = torch.tensor([[0.0, 0.5, 0.5000001, 0.5000002, 1.0], [1e-7, 1e-7, 2e-7, 1.0, 1.0]])
+    x = torch.tensor([[0.50000005], [0.5e-7]])
+    assert pick(probs, cdf, x).tolist() == [1, 3]
+    x = torch.tensor([[0.2], [0.9]])
+    assert pick(probs, cdf, x).tolist() == [1, 3]
+
+
+def test_non_finite_logits_raise_on_every_per_row_path():
+    model = small_model()
+    with torch.no_grad():
+        model.lm_head.weight[3] = float("nan")
+    sp = SAMPLINGS["T1"]
+    keys = [row_key(0, p, i) for p in range(len(PROMPTS)) for i in range(2)]
+    for kw in ({}, {"decode": "static"}):
+        with pytest.raises(RuntimeError, match="probability tensor"):
+            EmbeddedEngine(model, EOS, PAD, **kw).generate(PROMPTS, 2, sp, keys=keys)
+    with pytest.raises(RuntimeError, match="probability tensor"):
+        EmbeddedEngine(model, EOS, PAD).stream(PROMPTS, [Block(0, (1, 2))], sp, lambda bid, got: [])
