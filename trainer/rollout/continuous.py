@@ -27,7 +27,9 @@ import torch
 
 from trainer.rollout.base import SamplingParams
 from trainer.rollout.keyed import sample_keyed
-from trainer.rollout.static_decode import Prefill, SlotCache, StaticSettings, as_4d, layer_kv, mask_kind
+from trainer.rollout.static_decode import (
+    Prefill, SlotCache, StaticSettings, as_4d, bucket_sizes, layer_kv, mask_kind, pick_bucket,
+)
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,14 @@ class Stream:
         self.logprobs = torch.zeros((capacity, max(S, 1)), dtype=torch.float32, device=dev)
         self.resp = torch.arange(S, device=dev)
         self.bad = torch.zeros((), dtype=torch.bool, device=dev)  # a non-finite log-prob was sampled
+        self.run: Callable[[int], torch.Tensor] | None = None  # graphs: the fixed-shape step per bucket
+        if settings.graphs:
+            self.sizes = bucket_sizes(capacity, 1.0 - settings.compact_at, 8)
+            self.run = self.fixed_step
+            if dev.type == "cuda":
+                from trainer.rollout.decode_graphs import BucketGraphs
+
+                self.run = BucketGraphs(self.fixed_step, grows=True)
         self.done_host: list[bool] | None = None  # the last read of done, while it holds
     def _record(self, tok: torch.Tensor, lp: torch.Tensor) -> None:
         """The batch's positions sampled ``tok``/``lp`` [b] as their token n; rows already done keep theirs."""
@@ -153,18 +163,37 @@ class Stream:
     def step(self) -> None:
         """One decode step of every position in the batch: feed token n-1, sample token n."""
         b = self.b
-        window = min(self.S, self.steps - min(self.joined[:b]) + 1)  # >= every row's n
-        n = self.n[:b]
-        self.cache.rows, self.cache.window = b, self.L + window
-        self.cache.slot[:b] = self.L + n - 1
-        keep = torch.cat([self.prompt_mask[:b], self.resp[None, :window] < n[:, None]], dim=1)
-        out = self.model(input_ids=self.tok_in[:b, None], attention_mask=as_4d(keep, self.kind, self.dtype),
-                         position_ids=(self.last_pos[:b] + n)[:, None], use_cache=True,
-                         **{self.settings.cache_kw: self.cache})
-        tok, lp = sample_keyed(out.logits[:, -1], self.sampling, self.key[:b], n)
+        if self.run is not None:
+            logits = self.run(pick_bucket(self.sizes, b))[:b]
+        else:
+            window = min(self.S, self.steps - min(self.joined[:b]) + 1)  # >= every row's n
+            n = self.n[:b]
+            self.cache.rows, self.cache.window = b, self.L + window
+            self.cache.slot[:b] = self.L + n - 1
+            keep = torch.cat([self.prompt_mask[:b], self.resp[None, :window] < n[:, None]], dim=1)
+            logits = self.forward(b, keep)
+        tok, lp = sample_keyed(logits, self.sampling, self.key[:b], self.n[:b])
         self._record(tok, lp)
         self.steps += 1
         self.done_host = None
+
+    def forward(self, b: int, keep: torch.Tensor) -> torch.Tensor:
+        """The model over the first ``b`` positions, attending to ``keep`` [b, K]: logits [b, V]."""
+        n = self.n[:b]
+        out = self.model(input_ids=self.tok_in[:b, None], attention_mask=as_4d(keep, self.kind, self.dtype),
+                         position_ids=(self.last_pos[:b] + n)[:, None], use_cache=True,
+                         **{self.settings.cache_kw: self.cache})
+        return out.logits[:, -1]
+
+    def fixed_step(self, bb: int) -> torch.Tensor:
+        """The step over the first ``bb`` positions (a bucket >= b) with shapes that depend on
+        ``bb`` only, what a CUDA graph captures: every slot attended to, masked per row, and every
+        slot index computed on the device. Positions past ``b`` hold no row, or a finished or
+        moved one: they write only their own rows and their logits are not read."""
+        n = self.n[:bb]
+        self.cache.rows, self.cache.window = bb, self.L + self.S
+        self.cache.slot[:bb] = (self.L + n - 1).clamp_(min=0)
+        return self.forward(bb, torch.cat([self.prompt_mask[:bb], self.resp[None, :] < n[:, None]], dim=1))
 
     def harvest(self, seen: set[int]) -> list[tuple[int, list[int], list[float], bool]]:
         """The rows that finished since the last read (one host read): (row id, tokens, log-probs,

@@ -13,7 +13,8 @@ cover the bucket ladder and the step's fixed shapes, not a capture. What the cod
 * A graph is captured and used inside one ``generate`` call, so the autocast weight casts cached
   by the prefill (same autocast context) outlive it; graphs never outlive the call.
 * The batch only shrinks within a call, so graphs of larger sizes are dropped when it does, and
-  all graphs share one memory pool (safe: they are replayed in capture order, never together).
+  all graphs share one memory pool (safe: they are replayed one at a time, never together). A
+  continuous batch (trainer/rollout/continuous.py) grows and shrinks: it keeps every size's graph.
 * Warm-up and capture compute the real step; the replay that follows writes the same keys and
   values into the same slot, so running the step twice changes nothing.
 * A capture that fails (an operation that syncs the host, an unsupported kernel) falls back to
@@ -33,8 +34,8 @@ class BucketGraphs:
     its CUDA graph, capturing it first when ``b`` is new. The returned tensor is the graph's own
     output buffer: read it before the next call."""
 
-    def __init__(self, fn: Callable[[int], torch.Tensor]):
-        self.fn = fn
+    def __init__(self, fn: Callable[[int], torch.Tensor], grows: bool = False):
+        self.fn, self.grows = fn, grows  # grows: the batch may grow back (a continuous batch): keep every size
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.outputs: dict[int, torch.Tensor] = {}
         self.pool = torch.cuda.graph_pool_handle()
@@ -44,7 +45,8 @@ class BucketGraphs:
         if self.failed:
             return self.fn(b)
         if b not in self.graphs:
-            self.drop_larger(b)
+            if not self.grows:
+                self.drop_larger(b)
             try:
                 self.capture(b)
             except RuntimeError as e:  # a capture error names the operation; keep decoding eagerly

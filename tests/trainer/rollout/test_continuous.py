@@ -94,13 +94,14 @@ def chain(limit=3):
 
 @pytest.mark.parametrize("sampling", list(SAMPLINGS))
 @pytest.mark.parametrize("option", [{}, {"max_batch_rows": 5}, {"sync_every": 3}, {"compact_at": 2.0},
-                                    {"compact_at": 1e-9}])
+                                    {"compact_at": 1e-9}, {"decode": "graphs"},
+                                    {"decode": "graphs", "max_batch_rows": 5, "compact_at": 0.5}])
 def test_the_continuous_batch_samples_what_separate_calls_sample(sampling, option):
     """Blocks asked for mid-decode join the batch; every rollout equals the one a separate
     generate call with its key samples (tokens, finish; log-probs to float rounding), and the
     rollouts come back in the order the blocks were asked for."""
     model, sp = eos_biased_model(1.5), SAMPLINGS[sampling]
-    eng = EmbeddedEngine(model, EOS, PAD, decode="static", **option)
+    eng = EmbeddedEngine(model, EOS, PAD, **{"decode": "static", **option})
     calls, asked = rounds_by_calls(EmbeddedEngine(model, EOS, PAD), PROMPTS, sp, chain()), []
     first = [Block(p, tuple(row_key(5, p, i) for i in range(3))) for p in range(len(PROMPTS))]
 
@@ -181,3 +182,26 @@ def test_non_finite_logits_raise_on_every_per_row_path():
             EmbeddedEngine(model, EOS, PAD, **kw).generate(PROMPTS, 2, sp, keys=keys)
     with pytest.raises(RuntimeError, match="probability tensor"):
         EmbeddedEngine(model, EOS, PAD).stream(PROMPTS, [Block(0, (1, 2))], sp, lambda bid, got: [])
+
+
+def test_graphs_run_the_stream_on_a_few_fixed_shapes(monkeypatch):
+    """decode=graphs: every forward of the stream is at a size of the bucket ladder (what a CUDA
+    graph per size replays; on the CPU the same fixed-shape step runs eagerly), attending to
+    every slot; the rows joining and leaving do not add shapes."""
+    from trainer.rollout import continuous
+    from trainer.rollout.static_decode import bucket_sizes
+
+    shapes = []
+    forward = continuous.Stream.forward
+
+    def record(self, b, keep):
+        shapes.append((b, keep.shape[1]))
+        return forward(self, b, keep)
+
+    monkeypatch.setattr(continuous.Stream, "forward", record)
+    model, sp = eos_biased_model(1.0), SamplingParams(1.0, 1.0, 24)
+    first = [Block(p, tuple(row_key(9, p, i) for i in range(5))) for p in range(len(PROMPTS))]
+    EmbeddedEngine(model, EOS, PAD, decode="graphs").stream(PROMPTS, first, sp, lambda bid, got: chain(limit=2)(got))
+    sizes = set(bucket_sizes(20, 0.75, 8))
+    assert {b for b, _ in shapes} <= sizes and len({b for b, _ in shapes}) >= 2
+    assert len({k for _, k in shapes}) == 1  # the whole capacity, every step
