@@ -205,3 +205,15 @@ def test_graphs_run_the_stream_on_a_few_fixed_shapes(monkeypatch):
     sizes = set(bucket_sizes(20, 0.75, 8))
     assert {b for b, _ in shapes} <= sizes and len({b for b, _ in shapes}) >= 2
     assert len({k for _, k in shapes}) == 1  # the whole capacity, every step
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+def test_the_stream_on_cuda_graphs_samples_what_separate_calls_sample_on_a_gpu():
+    """Runs only where CUDA is present (not on the project's CPU test machine): float32 on the
+    GPU, so the logits of both paths agree to rounding and the tokens should match."""
+    model, sp = eos_biased_model(1.0).cuda(), SamplingParams(1.0, 0.9, 12)
+    calls = rounds_by_calls(EmbeddedEngine(model, EOS, PAD), PROMPTS, sp, chain())
+    first = [Block(p, tuple(row_key(5, p, i) for i in range(3))) for p in range(len(PROMPTS))]
+    out = EmbeddedEngine(model, EOS, PAD, decode="graphs").stream(PROMPTS, first, sp, lambda bid, got: chain()(got))
+    want = sorted((r.prompt_index, r.round, tuple(r.response_ids)) for blk in calls for r in blk)
+    assert sorted((r.prompt_index, r.round, tuple(r.response_ids)) for r in out) == want
