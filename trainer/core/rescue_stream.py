@@ -23,7 +23,7 @@ and :meth:`RescueStream.scored` from the sampler's stream and gets back the roll
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -66,9 +66,12 @@ class RescueStream:
         self.rounds = np.zeros(P, dtype=np.int64)
         self.unused = 0
         self.window: dict[int, np.ndarray] = {}  # prompt -> its plan column [R', 1] in flight
-        self.in_flight = P  # blocks: every prompt's exploration first
         self.safe = False
         self.global_windows = 0  # windows planned for the whole batch (the budget could bind)
+
+    def in_flight(self) -> int:
+        """Blocks asked for and not yet scored: explorations, then windows."""
+        return int((~self.done_exploring).sum()) + len(self.window)
 
     def _most(self, p: int) -> int:
         r = self.rules
@@ -91,7 +94,6 @@ class RescueStream:
             return []
         self.window[p] = column
         self.budget -= n
-        self.in_flight += 1
         return [(p, n, int(self.rounds[p]) + 1)]
 
     def _next(self) -> list[tuple[int, int, int]]:
@@ -106,22 +108,18 @@ class RescueStream:
                     asks += self._launch(p, plan_rounds(self._view(p), r.rounds, delta_n=r.delta_n, n_max=r.n_max,
                                                         k_max=r.k_max, split=r.split))
             return asks
-        if self.in_flight:
+        if self.in_flight():
             return asks
-        state = RescueState(active=self.active.copy(), produced=self.produced.copy(), budget_left=self.budget,
-                            rescued_at=self.rescued_at.copy(), rounds_used=int(self.rounds.max(initial=0)))
-        plan = plan_rounds(state, r.rounds, delta_n=r.delta_n, n_max=r.n_max, k_max=r.k_max, split=r.split)
+        plan = plan_rounds(self.state(), r.rounds, delta_n=r.delta_n, n_max=r.n_max, k_max=r.k_max, split=r.split)
         if len(plan):
             self.global_windows += 1
-        for p in range(len(self.active)):
-            if len(plan) and self.active[p]:
+            for p in np.flatnonzero(self.active).tolist():
                 asks += self._launch(p, plan[:, p:p + 1])
         return asks
 
     def explored(self, p: int, correct: int) -> list[tuple[int, int, int]]:
         """Prompt p's exploration was scored (``correct`` of its n_first[p]). Returns the rollouts
         to ask for: (prompt, count, round) each."""
-        self.in_flight -= 1
         self.done_exploring[p] = True
         stratum = stratify(np.array([correct]), self.n_first[p:p + 1], self.rules.S, self.rules.tau)[0]
         self.active[p] = bool(self.may[p] and stratum == int(Stratum.RESCUE))
@@ -130,11 +128,9 @@ class RescueStream:
     def scored(self, p: int, correct) -> tuple[np.ndarray, list[tuple[int, int, int]]]:
         """Prompt p's rescue window was scored (``correct``: bool per rollout, in generation order).
         Returns which of them count (replay's ``used``) and the rollouts to ask for next."""
-        column = self.window.pop(p)
-        self.in_flight -= 1
-        view = self._view(p)
-        view = RescueState(view.active, view.produced, int(column.sum()), view.rescued_at, view.rounds_used)
-        new, used = replay(view, column, [np.asarray(correct, dtype=np.float64)])
+        column = self.window.pop(p)  # its budget was charged at launch: replay charges a budget of its own
+        new, used = replay(replace(self._view(p), budget_left=int(column.sum())), column,
+                           [np.asarray(correct, dtype=np.float64)])
         self.active[p], self.produced[p], self.rescued_at[p] = new.active[0], new.produced[0], new.rescued_at[0]
         self.rounds[p] = new.rounds_used
         self.unused += new.unused

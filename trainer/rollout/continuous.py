@@ -3,7 +3,7 @@ others are mid-answer, so a step's later rounds (AERO's rescue) are rows joining
 new generate calls each with its own prefill, warm-up and tail of one long row.
 
 The caller asks for *blocks* (n rollouts of one prompt, each with its sampling key). When every
-row of a block has finished, ``react(block id, its rollouts)`` is called on the host and may ask
+row of a block has finished, ``react(block id, block, its rows)`` is called on the host and may ask
 for more blocks; their rows wait in a queue and join as finished rows leave. The call ends when
 no row is decoding and none waits.
 
@@ -43,16 +43,14 @@ class Block:
 
 @dataclass
 class RowOut:
-    """One finished row: its block, its index in the block, response tokens, log-probs, finished."""
+    """One finished row: response tokens, log-probs, and whether a stop id ended it."""
 
-    block: int
-    index: int
     tokens: list[int]
     logprobs: list[float]
     finished: bool
 
 
-React = Callable[[int, list[RowOut]], Sequence[Block]]
+React = Callable[[int, Block, list[RowOut]], Sequence[Block]]
 
 
 class StreamCache(SlotCache):
@@ -88,7 +86,7 @@ class Stream:
 
     def __init__(self, model: torch.nn.Module, pre: Prefill, sampling: SamplingParams, settings: StaticSettings,
                  capacity: int):
-        U, L = pre.mask.shape
+        L = pre.mask.shape[1]
         S, dev = int(sampling.max_new_tokens), pre.mask.device
         self.model, self.pre, self.sampling, self.settings = model, pre, sampling, settings
         self.C, self.L, self.S, self.b, self.n_done = capacity, L, S, 0, 0
@@ -124,6 +122,7 @@ class Stream:
 
                 self.run = BucketGraphs(self.fixed_step, grows=True)
         self.done_host: list[bool] | None = None  # the last read of done, while it holds
+
     def _record(self, tok: torch.Tensor, lp: torch.Tensor) -> None:
         """The batch's positions sampled ``tok``/``lp`` [b] as their token n; rows already done keep theirs."""
         b = self.b
@@ -136,11 +135,12 @@ class Stream:
         self.tok_in[:b] = tok
         self.bad |= ~torch.isfinite(lp).all()
 
-    def admit(self, rows: list[tuple[int, int, int]], free: list[int]) -> None:
-        """Rows (row id, distinct prompt, key) join the forward batch, in the positions ``free``
+    def admit(self, rows: list[tuple[int, int, int]]) -> None:
+        """Rows (row id, distinct prompt, key) join the forward batch, in the ``free`` positions
         first (finished rows', already read) and then at its end; they sample their first token
         from their prompt's prefill logits. Reusing a position costs no copy of the live rows."""
-        at_host = free[:len(rows)] + list(range(self.b, self.b + len(rows) - len(free[:len(rows)])))
+        reused = self.free[:len(rows)]
+        at_host = reused + list(range(self.b, self.b + len(rows) - len(reused)))
         dev = self.key.device
         prompt = torch.tensor([u for _, u, _ in rows], dtype=torch.long, device=dev)
         at = torch.tensor(at_host, dtype=torch.long, device=dev)
@@ -151,8 +151,8 @@ class Stream:
         for i, (r, _, _) in enumerate(rows):
             self.row[at_host[i]], self.joined[at_host[i]] = r, self.steps
         self.b = max(self.b, max(at_host) + 1)
-        self.free = self.free[len(rows):]
-        self.n_done -= min(len(rows), len(free))
+        self.free = self.free[len(reused):]
+        self.n_done -= len(reused)
         tok, lp = sample_keyed(self.pre.logits.index_select(0, prompt), self.sampling, self.key[at],
                                torch.zeros_like(at))
         self.tokens[at, 0], self.logprobs[at, 0], self.tok_in[at] = tok, lp, tok
@@ -240,47 +240,40 @@ class Stream:
 
 
 def decode_stream(model: torch.nn.Module, pre: Prefill, first: Sequence[Block], react: React,
-                  sampling: SamplingParams, settings: StaticSettings, capacity: int) -> list[RowOut]:
+                  sampling: SamplingParams, settings: StaticSettings, capacity: int) -> None:
     """Decode ``first`` and every block ``react`` asks for in one continuous batch of at most
-    ``capacity`` rows (module docstring). ``pre`` holds every distinct prompt a block may name
-    (``Block.prompt`` indexes it). Returns every row, in the order the blocks were asked for."""
+    ``capacity`` rows (module docstring); blocks are numbered in the order they are asked for.
+    ``pre`` holds every distinct prompt a block may name (``Block.prompt`` indexes it)."""
     blocks: list[Block] = []
     rows: list[tuple[int, int]] = []  # row id -> (block, index in block)
     queue: deque[tuple[int, int, int]] = deque()
-    left: list[int] = []
-    results: dict[int, RowOut] = {}
+    done: dict[int, list[RowOut | None]] = {}  # block -> its rows, until the last one finishes
 
     def ask(new: Sequence[Block]) -> None:
         for blk in new:
             if not blk.keys:
                 continue
-            bid = len(blocks)
-            blocks.append(blk)
-            left.append(len(blk.keys))
+            done[len(blocks)] = [None] * len(blk.keys)
             for i, k in enumerate(blk.keys):
                 queue.append((len(rows), blk.prompt, k))
-                rows.append((bid, i))
+                rows.append((len(blocks), i))
+            blocks.append(blk)
 
     ask(first)
     s = Stream(model, pre, sampling, settings, capacity)
-    s.admit([queue.popleft() for _ in range(min(len(queue), s.C))], [])
-    steps = 0
+    s.admit([queue.popleft() for _ in range(min(len(queue), s.C))])
     while s.b:
         s.step()
-        steps += 1
-        if steps % settings.sync_every:
+        if s.steps % settings.sync_every:
             continue
         for r, toks, lps, stopped in s.harvest():  # the host read: who finished
             bid, i = rows[r]
-            results[r] = RowOut(bid, i, toks, lps, stopped)
-            left[bid] -= 1
-            if left[bid] == 0:
-                first_row = r - i
-                ask(react(bid, [results[x] for x in range(first_row, first_row + len(blocks[bid].keys))]))
+            done[bid][i] = RowOut(toks, lps, stopped)
+            if all(out is not None for out in done[bid]):
+                ask(react(bid, blocks[bid], done.pop(bid)))  # type: ignore[arg-type]
         if queue:  # waiting rows take finished rows' positions, then the room left
             take = min(len(queue), len(s.free) + s.C - s.b)
             if take:
-                s.admit([queue.popleft() for _ in range(take)], s.free)
+                s.admit([queue.popleft() for _ in range(take)])
         if not queue and s.n_done and (s.n_done == s.b or s.n_done >= settings.compact_at * s.b):
             s.compact()  # finished positions no row took
-    return [results[r] for r in range(len(rows))]

@@ -160,22 +160,17 @@ class EmbeddedEngine:
         if any(not prompts[i] for i in range(len(prompts))):
             raise ValueError("prompts must be non-empty (the first response token needs a context)")
         built: dict[int, list[Rollout]] = {}
-        blocks = [b for b in first if b.keys]
 
-        def on_block(bid: int, rows: list[RowOut]) -> Sequence[Block]:
-            blk = blocks[bid]
+        def on_block(bid: int, blk: Block, rows: list[RowOut]) -> Sequence[Block]:
             built[bid] = [Rollout(prompt_index=blk.prompt, prompt_ids=list(prompts[blk.prompt]), response_ids=r.tokens,
                                   logprobs=r.logprobs, finished=r.finished, round=blk.round) for r in rows]
-            new = [b for b in react(bid, built[bid]) if b.keys]
-            blocks.extend(new)
-            return new
+            return react(bid, built[bid])
 
         capacity = min(n_first, self.max_batch_rows or n_first)
         with self._sampling_mode():
             pre = self._prefill_distinct(prompts, list(range(len(prompts))))
-            decode_stream(self.model, pre, list(blocks), on_block, sampling,
-                          self._static_settings(), capacity)
-        return [r for bid in range(len(blocks)) for r in built[bid]]
+            decode_stream(self.model, pre, first, on_block, sampling, self._static_settings(), capacity)
+        return [r for bid in sorted(built) for r in built[bid]]
 
     @contextlib.contextmanager
     def _sampling_mode(self):
