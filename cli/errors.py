@@ -123,7 +123,9 @@ def _os_error(exc: OSError) -> tuple[str, str]:
     if exc.errno == errno.EADDRINUSE:
         return "address already in use", "Stop what listens on that port, or choose another port."
     if isinstance(exc, FileNotFoundError):
-        return f"{where}no such file or directory", "Check the path." + hint
+        # raised without a filename (``FileNotFoundError("no x.json in DIR")``): its own words name the path
+        what = f"{where}no such file or directory" if path is not None or exc.strerror else _lower_first(str(exc))
+        return what, "Check the path." + hint
     if isinstance(exc, PermissionError):
         shown = f" (ls -ld {Path(os.fspath(path)).parent})" if path is not None else ""
         return f"{where}{why}", f"Check its owner and mode{shown}, or use a path this user can write." + hint

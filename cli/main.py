@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from cli import access_cmds, compare_cmds, platform_cmds, rollout_cmds, run_cmds, store_cmds, submit_cmds, token_cmds, train_cmds
+from cli import access_cmds, compare_cmds, model_cmds, platform_cmds, rollout_cmds, run_cmds, store_cmds, submit_cmds, token_cmds, train_cmds
 from cli.errors import AeroTyper
 from trainer.config import ConfigDeprecationWarning
 
@@ -42,6 +42,7 @@ app.add_typer(compare_cmds.commands)
 app.add_typer(rollout_cmds.commands)
 app.add_typer(train_cmds.commands)
 app.add_typer(store_cmds.commands)
+app.add_typer(model_cmds.models_app, name="models")
 app.add_typer(token_cmds.token_app, name="token")
 
 if __name__ == "__main__":

@@ -64,3 +64,21 @@ def merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
 
 def _has_value(m: Mapping[str, Any]) -> bool:
     return any(not isinstance(v, Mapping) or _has_value(v) for v in m.values())
+
+
+def with_defaults(data: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``data`` with each dotted default (``{"optim.lr": 1e-5}``) set where ``data``
+    leaves its key out; everything ``data`` holds is kept as it is, empty sections included. A
+    section that is not a dict is left alone, for validation to name. ``data`` is not changed."""
+    out = dict(data)
+    for dotted, value in defaults.items():
+        *parents, leaf = dotted.split(".")
+        node = out
+        for p in parents:
+            child = node.get(p, {})
+            if not isinstance(child, dict):
+                break
+            node[p] = node = dict(child)
+        else:
+            node.setdefault(leaf, value)
+    return out

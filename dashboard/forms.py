@@ -148,6 +148,20 @@ def field_spec(doc: Mapping[str, Any], path: str, label: str) -> FieldSpec | Non
                      nullable)
 
 
+def preset_defaults(doc: Mapping[str, Any], preset: str) -> dict[str, Any]:
+    """The dotted fields an installed model's preset fills in when a config leaves them out (the
+    schema's ``x-preset-defaults``); {} for a shipped preset."""
+    prop = field_schema(doc, "preset") or {}
+    return dict((prop.get("x-preset-defaults") or {}).get(preset) or {})
+
+
+def preset_tasks(doc: Mapping[str, Any], preset: str) -> list[str]:
+    """The tasks an installed model's preset serves (the schema's ``x-preset-tasks``); [] for a
+    shipped preset, which serves the one it was trained on."""
+    prop = field_schema(doc, "preset") or {}
+    return list((prop.get("x-preset-tasks") or {}).get(preset) or [])
+
+
 def form_specs(doc: Mapping[str, Any], menu: MethodMenu, methods: Sequence[str]) -> dict[str, list[FieldSpec]]:
     """{section: [FieldSpec]} for the chosen methods of ``menu`` (fields the schema lacks are skipped)."""
     out = {}

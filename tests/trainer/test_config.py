@@ -131,7 +131,7 @@ def test_tasks_and_presets_come_from_the_registry_and_name_each_other():
     from trainer.tasks.registry import PRESET_TASK, TASK_NAMES
 
     assert {"arithmetic", "countdown", "math", "code", "strata"} <= set(TASK_NAMES)
-    assert PRESET_TASK == {"tiny": "arithmetic", "tiny-countdown": "countdown"}
+    assert PRESET_TASK == {"tiny": "arithmetic", "tiny-countdown": "countdown", "smollm2-135m": "arithmetic"}
     cfg = parse_run_config({"task": "countdown"})  # the task's shipped preset
     assert (cfg.task, cfg.preset) == ("countdown", "tiny-countdown")
     cfg = parse_run_config({"preset": "tiny-countdown"})  # the preset's task

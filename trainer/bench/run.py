@@ -35,7 +35,7 @@ from trainer.embedded.loop import iter_training
 from trainer.methods.spec import baseline_method, method_names
 from trainer.sinks import JsonlSink, MemorySink, MultiSink
 from trainer.tasks.registry import get_task_spec
-from trainer.embedded.presets import PRESETS, resolve_device
+from trainer.embedded.presets import preset_dir, resolve_device
 
 MAIN_METHODS = ("grpo", "dapo", "aero")
 ABLATIONS = ("aero-s1", "aero-s1s2")
@@ -155,7 +155,7 @@ def base_label(cfg: RunConfig) -> str:
     """What every method starts from, as a user would name it: the model directory, the shape, or the preset."""
     if cfg.model_shape:
         return f"shape {cfg.model_shape} (random weights, seed {cfg.seed})"
-    return cfg.model_path if cfg.model_path else f"preset {cfg.preset} ({PRESETS[cfg.preset]})"
+    return cfg.model_path if cfg.model_path else f"preset {cfg.preset} ({preset_dir(cfg.preset)})"
 
 
 def pair_ratios(results: dict[str, dict]) -> dict[str, dict]:

@@ -15,12 +15,24 @@ from trainer.config import ConfigError, RunConfig
 from trainer.embedded.model import count_parameters, load_policy
 from trainer.operator_policy import RunPolicy
 from trainer.rollout.attention import use_packed_gqa
-from trainer.tasks.registry import PRESET_NAMES, get_task_spec
+from trainer.models.catalog import installed, model_dir, not_installed_message
+from trainer.tasks.registry import SHIPPED_PRESETS, get_task_spec
 
 ASSETS = Path(__file__).parents[1] / "assets"  # trainer/assets (package data)
-# One directory per preset (trainer/tasks/registry.py names them); `aero pretrain` writes them,
-# and they are shipped in the repo.
-PRESETS = {name: ASSETS / name for name in PRESET_NAMES}
+# One directory per shipped preset (trainer/tasks/registry.py names them); `aero pretrain` writes
+# them, and they are shipped in the repo. An installed model's directory is found by preset_dir.
+PRESETS = {name: ASSETS / name for name in SHIPPED_PRESETS}
+
+
+def preset_dir(name: str) -> Path:
+    """A preset's model directory: shipped in trainer/assets/, or an installed model's under the
+    models directory (trainer/models/catalog.py). A model not installed on this host is a
+    ConfigError naming ``preset`` and the command that installs it."""
+    if name in PRESETS:
+        return PRESETS[name]
+    if installed(name) is None:
+        raise ConfigError([("preset", not_installed_message(name))])
+    return model_dir(name)
 
 
 @dataclass
@@ -88,7 +100,7 @@ def load_model(cfg: RunConfig, device: torch.device, dtype: torch.dtype) -> tupl
 
         return build_shape_model(cfg.model_shape, device, weight_dtype(device, dtype), seed=cfg.seed,
                                  gradient_checkpointing=cfg.gradient_checkpointing), SHAPES[cfg.model_shape]
-    path = PRESETS[cfg.preset] if cfg.preset else Path(cfg.model_path).expanduser()
+    path = preset_dir(cfg.preset) if cfg.preset else Path(cfg.model_path).expanduser()
     if cfg.preset and not (path / "config.json").is_file():
         raise ConfigError([("preset", f"preset '{cfg.preset}' has no checkpoint at {path}; run `aero pretrain`")])
     try:
@@ -149,16 +161,8 @@ def build_task(cfg: RunConfig, model_dir: Path, policy: RunPolicy | None = None)
 
         return make_task(cfg.task, vocab_size=shape_config(cfg.model_shape).vocab_size,
                          max_prompt_tokens=cfg.max_prompt_tokens)
-    if source == "generated":  # the char tokenizer saved beside the checkpoint
-        from trainer.tasks.tokenizer import CharTokenizer
-
-        tokenizer = CharTokenizer.load(model_dir)
-        task = make_task(cfg.task, tokenizer=tokenizer, benchmark_size=cfg.eval_problems, train_size=cfg.train_size)
-        if missing := sorted(set(task.CHARS) - set(tokenizer.chars)):
-            raise ConfigError([("model_path" if cfg.model_path else "preset",
-                                f"{model_dir} was trained for another task: its tokenizer has no {missing!r} "
-                                f"(the {cfg.task} task needs them)")])
-        return task
+    if source == "generated":
+        return build_generated_task(cfg, model_dir)
     for name, bench in cfg.benchmarks.items():
         if not Path(bench).expanduser().is_file():
             raise ConfigError([("benchmarks", f"benchmark {name!r}: {bench} is not a local file")])
@@ -176,21 +180,47 @@ def build_task(cfg: RunConfig, model_dir: Path, policy: RunPolicy | None = None)
         raise ConfigError([("train_data", str(e))]) from None
 
 
+def build_generated_task(cfg: RunConfig, model_dir: Path):
+    """A generated task (arithmetic, countdown) in the model's own language: the char tokenizer
+    saved beside a tiny checkpoint (``char_tokenizer.json``; prompts such as ``37+85=``), or a real
+    model's Hugging Face tokenizer and chat template (questions in words, free-text answers:
+    trainer/tasks/chat_format.py). A directory with neither is a ConfigError naming both files."""
+    from trainer.tasks import make_task
+    from trainer.tasks.tokenizer import FILENAME, CharTokenizer
+
+    field = "model_path" if cfg.model_path else "preset"
+    kw = dict(benchmark_size=cfg.eval_problems, train_size=cfg.train_size)
+    if not (model_dir / FILENAME).is_file():
+        if not any((model_dir / f).is_file() for f in TOKENIZER_FILES):
+            raise ConfigError([(field, f"{model_dir} has no {FILENAME} (a char-level preset's tokenizer) and no Hugging "
+                                f"Face tokenizer ({', '.join(TOKENIZER_FILES)}): the {cfg.task} task needs one of them")])
+        from trainer.tasks.chat_format import ChatFormat
+
+        chat = ChatFormat(load_model_tokenizer(model_dir, field))
+        return make_task(cfg.task, chat=chat, **kw)
+    tokenizer = CharTokenizer.load(model_dir)
+    task = make_task(cfg.task, tokenizer=tokenizer, **kw)
+    if missing := sorted(set(task.CHARS) - set(tokenizer.chars)):
+        raise ConfigError([(field, f"{model_dir} was trained for another task: its tokenizer has no {missing!r} "
+                            f"(the {cfg.task} task needs them)")])
+    return task
+
+
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tiktoken.model")
 
 
-def load_model_tokenizer(model_dir: Path):
+def load_model_tokenizer(model_dir: Path, field: str = "model_path"):
     """The HF tokenizer shipped in ``model_dir``, or a ConfigError. transformers 5 builds an
     EMPTY tokenizer (one token) from a directory holding only config.json instead of failing,
     so the vocabulary files are checked first, and the result must have an EOS token."""
     from trainer.tasks.math import load_hf_tokenizer
 
     if not any((model_dir / f).is_file() for f in TOKENIZER_FILES):
-        raise ConfigError([("model_path", f"{model_dir} has no tokenizer files (one of {', '.join(TOKENIZER_FILES)})")])
+        raise ConfigError([(field, f"{model_dir} has no tokenizer files (one of {', '.join(TOKENIZER_FILES)})")])
     try:
         tokenizer = load_hf_tokenizer(model_dir)
     except Exception as e:  # noqa: BLE001  (OSError, ValueError, sentencepiece/tiktoken import errors...)
-        raise ConfigError([("model_path", f"{model_dir}: the tokenizer could not be loaded ({type(e).__name__}: {e})")]) from None
+        raise ConfigError([(field, f"{model_dir}: the tokenizer could not be loaded ({type(e).__name__}: {e})")]) from None
     if tokenizer.eos_token_id is None:
-        raise ConfigError([("model_path", f"{model_dir}: the tokenizer has no EOS token (set eos_token in tokenizer_config.json)")])
+        raise ConfigError([(field, f"{model_dir}: the tokenizer has no EOS token (set eos_token in tokenizer_config.json)")])
     return tokenizer

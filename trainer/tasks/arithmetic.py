@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from trainer.tasks.base import Problem
+from trainer.tasks.chat_format import final_number
 from trainer.tasks.generated import GeneratedTask
 from trainer.tasks.generated import normalize_weights as _normalize
 from trainer.tasks.tokenizer import DEFAULT_CHARS
@@ -110,6 +111,20 @@ def score_problem(response: str, problem: Problem) -> float:
     return score_exact(response, problem.answer)
 
 
+def question_text(problem: Problem) -> str:
+    """``37+85=`` in words for a chat model: ``What is 37 + 85? Answer with just the number.``"""
+    expr = problem.prompt.rstrip("=")
+    for op in "+-*":
+        expr = expr.replace(op, f" {op} ")
+    return f"What is {expr}? Answer with just the number."
+
+
+def score_problem_text(response: str, problem: Problem) -> float:
+    """A chat model's verifier: 1.0 iff the last integer in the response is the answer."""
+    value = final_number(response)
+    return 1.0 if value is not None and value == int(problem.answer) else 0.0
+
+
 class ArithmeticTask(GeneratedTask):
     """The synthetic arithmetic family (``trainer.tasks.base.Task``); every constructor argument
     is the generated tasks' (trainer/tasks/generated.py). ``ood_levels`` default: OOD-add4."""
@@ -124,5 +139,11 @@ class ArithmeticTask(GeneratedTask):
     def draw(self, level, words: list[int], index: int) -> Problem:
         return make_problem(level, draw_operands(level, words), index=index)
 
-    def score(self, response: str, problem: Problem) -> float:
+    def score_exact(self, response: str, problem: Problem) -> float:
         return score_problem(response, problem)
+
+    def question(self, problem: Problem) -> str:
+        return question_text(problem)
+
+    def score_text(self, response: str, problem: Problem) -> float:
+        return score_problem_text(response, problem)

@@ -27,6 +27,7 @@ OOD-C3big    three numbers in 10-30 (held out)  <= 999
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -184,6 +185,37 @@ def score_problem(response: str, problem: Problem) -> float:
     return score_countdown(response, numbers, target)
 
 
+def question_text(problem: Problem) -> str:
+    """``3 7 9>30:`` in words for a chat model."""
+    numbers, target = parse_prompt(problem.prompt)
+    listed = ", ".join(map(str, numbers[:-1])) + f" and {numbers[-1]}"
+    return (f"Using the numbers {listed}, each at most once, and + - * / with parentheses, write an expression "
+            f"equal to {target}. Answer with just the expression.")
+
+
+_EXPRESSION = re.compile(r"[0-9+\-*/() =×÷xX]*[0-9][0-9+\-*/() =×÷xX]*")
+
+
+def final_expression(text: str) -> str | None:
+    """The last run of equation characters in ``text`` that holds an operator, with ``×``, ``x``
+    and ``÷`` read as ``*`` and ``/``. Written as an equation (``3*7+9 = 30`` or ``30 = 3*7+9``),
+    its side with an operator; None if there is none."""
+    for run in reversed(_EXPRESSION.findall(text)):
+        run = run.replace("×", "*").replace("x", "*").replace("X", "*").replace("÷", "/")
+        sides = [s.strip() for s in run.split("=")]
+        with_op = [s for s in sides if any(op in s for op in OPS)]
+        if with_op:
+            return with_op[-1]
+    return None
+
+
+def score_problem_text(response: str, problem: Problem) -> float:
+    """A chat model's verifier: the final expression in the response (:func:`final_expression`),
+    checked as strictly as the char presets' answers."""
+    expr = final_expression(response)
+    return 0.0 if expr is None else score_problem(expr, problem)
+
+
 # ---------------------------------------------------------------- the generator
 
 
@@ -243,5 +275,11 @@ class CountdownTask(GeneratedTask):
     def draw(self, level, words: list[int], index: int) -> Problem:
         return make_problem(level, words, index)
 
-    def score(self, response: str, problem: Problem) -> float:
+    def score_exact(self, response: str, problem: Problem) -> float:
         return score_problem(response, problem)
+
+    def question(self, problem: Problem) -> str:
+        return question_text(problem)
+
+    def score_text(self, response: str, problem: Problem) -> float:
+        return score_problem_text(response, problem)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import hashlib
 from functools import cached_property
-from typing import ClassVar, Mapping, Protocol
+from typing import Any, ClassVar, Mapping, Protocol
 
 import numpy as np
 
@@ -93,7 +93,8 @@ class GeneratedTask:
 
     def __init__(self, level_weights: Mapping[str, float] | None = None, benchmark_size: int = 64,
                  benchmark_seed: int = BENCHMARK_SEED, ood_levels: tuple[str, ...] | None = None,
-                 holdout_size: int = 64, tokenizer: CharTokenizer | None = None, train_size: int | None = None):
+                 holdout_size: int = 64, tokenizer: CharTokenizer | None = None, train_size: int | None = None,
+                 chat: Any = None):
         self.level_weights = self.normalize_weights(level_weights)
         ood_levels = self.DEFAULT_OOD if ood_levels is None else tuple(ood_levels)
         bad = [n for n in ood_levels if n not in self.OOD_LEVELS]
@@ -103,7 +104,10 @@ class GeneratedTask:
             raise ValueError(f"benchmark_size must be >= 1; got {benchmark_size}")
         self.benchmark_size, self.benchmark_seed = benchmark_size, benchmark_seed
         self.ood_levels, self.holdout_size = ood_levels, holdout_size
-        self.tokenizer = tokenizer or CharTokenizer(self.CHARS)
+        # A real model (trainer/tasks/chat_format.py): the same problems, asked in words through its
+        # chat template and scored on free text; else the char tokenizer and the exact answer.
+        self.chat = chat
+        self.tokenizer = chat.tokenizer if chat is not None else tokenizer or CharTokenizer(self.CHARS)
         if train_size is not None and train_size < 1:
             raise ValueError(f"train_size must be >= 1 or None; got {train_size}")
         self.train_size = train_size
@@ -123,8 +127,20 @@ class GeneratedTask:
         """Problem ``index`` of ``level`` from three uniform 64-bit words (a pure function)."""
         raise NotImplementedError
 
-    def score(self, response: str, problem: Problem) -> float:
+    def score_exact(self, response: str, problem: Problem) -> float:
+        """The char presets' verifier: the response is exactly the answer."""
         raise NotImplementedError
+
+    def question(self, problem: Problem) -> str:
+        """The problem in words, for a real model (trainer/tasks/chat_format.py)."""
+        raise NotImplementedError
+
+    def score_text(self, response: str, problem: Problem) -> float:
+        """A real model's verifier: the final answer read out of free text."""
+        raise NotImplementedError
+
+    def score(self, response: str, problem: Problem) -> float:
+        return self.score_text(response, problem) if self.chat is not None else self.score_exact(response, problem)
 
     # -- streams ---------------------------------------------------------------------------
 
@@ -208,7 +224,12 @@ class GeneratedTask:
     # -- tokens ----------------------------------------------------------------------------
 
     def encode_prompt(self, problem: Problem) -> list[int]:
+        if self.chat is not None:
+            return self.chat.encode(self.question(problem))
         return [self.tokenizer.bos_id, *self.tokenizer.encode(problem.prompt)]
 
     def answer_ids(self, problem: Problem) -> list[int]:
+        """The warm start's target (char presets only: a real model is not warm-started here)."""
+        if self.chat is not None:
+            raise ValueError(f"{self.name}: supervised targets are the char presets'; a chat model answers in free text")
         return [*self.tokenizer.encode(problem.answer), self.tokenizer.eos_id]

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from trainer.config_types import Section
+from trainer.models.catalog import MODELS
 from trainer.tasks.code_config import CODE_SECTION
 
 
@@ -72,9 +73,13 @@ TASK_SPECS: dict[str, TaskSpec] = {s.name: s for s in (
              "benchmarks only)", "scripted", "trainer.tasks.strata:StrataTask", engines=("embedded",)),
 )}
 TASK_NAMES: tuple[str, ...] = tuple(TASK_SPECS)
-# The shipped presets, each trained on one generated task (trainer/assets/<preset>/).
-PRESET_TASK: dict[str, str] = {s.preset: s.name for s in TASK_SPECS.values() if s.preset}
-PRESET_NAMES: tuple[str, ...] = tuple(PRESET_TASK)
+# The presets: the shipped ones, each trained on one generated task (trainer/assets/<preset>/),
+# then the installed models (trainer/models/catalog.py), each serving the generated tasks it lists.
+PRESET_TASKS: dict[str, tuple[str, ...]] = {**{s.preset: (s.name,) for s in TASK_SPECS.values() if s.preset},
+                                            **{m.name: m.tasks for m in MODELS.values()}}
+PRESET_TASK: dict[str, str] = {name: tasks[0] for name, tasks in PRESET_TASKS.items()}  # a bare preset's task
+PRESET_NAMES: tuple[str, ...] = tuple(PRESET_TASKS)
+SHIPPED_PRESETS: tuple[str, ...] = tuple(p for p in PRESET_NAMES if p not in MODELS)
 
 
 def get_task_spec(name: str) -> TaskSpec:

@@ -67,7 +67,7 @@ class CharTokenizer:
     def load(cls, directory: str | Path) -> "CharTokenizer":
         path = Path(directory) / FILENAME
         if not path.is_file():
-            raise FileNotFoundError(f"no {FILENAME} in {directory}")
+            raise FileNotFoundError(f"{path} does not exist: {directory} holds no char tokenizer ({FILENAME})")
         data = json.loads(path.read_text())
         if data.get("format") != _FORMAT or tuple(data.get("specials", ())) != SPECIALS:
             raise ValueError(f"{path}: not a {_FORMAT} file")

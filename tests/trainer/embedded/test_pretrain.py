@@ -14,7 +14,7 @@ from trainer.tasks.registry import PRESET_TASK
 from trainer.tasks.tokenizer import CharTokenizer
 
 
-@pytest.mark.parametrize("preset", sorted(PRESET_TASK))
+@pytest.mark.parametrize("preset", sorted(PRESETS))  # the shipped ones
 def test_shipped_checkpoint_has_rl_headroom(preset):
     """The base RL starts from: every AERO stratum is populated at 8 samples, T=1.0, and it
     samples worse than it knows (T=1 accuracy well below greedy), so RL has something to do.
