@@ -220,7 +220,11 @@ class _RunFields(Strict):
                 return {**data, "preset": spec.preset}
         preset = data.get("preset")
         if isinstance(preset, str) and preset in MODELS:  # an installed model's measured defaults (catalog.py)
-            data = with_defaults(data, MODELS[preset].defaults)
+            method = data.get("method", _RunFields.model_fields["method"].default)
+            # a method section's defaults only for a method that reads it (another method would refuse it)
+            data = with_defaults(data, {k: v for k, v in MODELS[preset].defaults.items()
+                                        if "." not in k or k.split(".")[0] not in METHOD_SECTION_NAMES
+                                        or method in section_readers(k.split(".")[0])})
         if "task" not in data and isinstance(preset, str) and preset in PRESET_TASK:
             return {**data, "task": PRESET_TASK[preset]}
         return data

@@ -17,6 +17,23 @@ def rollout(group: int, row: int, reward: float, stratum: str, stage: str, respo
             "clipped": False}
 
 
+# A real model's rollout (smollm2-135m on countdown): the chat template's system prompt and the
+# question in words, decoded without special tokens, and free-text answers with long words.
+CHAT_PROMPT = ("system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face\nuser\nUsing the numbers "
+               "6, 8, 3 and 9, each at most once, and + - * / with parentheses, write an expression equal to 48. "
+               "Answer with just the expression.\nassistant\n")
+CHAT_ANSWERS = ("(9 - 3) * 8 = 48", "To solve this, we multiply 6 by 8: 6 * 8 = 48. The answer is 6 * 8.",
+                "Supercalifragilisticexpialidocious" * 6, "48")
+
+
+def chat_detail(step: int) -> dict:
+    """``detail(step)`` with every prompt and response a real model's (module constants)."""
+    d = detail(step)
+    for i, r in enumerate(d["rollouts"]):
+        r["prompt"], r["response"] = CHAT_PROMPT, CHAT_ANSWERS[i % len(CHAT_ANSWERS)]
+    return d
+
+
 def detail(step: int) -> dict:
     rows = [rollout(0, i, 0.0, "rescue", "explore" if i < 2 else "curated out", f"wrong {step}.{i}") for i in range(4)]
     rows.append(rollout(0, 4, 1.0, "rescue", "rescue 1", f"rescued {step}", rnd=1))
@@ -29,10 +46,11 @@ def detail(step: int) -> dict:
                                               "length": {"lo": 0.0, "hi": 16.0, "counts": length}}}
 
 
-def add_details(db_url: str, run_id: int, steps: range, *, system: bool = True) -> None:
-    """Step details for ``steps`` and, with ``system``, system/* metrics merged into those steps."""
+def add_details(db_url: str, run_id: int, steps: range, *, system: bool = True, chat: bool = False) -> None:
+    """Step details for ``steps`` (``chat``: a real model's text) and, with ``system``, system/*
+    metrics merged into those steps."""
     with session_scope(db_url) as s:
-        upsert_step_details(s, run_id, {t: detail(t) for t in steps})
+        upsert_step_details(s, run_id, {t: (chat_detail if chat else detail)(t) for t in steps})
     if system:
         from tests.dashboard.conftest import fake_metrics  # the same step rows, with system/* added
 

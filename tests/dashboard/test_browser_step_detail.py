@@ -41,6 +41,36 @@ def dashboard(tmp_path, helpers):
             yield url, rid, (live, api.db_url)
 
 
+def page_overflow(pg) -> int:
+    """How far the page is wider than the window, in CSS pixels (0: nothing runs off the side)."""
+    return int(pg.evaluate("document.documentElement.scrollWidth - window.innerWidth"))
+
+
+def test_a_real_models_long_chat_prompts_keep_the_layout(page, tmp_path, helpers):
+    """A real model's rollouts (the chat template's system prompt, questions in words, a response
+    that is one 200-character word) read as text and push nothing off the side of the page."""
+    with helpers.serve(f"sqlite:///{tmp_path / 'aero.sqlite'}", tmp_path) as api:
+        rid = helpers.add_run(api.db_url, "aero", steps=2, done=2, status="succeeded", name="smollm2-countdown")
+        add_details(api.db_url, rid, range(1, 3), chat=True)
+        with streamlit_app(api, tmp_path, helpers) as url:
+            pg = page
+            pg.goto(f"{url}/run?run={rid}")
+            pg.get_by_text("Step 2: 9 stored rollouts match").first.wait_for(timeout=60_000)
+            no_exception(pg)
+            pick = pg.locator('[data-testid="stSelectbox"]').filter(has_text="Show one in full")
+            choose(pick, "group 1, explore, reward 0")
+            code = pg.locator('[data-testid="stCode"]').filter(has_text="You are a helpful AI assistant named SmolLM")
+            code.first.wait_for()
+            assert "write an expression equal to 48" in read(code.first).replace("\n", "")
+            settle(pg)
+            assert page_overflow(pg) <= 0, page_overflow(pg)
+            table = pg.locator('[data-testid="stDataFrame"]').last
+            box, window = table.bounding_box(), pg.evaluate("window.innerWidth")
+            assert box is not None and box["x"] + box["width"] <= window, (box, window)
+            shot(table, "step-detail-real-model-table")
+            shot(code.first, "step-detail-real-model-text")
+
+
 def test_rollouts_view_key_picker_and_heatmaps(page, dashboard):
     url, rid, (live, db_url) = dashboard
     pg = page

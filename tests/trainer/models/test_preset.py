@@ -4,6 +4,7 @@ serves the tasks it lists, and is refused, naming the command to run, where it i
 import pytest
 
 from trainer.config import ConfigError, parse_run_config
+from trainer.methods.spec import method_names
 from trainer.models.catalog import MODELS
 from trainer.operator_policy import RunPolicy
 
@@ -47,3 +48,19 @@ def test_a_model_not_installed_on_this_host_is_refused_with_the_command(tmp_path
 
 def test_with_the_model_installed_the_policy_admits_it(smollm2):
     assert parse_run_config({"preset": "smollm2-135m"}, RunPolicy()).preset == "smollm2-135m"
+
+
+def test_verl_refuses_the_real_model_preset_by_name():
+    with pytest.raises(ConfigError) as e:
+        parse_run_config({"preset": "smollm2-135m", "engine": "verl", "method": "grpo"})
+    assert any(f == "preset" and "embedded engine only" in m for f, m in e.value.issues), e.value.issues
+
+
+@pytest.mark.parametrize("method", method_names())
+def test_every_method_runs_at_the_models_defaults(method):
+    from trainer.config import for_method
+
+    cfg = parse_run_config(for_method({"preset": "smollm2-135m", "method": method, "train_size": 64}, method))
+    assert (cfg.batch_prompts, cfg.n_total) == (8, 8)
+    aero = getattr(cfg, "aero", None)  # the AERO family's section: exploring half the budget
+    assert aero is None or (aero.n_explore, aero.n_max) == (4, 16)
