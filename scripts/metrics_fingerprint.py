@@ -10,7 +10,8 @@ To fingerprint an older revision, run this file with that revision's tree first 
 /path/to/scripts/metrics_fingerprint.py run --out before.json`` (the script imports only names that have been stable: parse_run_config,
 for_method, MemorySink, the method registry, and the run entry point wherever it lives).
 
-Each run: the tiny preset, 4 steps, seed 0, evals at steps 0, 2 and 4. Wall-clock keys
+Each run: the tiny preset (``--preset tiny-countdown``: countdown), 4 steps, seed 0, evals at steps 0, 2
+and 4. Wall-clock keys
 (``time/*``, ``system/*``, AERO's ``savings/*_s``) differ run to run and are left out; everything else (tokens, FLOPs,
 rewards, advantages, losses, Avg@k) must match to the last bit on the same machine.
 
@@ -60,12 +61,12 @@ def _engines_of(spec) -> tuple[str, ...]:
     return tuple(spec.needs.engines)
 
 
-def fingerprint_one(method: str, engine: str) -> dict[str, Any]:
+def fingerprint_one(method: str, engine: str, preset: str = "tiny") -> dict[str, Any]:
     from trainer.config import for_method, parse_run_config
     from trainer.methods.spec import get_method
     from trainer.sinks import MemorySink
 
-    data = {**BASE, **ENGINE_SETTINGS[engine], "method": method}
+    data = {**BASE, **ENGINE_SETTINGS[engine], "method": method, "preset": preset}
     if get_method(method).needs.prompt_ids:
         data["train_size"] = 64
     cfg = parse_run_config(for_method(data, method))
@@ -95,7 +96,7 @@ def run(args) -> None:
             if key in result or engine not in _engines_of(get_method(method)):
                 continue
             print(f"[fingerprint] {key}", file=sys.stderr, flush=True)
-            result[key] = fingerprint_one(method, engine)
+            result[key] = fingerprint_one(method, engine, args.preset)
             Path(args.out).write_text(json.dumps(result, indent=1, sort_keys=True))
     print(f"{len(result)} runs in {args.out}")
 
@@ -145,6 +146,8 @@ def main() -> int:
     r.add_argument("--out", required=True)
     r.add_argument("--engines", default="embedded", help="comma-separated: embedded,verl (verl needs its venv)")
     r.add_argument("--methods", default="", help="comma-separated; default every registered method")
+    r.add_argument("--preset", default="tiny", help="the shipped preset every run starts from (tiny-countdown trains "
+                   "countdown)")
     c = sub.add_parser("compare", help="which keys differ between two fingerprints")
     c.add_argument("before")
     c.add_argument("after")

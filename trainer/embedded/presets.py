@@ -196,8 +196,13 @@ def build_generated_task(cfg: RunConfig, model_dir: Path):
                                 f"Face tokenizer ({', '.join(TOKENIZER_FILES)}): the {cfg.task} task needs one of them")])
         from trainer.tasks.chat_format import ChatFormat
 
-        chat = ChatFormat(load_model_tokenizer(model_dir, field))
-        return make_task(cfg.task, chat=chat, **kw)
+        task = make_task(cfg.task, chat=ChatFormat(load_model_tokenizer(model_dir, field)), **kw)
+        # Questions in words are longer than the char prompts: a cap below them would cut prompts.
+        longest = max(len(task.encode_prompt(p)) for ps in task.benchmarks().values() for p in ps)
+        if longest > cfg.max_prompt_tokens:
+            raise ConfigError([("max_prompt_tokens", f"the {cfg.task} task's questions, in this model's chat template, "
+                                f"take up to {longest} tokens: set max_prompt_tokens to at least {longest}")])
+        return task
     tokenizer = CharTokenizer.load(model_dir)
     task = make_task(cfg.task, tokenizer=tokenizer, **kw)
     if missing := sorted(set(task.CHARS) - set(tokenizer.chars)):

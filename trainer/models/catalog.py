@@ -56,14 +56,15 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in (
         # Measured on the base model (docs/tasks.md §5): its chat-rendered prompts are 44 tokens
         # (arithmetic) to 75 (countdown), a bare answer ("The answer is 122.") 6-10; T=0.7 doubles
         # the base's Avg@8 over T=1.0 (0.070 against 0.033) and a one-shot example lowers it
-        # (0.054), so zero-shot at 0.7, evaluated at 0.7. The step is the 8 prompts x 8
+        # (0.054), so zero-shot at 0.7, evaluated at 0.7. The step is a laptop's 8 prompts x 8
         # rollouts, AERO exploring half of the budget as the paper does (n_max twice n_total).
         # Micro-batches of 256 tokens keep a laptop's peak under 4 GB (3.7 GB measured against 5.6
-        # with the CPU's automatic budget). lr 5e-5 (with the 10 warmup steps): one GRPO pilot,
-        # seed 0, took held-out Avg@8 from 0.076 to 0.297 in 6 steps (BENCHMARKS.md).
+        # with the CPU's automatic budget). lr 3e-5 (with the 10 warmup steps): at 5e-5 GRPO took
+        # held-out Avg@8 from 0.076 to 0.31 by step 8, then collapsed to 0.065 by step 16 once the
+        # warmup ended (AERO likewise; DAPO held), seed 0 (BENCHMARKS.md).
         defaults={"max_prompt_tokens": 96, "max_new_tokens": 16, "temperature": 0.7, "eval_temperature": 0.7,
                   "batch_prompts": 8, "n_total": 8, "aero.n_explore": 4, "aero.n_max": 16,
-                  "micro_batch_tokens": 256, "eval_problems": 16, "eval_n": 8, "optim.lr": 5e-5},
+                  "micro_batch_tokens": 256, "eval_problems": 16, "eval_n": 8, "optim.lr": 3e-5},
     ),
 )}
 MODEL_NAMES: tuple[str, ...] = tuple(MODELS)

@@ -74,3 +74,13 @@ def test_a_stopped_real_model_run_resumes_exactly(smollm2, tmp_path):
 
     assert sorted(metrics(tmp_path / "b")) == [1, 2, 3]
     assert metrics(tmp_path / "a") == metrics(tmp_path / "b")
+
+
+def test_a_prompt_cap_below_the_chat_questions_is_refused_before_compute(smollm2):
+    from trainer.config import ConfigError
+    from trainer.embedded.presets import load_setup
+
+    with pytest.raises(ConfigError) as e:
+        load_setup(small("grpo", task="countdown", max_prompt_tokens=40))
+    (field, msg), = e.value.issues
+    assert field == "max_prompt_tokens" and "countdown" in msg and "at least" in msg
