@@ -20,11 +20,22 @@ STRATA = ("rescue", "low", "high")
 REWARD_RANGE = (-1.0, 1.0)
 
 
+PROMPT_TAIL = 90  # characters of a prompt the table shows
+
+
+def prompt_tail(text: str) -> str:
+    """A prompt as the table shows it: its end. A chat template's prompt starts with the same
+    system message every time and ends with the question, so the end is what tells rows apart;
+    "Show one in full" has the whole text."""
+    text = " ".join(text.split())
+    return text if len(text) <= PROMPT_TAIL else "…" + text[-PROMPT_TAIL:]
+
+
 def rollout_frame(rows: list[dict]) -> pd.DataFrame:
     """The table of one page: one row per rollout, text columns last."""
     return pd.DataFrame([{"group": r["group"], "stage": r["stage"], "stratum": r["stratum"], "reward": r["reward"],
                           "advantage": r["advantage"], "length": r["length"], "truncated": r["truncated"],
-                          "prompt": r["prompt"], "response": r["response"]} for r in rows],
+                          "prompt": prompt_tail(r["prompt"]), "response": r["response"]} for r in rows],
                         columns=["group", "stage", "stratum", "reward", "advantage", "length", "truncated", "prompt", "response"])
 
 

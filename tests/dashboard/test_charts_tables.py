@@ -592,3 +592,15 @@ def test_reach_cells_show_rollouts_to_target_where_the_runs_logged_them():
     text = reach_tables.seed_reach_text({"seeds": [{"seed": 0, "reached": True, "flops": 2e9, "seconds": 10.0, "rollouts": 2100},
                                              {"seed": 1, "reached": False, "flops": None, "seconds": None, "rollouts": None}]})
     assert text == "s0 2 GFLOP · 10 s · 2.1 k rollouts<br>s1 not reached"
+
+
+def test_the_rollouts_table_shows_a_long_prompts_end():
+    from dashboard.rollouts_view import PROMPT_TAIL, prompt_tail, rollout_frame
+    from tests.dashboard.step_details import CHAT_PROMPT, chat_detail
+
+    shown = prompt_tail(CHAT_PROMPT)
+    assert shown.startswith("…") and len(shown) == PROMPT_TAIL + 1
+    assert shown.endswith("Answer with just the expression. assistant")  # the question, not the system prompt
+    assert prompt_tail("37+85=") == "37+85="  # a char preset's prompt is shown whole
+    frame = rollout_frame(chat_detail(1)["rollouts"])
+    assert set(frame["prompt"]) == {shown}

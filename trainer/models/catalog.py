@@ -58,7 +58,7 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in (
         # the base's Avg@8 over T=1.0 (0.070 against 0.033) and a one-shot example lowers it
         # (0.054), so zero-shot at 0.7, evaluated at 0.7. The step is a laptop's 8 prompts x 8
         # rollouts, AERO exploring half of the budget as the paper does (n_max twice n_total).
-        # Micro-batches of 256 tokens keep a laptop's peak under 4 GB (3.7 GB measured against 5.6
+        # Micro-batches of 256 tokens keep a laptop's peak under 4 GB (3.68 GiB measured against 5.34
         # with the CPU's automatic budget). lr 3e-5 (with the 10 warmup steps): at 5e-5 GRPO took
         # held-out Avg@8 from 0.076 to 0.31 by step 8, then collapsed to 0.065 by step 16 once the
         # warmup ended (AERO likewise; DAPO held), seed 0 (BENCHMARKS.md).
