@@ -50,8 +50,9 @@ def list_cmd():
         raise OperatorError(f"{where}: the models directory is a file, not a directory",
                             f"Point {MODELS_ENV} (or AERO_DATA_DIR) at a directory.")
 
-    table = Table("model", "installed at", "tasks", "license")
+    table = Table("model", "tasks", "license")
+    table.add_column("installed at", overflow="fold")  # the whole path, folded, never cut
     for m in list_models():
-        table.add_row(m["name"], m["path"] or "not installed", ", ".join(m["tasks"]), m["license"])
+        table.add_row(m["name"], ", ".join(m["tasks"]), m["license"], m["path"] or "not installed")
     console.print(table)
     console.print(f"models directory: {where} ({MODELS_ENV})", soft_wrap=True)

@@ -161,7 +161,10 @@ def _write_provenance(spec: ModelSpec, wheel: Path, out: Path) -> None:
 
 
 def list_models() -> list[dict]:
-    """Every catalogued model with where it is installed on this host (or None)."""
-    return [{"name": s.name, "installed": installed(s.name) is not None,
-             "path": str(model_dir(s.name)) if installed(s.name) else None, "license": s.license,
-             "tasks": list(s.tasks), "description": s.description} for s in MODELS.values()]
+    """Every catalogued model with where it is installed on this host (``path`` None if not)."""
+    out = []
+    for s in MODELS.values():
+        here = installed(s.name) is not None
+        out.append({"name": s.name, "installed": here, "path": str(model_dir(s.name)) if here else None,
+                    "license": s.license, "tasks": list(s.tasks), "description": s.description})
+    return out
