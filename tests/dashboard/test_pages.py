@@ -170,13 +170,32 @@ def test_launch_shows_api_validation_error_under_its_field(fresh_api, use_api):
 def test_launch_offers_every_shipped_preset_and_trains_its_task(fresh_api, use_api):
     use_api(fresh_api)
     at = open_page("launch")
-    assert at.radio(key="launch_model").options == ["Preset tiny", "Preset tiny-countdown", "Local model + dataset"]
+    assert at.radio(key="launch_model").options == ["Preset tiny", "Preset tiny-countdown", "Preset smollm2-135m",
+                                                    "Local model + dataset"]
     at.radio(key="launch_model").set_value("tiny-countdown").run()
     submit(at)
     no_errors(at)
     [(run_id, _)] = fresh_api.enqueued
     config = httpx.get(f"{fresh_api.url}/api/runs/{run_id}").json()["config"]
     assert (config["preset"], config["task"]) == ("tiny-countdown", "countdown")
+
+
+def test_launch_prefills_a_real_models_defaults_and_offers_its_tasks(smollm2, fresh_api, use_api):
+    use_api(fresh_api)
+    at = open_page("launch")
+    assert at.number_input(key="f_batch_prompts").value == 64  # the schema's default, for the tiny preset
+    at.radio(key="launch_model").set_value("smollm2-135m").run()
+    assert at.number_input(key="f_batch_prompts").value == 8 and at.number_input(key="f_n_total").value == 8
+    assert at.selectbox(key="f_preset_task").options == ["arithmetic", "countdown"]
+    at.selectbox(key="f_preset_task").set_value("countdown")  # inside the form: sent with Launch
+    submit(at)
+    no_errors(at)
+    [(run_id, _)] = fresh_api.enqueued
+    config = httpx.get(f"{fresh_api.url}/api/runs/{run_id}").json()["config"]
+    assert (config["preset"], config["task"], config["batch_prompts"], config["max_new_tokens"]) == \
+        ("smollm2-135m", "countdown", 8, 16)
+    at.radio(key="launch_model").set_value("tiny").run()  # back to a shipped preset: the schema's defaults again
+    assert at.number_input(key="f_batch_prompts").value == 64
 
 
 def test_launch_local_model_needs_a_path(fresh_api, use_api):
