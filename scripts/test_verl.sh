@@ -4,7 +4,8 @@
 # AERO, stop and resume), two FSDP ranks against one (tests/trainer/verl/test_data_parallel.py: the
 # same accounting exactly, the loss to rounding, across a resume, and `aero train` with two ranks),
 # two Ray nodes (tests/trainer/verl/test_multinode.py: a rank on each, a killed node fails the run
-# naming it, the retry resumes) and a verl run through the platform (tests/worker/test_verl_e2e.py:
+# naming it, the retry resumes), the installed real model (tests/trainer/verl/test_real_model.py: GRPO and
+# AERO on smollm2-135m) and a verl run through the platform (tests/worker/test_verl_e2e.py:
 # REST, a Celery worker, SIGKILL and resume, cancel), which needs PostgreSQL and Redis (scripts/services.sh).
 # tests/trainer/verl is collected whole: a new test file there is in this list.
 #
@@ -20,7 +21,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${AERO_VERL_VENV:-.venv-verl}"
 
-if ! "$VENV/bin/python" -c "import verl, math_verify, pytest, celery, sqlalchemy, typer, psutil, prometheus_client" >/dev/null 2>&1; then
+if ! "$VENV/bin/python" -c "import verl, math_verify, pytest, celery, sqlalchemy, typer, psutil, prometheus_client, gguf, accelerate" >/dev/null 2>&1; then
   echo "test_verl: creating $VENV (torch 2.13 CPU, verl 0.9.1)" >&2
   python3 -m venv "$VENV"
   # torch first, pinned, from the CPU index (TORCH_INDEX / TORCH_SPEC as for scripts/install.sh):
@@ -31,6 +32,8 @@ if ! "$VENV/bin/python" -c "import verl, math_verify, pytest, celery, sqlalchemy
   # the rest is what our trainer and tests need
   "$VENV/bin/pip" install -q cachetools uvicorn fastapi "math-verify>=0.7" "pydantic>=2.7" pydantic-settings \
     pyarrow pytest pytest-timeout
+  # the real model's converter (trainer/models/install.py), for the suite's smollm2 fixture
+  "$VENV/bin/pip" install -q "gguf>=0.10" "accelerate>=1.0"
   # the platform, for the worker end-to-end test (API, store, broker, CLI)
   "$VENV/bin/pip" install -q "sqlalchemy>=2.0" "alembic>=1.13" "celery[redis]>=5.4" "httpx>=0.27" "psycopg[binary]>=3.2" \
     "orjson>=3.9" "sse-starlette>=2" "typer>=0.12" "rich>=13" scipy \

@@ -43,6 +43,8 @@ class TaskSpec:
     preset: str | None = None  # generated tasks: the shipped preset trained on it
     preset_description: str = ""
     score_problem: str | None = None  # generated tasks: "module:function(response, Problem) -> float"
+    # generated tasks asked in words (a real model's chat template): the free-text verifier, same signature
+    score_text: str | None = None
     # the config block this task owns (trainer/config_types.py Section), present exactly when it runs
     section: Section | None = None
     # "module:function(cfg, common, policy) -> Task": builds a files task the embedded engine trains
@@ -58,12 +60,14 @@ TASK_SPECS: dict[str, TaskSpec] = {s.name: s for s in (
     TaskSpec("arithmetic", "synthetic integer arithmetic at six levels, exact-match reward (the tiny preset)",
              "generated", "trainer.tasks.arithmetic:ArithmeticTask", preset="tiny",
              preset_description="the shipped ~1M-parameter policy on the synthetic arithmetic task",
-             score_problem="trainer.tasks.arithmetic:score_problem"),
+             score_problem="trainer.tasks.arithmetic:score_problem",
+             score_text="trainer.tasks.arithmetic:score_problem_text"),
     TaskSpec("countdown", "Countdown (TinyZero): reach a target from given numbers with + - * /, each used at most "
              "once; a strict equation verifier (the tiny-countdown preset)", "generated",
              "trainer.tasks.countdown:CountdownTask", preset="tiny-countdown",
              preset_description="the shipped ~1M-parameter policy on the Countdown task",
-             score_problem="trainer.tasks.countdown:score_problem"),
+             score_problem="trainer.tasks.countdown:score_problem",
+             score_text="trainer.tasks.countdown:score_problem_text"),
     TaskSpec("math", "math problems from a local verl parquet / JSONL file, math-verify reward (a local model)",
              "files", "trainer.tasks.math:MathTask"),
     TaskSpec("code", "programming problems from a local file, rewarded by sandboxed tests (a local model)",

@@ -22,6 +22,11 @@ the problem ("37+85="); the tiny model's chat template (trainer/verl/model_dir.p
 BOS + characters, the embedded task's encoding. ``extra_info.task`` (the task's name) and
 ``extra_info.problem`` (the prompt) tell the reward function (trainer/verl/reward.py) to score
 by that task's own verifier.
+
+For a real model (an installed preset such as ``smollm2-135m``) the same problems are asked in
+words: the user message is the task's ``question(problem)`` ("What is 37 + 85? Answer with just
+the number."), verl renders it through the model's own chat template as the embedded task does
+(trainer/tasks/chat_format.py), and ``extra_info.chat`` makes the reward read the free-text answer.
 """
 
 from __future__ import annotations
@@ -52,14 +57,16 @@ def write_parquet(rows: list[dict], path: Path) -> Path:
     return path
 
 
-def generated_rows(task: str, problems, source: str | None = None) -> list[dict]:
-    """verl rows of a generated task's problems (module docstring)."""
-    return [{"prompt": [{"role": "user", "content": p.prompt}], "data_source": source or p.source,
+def generated_rows(task, problems, source: str | None = None) -> list[dict]:
+    """verl rows of a generated task's problems (module docstring); ``task`` is the built task."""
+    chat = task.chat is not None
+    return [{"prompt": [{"role": "user", "content": task.question(p) if chat else p.prompt}],
+             "data_source": source or p.source,
              "reward_model": {"style": "rule", "ground_truth": p.answer},
              # where: the problem's stable id (a finite training set's "item j"), the methods'
              # prompt key as on the embedded engine; None for a stream's problems, as there
-             "extra_info": {"index": i, "where": p.meta.get("where"), "task": task,
-                            "problem": p.prompt}}
+             "extra_info": {"index": i, "where": p.meta.get("where"), "task": task.name,
+                            "problem": p.prompt, "chat": chat}}
             for i, p in enumerate(problems)]
 
 
@@ -71,13 +78,15 @@ def stream_length(cfg) -> int:
 
 
 def prepare_generated(cfg, out_dir: str | Path) -> tuple[Path, list[Path]]:
-    from trainer.tasks import make_task
+    # the embedded engine's own task for the preset (char tokenizer, or a real model's chat
+    # format): the same stream, benchmarks and prompt-length check on both engines
+    from trainer.embedded.presets import build_generated_task, preset_dir
 
-    task = make_task(cfg.task, benchmark_size=cfg.eval_problems, train_size=cfg.train_size)
+    task = build_generated_task(cfg, preset_dir(cfg.preset))
     d = Path(out_dir) / "verl_data"
-    train = write_parquet(generated_rows(cfg.task, task.train_problems(0, stream_length(cfg), cfg.seed), cfg.task),
+    train = write_parquet(generated_rows(task, task.train_problems(0, stream_length(cfg), cfg.seed), cfg.task),
                           d / "train.parquet")
-    vals = [write_parquet(generated_rows(cfg.task, problems, source=name), d / f"val_{i}.parquet")
+    vals = [write_parquet(generated_rows(task, problems, source=name), d / f"val_{i}.parquet")
             for i, (name, problems) in enumerate(task.benchmarks().items())]
     return train, vals
 

@@ -1,5 +1,6 @@
-"""The local Hugging Face model directory a verl run trains: ``model_path`` as given, or the tiny
-preset exported as one (weights, config and an HF tokenizer over the same 19-token vocabulary).
+"""The local Hugging Face model directory a verl run trains: ``model_path`` as given, an installed
+real model's directory (``smollm2-135m``), or the tiny preset exported as one (weights, config
+and an HF tokenizer over the same 19-token vocabulary).
 
 verl builds its tokenizer with ``AutoTokenizer`` and renders prompts with the tokenizer's chat
 template, so the tiny preset (a character tokenizer of our own, trainer/tasks/tokenizer.py) gets
@@ -55,11 +56,13 @@ def export_preset(preset_dir: Path, out: Path) -> Path:
 
 
 AGENT_LOOPS_FILE = "agent_loops.yaml"
+EXPORT_DIR = "verl_model"  # under the run directory: the tiny preset's export, every preset's agent-loop file
 
 
 def agent_loops(out: Path) -> Path:
     """The agent-loop file verl reads (``rollout.agent.agent_loop_config_path``): the
-    character-tokenizer single-turn loop (trainer/verl/plugins/agent_loop.py)."""
+    single-turn loop without a model-type hint (trainer/verl/plugins/agent_loop.py), for every
+    preset."""
     from trainer.verl.plugins import CHAR_AGENT_LOOP, CHAR_AGENT_LOOP_TARGET
 
     path = out / AGENT_LOOPS_FILE
@@ -68,12 +71,18 @@ def agent_loops(out: Path) -> Path:
 
 
 def model_dir(cfg, out_dir: str | Path) -> Path:
-    """The model directory verl trains for ``cfg`` (module docstring)."""
+    """The model directory verl trains for ``cfg`` (module docstring): an installed real model's
+    directory is already a Hugging Face one (trainer/models/install.py) and is read in place."""
     if cfg.preset is None:
         return Path(cfg.model_path).expanduser()
-    from trainer.embedded.presets import PRESETS
+    from trainer.embedded.presets import PRESETS, preset_dir
 
-    return export_preset(PRESETS[cfg.preset], Path(out_dir) / "verl_model")
+    out = Path(out_dir) / EXPORT_DIR
+    if cfg.preset not in PRESETS:  # the agent-loop file goes beside the run, never into the install
+        out.mkdir(parents=True, exist_ok=True)
+        agent_loops(out)
+        return preset_dir(cfg.preset)
+    return export_preset(PRESETS[cfg.preset], out)
 
 
 def stop_ids(model_path: str | Path, tokenizer) -> list[int]:

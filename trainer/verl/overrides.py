@@ -197,11 +197,11 @@ def to_overrides(cfg: RunConfig, *, out_dir: str | Path, train_file: str | Path,
         "trainer.resume_mode": "auto",
         "trainer.balance_batch": True,
     }
-    if cfg.preset is not None:  # the character tokenizer's agent loop (trainer/verl/plugins/agent_loop.py)
-        from trainer.verl.model_dir import AGENT_LOOPS_FILE
+    if cfg.preset is not None:  # the single-turn loop without a model-type hint (trainer/verl/plugins/agent_loop.py)
+        from trainer.verl.model_dir import AGENT_LOOPS_FILE, EXPORT_DIR
         from trainer.verl.plugins import CHAR_AGENT_LOOP
 
-        o["actor_rollout_ref.rollout.agent.agent_loop_config_path"] = str(model_dir / AGENT_LOOPS_FILE)
+        o["actor_rollout_ref.rollout.agent.agent_loop_config_path"] = str(Path(out_dir) / EXPORT_DIR / AGENT_LOOPS_FILE)
         o["actor_rollout_ref.rollout.agent.default_agent_loop"] = CHAR_AGENT_LOOP
     if device == "cpu":
         o.update(CPU_SETTINGS)

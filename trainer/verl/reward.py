@@ -20,16 +20,18 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
     """{"score": r, "acc": r} with r in {0.0, 1.0}. ``acc`` survives DAPO's overlong shaping of
     the score, so curation and DAPO's group filter read correctness from it. Rows written for
     a generated task (``extra_info.task``, trainer/verl/data.py) score by that task's verifier
-    (trainer/tasks/registry.py); every other row is a math problem."""
+    (trainer/tasks/registry.py): the exact one for a char preset, the free-text one when the row
+    was asked in words (``extra_info.chat``, a real model); every other row is a math problem."""
     from trainer.tasks.base import Problem
     from common.refs import load
     from trainer.tasks.registry import TASK_SPECS
 
-    spec = TASK_SPECS.get(str((extra_info or {}).get("task")))
+    info = extra_info or {}
+    spec = TASK_SPECS.get(str(info.get("task")))
     if spec is not None and spec.score_problem is not None:
-        problem = Problem(prompt=str((extra_info or {}).get("problem", "")), answer=str(ground_truth),
-                          source=str(data_source))
-        r = float(load(spec.score_problem)(solution_str, problem))
+        problem = Problem(prompt=str(info.get("problem", "")), answer=str(ground_truth), source=str(data_source))
+        score = spec.score_text if info.get("chat") else spec.score_problem
+        r = float(load(score)(solution_str, problem))
         return {"score": r, "acc": r}
     from trainer.tasks.math import normalize_ground_truth, score_math
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from trainer.methods.spec import get_method
-from trainer.models.catalog import MODELS
 from trainer.tasks.registry import TASK_SPECS, get_task_spec
 
 if TYPE_CHECKING:
@@ -26,10 +25,6 @@ def verl_issues(cfg: RunConfig) -> list[tuple[str, str]]:
     if cfg.model_path is not None and task.source == "generated":
         issues.append(("task", f"a model_path run on verl trains a file task (the {cfg.task} task's char tokenizer "
                        f"ships with the {task.preset} preset)"))
-    if cfg.preset in MODELS:
-        issues.append(("preset", f"the {cfg.preset} preset (a real model asked in words through its chat template) "
-                       "trains on the embedded engine only, for now: verl's rows and reward for it are not built "
-                       "(docs/engines.md); set engine=embedded"))
     if cfg.mini_batches > 1 and cfg.shuffle_mini_batches:
         issues.append(("shuffle_mini_batches", "the verl engine lays mini-batches out in generation order (the "
                        "embedded engine reshuffles them each epoch): set shuffle_mini_batches=false with "

@@ -50,10 +50,13 @@ def test_with_the_model_installed_the_policy_admits_it(smollm2):
     assert parse_run_config({"preset": "smollm2-135m"}, RunPolicy()).preset == "smollm2-135m"
 
 
-def test_verl_refuses_the_real_model_preset_by_name():
-    with pytest.raises(ConfigError) as e:
-        parse_run_config({"preset": "smollm2-135m", "engine": "verl", "method": "grpo"})
-    assert any(f == "preset" and "embedded engine only" in m for f, m in e.value.issues), e.value.issues
+@pytest.mark.parametrize("method", ["grpo", "aero", "dapo"])
+def test_verl_admits_the_real_model_preset_at_its_defaults(method):
+    # verl trains it (tests/trainer/verl/test_real_model.py): the preset's defaults apply there too
+    from trainer.config import for_method
+
+    cfg = parse_run_config(for_method({"preset": "smollm2-135m", "engine": "verl", "method": method}, method))
+    assert (cfg.max_prompt_tokens, cfg.max_new_tokens, cfg.optim.lr) == (96, 16, 3e-5)
 
 
 @pytest.mark.parametrize("method", method_names())

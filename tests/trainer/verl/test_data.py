@@ -62,3 +62,38 @@ def test_generated_tasks_write_their_stream_and_score_by_their_own_verifier(tmp_
     info = {"task": "countdown", "problem": "3 7 9>30:"}
     assert compute_score("C3", "9+7*3", "3*7+9", extra_info=info)["acc"] == 1.0
     assert compute_score("C3", "3*9+3", "3*7+9", extra_info=info)["acc"] == 0.0
+
+
+def test_a_real_models_rows_ask_in_words_and_score_free_text_as_the_embedded_task_does(smollm2, tmp_path):
+    # The installed real model on verl: the same problems in the same order, each asked as the
+    # embedded task asks it (its question in words, the user message of the chat template), and the
+    # reward reads the free-text answer with the embedded task's own verifier.
+    from trainer.config import parse_run_config
+    from trainer.embedded.presets import build_generated_task
+    from trainer.verl.data import prepare as prepare_any
+
+    for name in ("arithmetic", "countdown"):
+        cfg = parse_run_config({"preset": "smollm2-135m", "task": name, "method": "grpo", "steps": 2,
+                                "batch_prompts": 4, "eval_problems": 3})
+        task = build_generated_task(cfg, smollm2)
+        t, vals = prepare_any(cfg, tmp_path / name)
+        rows = pq.read_table(t).to_pylist()
+        expected = task.train_problems(0, 8, cfg.seed)
+        assert [r["prompt"] for r in rows] == [[{"role": "user", "content": task.question(p)}] for p in expected]
+        # verl renders the row with the tokenizer's chat template: the embedded prompt's tokens exactly
+        ids = task.chat.hf.apply_chat_template(rows[0]["prompt"], add_generation_prompt=True, tokenize=True)
+        assert list(getattr(ids, "input_ids", ids)) == task.encode_prompt(expected[0])
+        for r, p in zip(rows + pq.read_table(vals[0]).to_pylist(), expected + task.benchmarks()[vals_name(task)][:3]):
+            assert r["extra_info"]["chat"] is True and r["extra_info"]["problem"] == p.prompt
+            truth = r["reward_model"]["ground_truth"]
+            answers = [truth, f"The answer is {truth}.", f"{p.prompt}{truth}", "I do not know", f"{truth}9"]
+            if name == "arithmetic":
+                answers += [f"{p.prompt.rstrip('=')} = {truth}", f"It is {int(truth) + 1}."]
+            for text in answers:
+                got = compute_score(r["data_source"], text, truth, extra_info=r["extra_info"])
+                assert got["acc"] == task.score(text, p), (name, text)
+            assert compute_score(r["data_source"], f"The answer is {truth}.", truth, extra_info=r["extra_info"])["acc"] == 1.0
+
+
+def vals_name(task) -> str:
+    return next(iter(task.benchmarks()))

@@ -9,6 +9,11 @@ saved and restored across a resume on verl as it is on the embedded engine.
 The scripted engines stand in for sampling only: the responses are real answer tokens of the
 arithmetic task, scored by the task's own verifier on both sides, and the verl side runs verl's
 own DataProto, padding and loss-aggregation code.
+
+The real model's case (smollm2-135m, its tokenizer and chat template): the embedded side asks
+the task's question through its chat format, the verl side renders the row verl's data file
+holds (trainer/verl/data.py) with the tokenizer's chat template as verl's agent loop does, and
+scores the decoded free-text answers with verl's reward function (trainer/verl/reward.py).
 """
 
 from __future__ import annotations
@@ -38,25 +43,27 @@ class Script:
     """Response tokens of sample j of prompt p (its position in the batch) in engine call c of
     step s: the correct answer (+ EOS) with probability RATES[p] (a hash, so both engines see
     the same), else a wrong answer that differs per sample (so every selection among negatives
-    shows in the trained rows). Answers are looked up by the prompt's text."""
+    shows in the trained rows). Answers are looked up by the prompt's tokens. A chat task's
+    answers are free text ("It is 123", the bare number) in the model's own tokens."""
 
-    def __init__(self, task: ArithmeticTask, problems, step: int):
-        self.task, self.step = task, step
-        self.answers = {q.prompt: q.answer for q in problems}
+    def __init__(self, task, problems, step: int, resp_w: int = RESP_W):
+        self.task, self.step, self.resp_w = task, step, resp_w
+        self.answers = {tuple(task.encode_prompt(q)): q.answer for q in problems}
 
     def correct(self, call: int, p: int, j: int) -> bool:
         h = hashlib.blake2b(f"{self.step}/{call}/{p}/{j}".encode(), digest_size=4).digest()
         return int.from_bytes(h, "big") / 2**32 < RATES[p]
 
-    def response(self, call: int, p: int, j: int, prompt: str) -> list[int]:
+    def response(self, call: int, p: int, j: int, prompt_ids) -> list[int]:
         """Every fifth wrong answer runs on to max_new_tokens without EOS (a truncated row)."""
-        tok, answer = self.task.tokenizer, self.answers[prompt]
+        tok, answer = self.task.tokenizer, self.answers[tuple(prompt_ids)]
         wrong = str(int(answer) + 1 + (3 * call + j) % 97)
+        chat = self.task.chat is not None
         if self.correct(call, p, j):
-            return [*tok.encode(answer), tok.eos_id]
+            return [*tok.encode(answer if not chat or j % 2 else f"It is {answer}."), tok.eos_id]
         if (3 * call + j) % 5 == 0:
-            return tok.encode((wrong * RESP_W)[:RESP_W])
-        return [*tok.encode(wrong), tok.eos_id]
+            return tok.encode((f"I think {wrong} " if chat else wrong) * self.resp_w)[:self.resp_w]
+        return [*tok.encode(f"It is {wrong}." if chat else wrong), tok.eos_id]
 
 
 class EmbeddedScripted:
@@ -70,9 +77,8 @@ class EmbeddedScripted:
     def generate(self, prompts, n_per_prompt, sampling, generator=None):
         out = []
         for i, n in enumerate(n_per_prompt):
-            text = self.script.task.tokenizer.decode(prompts[i])
             for j in range(n):
-                ids = self.script.response(self.calls, i, j, text)
+                ids = self.script.response(self.calls, i, j, prompts[i])
                 out.append(Rollout(prompt_index=i, prompt_ids=list(prompts[i]), response_ids=ids,
                                    logprobs=[-0.5] * len(ids), finished=ids[-1] == self.script.task.tokenizer.eos_id))
         self.calls += 1
@@ -87,32 +93,46 @@ class VerlScripted:
     layout verl's agent loop returns (left-padded prompts, right-padded responses, rm_scores on
     the last response token, the verifier's acc)."""
 
-    def __init__(self, script: Script):
-        self.script, self.calls = script, 0
+    def __init__(self, script: Script, prompt_w: int = PROMPT_W):
+        self.script, self.calls, self.prompt_w = script, 0, prompt_w
+
+    def render(self, msgs) -> list[int]:
+        """The prompt's tokens as verl's agent loop builds them: the model's chat template (for
+        the tiny preset, its export's template renders BOS + the problem's characters)."""
+        task = self.script.task
+        if task.chat is None:
+            return [task.tokenizer.bos_id, *task.tokenizer.encode(msgs[0]["content"])]
+        ids = task.chat.hf.apply_chat_template(list(msgs), add_generation_prompt=True, tokenize=True)
+        return list(getattr(ids, "input_ids", ids))
 
     def __call__(self, request):
         from verl import DataProto
 
+        from trainer.verl.reward import compute_score
+
         task = self.script.task
-        tok = task.tokenizer
+        tok, W, RW = task.tokenizer, self.prompt_w, self.script.resp_w
         B = len(request)
         seen: dict[int, int] = {}
-        prompts = torch.full((B, PROMPT_W), tok.pad_id)
-        responses = torch.full((B, RESP_W), tok.pad_id)
-        p_mask, r_mask = torch.zeros((B, PROMPT_W), dtype=torch.long), torch.zeros((B, RESP_W), dtype=torch.long)
-        rm, acc = torch.zeros((B, RESP_W)), np.zeros(B)
-        for r, (p, msgs) in enumerate(zip(request.non_tensor_batch["index"].tolist(),
-                                          request.non_tensor_batch["raw_prompt"])):
+        prompts = torch.full((B, W), tok.pad_id)
+        responses = torch.full((B, RW), tok.pad_id)
+        p_mask, r_mask = torch.zeros((B, W), dtype=torch.long), torch.zeros((B, RW), dtype=torch.long)
+        rm, acc = torch.zeros((B, RW)), np.zeros(B)
+        nt = request.non_tensor_batch
+        for r, (p, msgs) in enumerate(zip(nt["index"].tolist(), nt["raw_prompt"])):
             j = seen.get(p, 0)
             seen[p] = j + 1
-            text = msgs[0]["content"]
-            prompt = [tok.bos_id, *tok.encode(text)]  # the chat template of the exported tiny model
-            ids = self.script.response(self.calls, p, j, text)
-            prompts[r, PROMPT_W - len(prompt):] = torch.tensor(prompt)
-            p_mask[r, PROMPT_W - len(prompt):] = 1
+            prompt = self.render(msgs)
+            ids = self.script.response(self.calls, p, j, prompt)
+            prompts[r, W - len(prompt):] = torch.tensor(prompt)
+            p_mask[r, W - len(prompt):] = 1
             responses[r, :len(ids)] = torch.tensor(ids)
             r_mask[r, :len(ids)] = 1
-            acc[r] = float(tok.decode(ids) == self.script.answers[text])
+            if task.chat is None:
+                acc[r] = float(tok.decode(ids) == self.script.answers[tuple(prompt)])
+            else:  # verl's reward loop: the decoded response, our reward function, the row's extra_info
+                acc[r] = compute_score(nt["data_source"][r], tok.decode(ids), nt["reward_model"][r]["ground_truth"],
+                                       extra_info=nt["extra_info"][r])["acc"]
             rm[r, len(ids) - 1] = acc[r]
         self.calls += 1
         attention = torch.cat([p_mask, r_mask], 1)
@@ -122,9 +142,20 @@ class VerlScripted:
             "position_ids": (attention.cumsum(-1) - 1).clamp(min=0), "acc": acc})
 
 
-def verl_prompt_batch(problems):
+def verl_prompt_batch(problems, task=None):
     from verl import DataProto
 
+    if task is not None and task.chat is not None:  # the rows verl's data file holds for a real model
+        from trainer.verl.data import generated_rows
+
+        rows = generated_rows(task, problems)
+        return DataProto.from_single_dict({
+            "dummy_tensor": torch.zeros((len(rows), 1), dtype=torch.uint8),
+            "raw_prompt": np.array([r["prompt"] for r in rows] + [None], dtype=object)[:-1],
+            "data_source": np.array([r["data_source"] for r in rows], dtype=object),
+            "reward_model": np.array([r["reward_model"] for r in rows], dtype=object),
+            "index": np.arange(len(rows)), "uid": np.array([f"u{p}" for p in range(len(rows))], dtype=object),
+            "extra_info": np.array([r["extra_info"] for r in rows], dtype=object)})
     return DataProto.from_single_dict({
         "dummy_tensor": torch.zeros((len(problems), 1), dtype=torch.uint8),
         "raw_prompt": np.array([[{"role": "user", "content": q.prompt}] for q in problems] + [None], dtype=object)[:-1],
@@ -147,11 +178,13 @@ class Engines:
     """Both engines' collection for one config, step after step, on one problem stream; the
     curation RNG of each engine is its own (a resume replaces verl's with its saved state)."""
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, task=None, prompt_w: int = PROMPT_W):
         from trainer.embedded.collect import StepContext
 
-        self.cfg, self.task = cfg, ArithmeticTask(benchmark_size=4, train_size=cfg.train_size)
-        self.ctx = StepContext(cfg=cfg, task=self.task, sampler=None, sampling=SamplingParams(max_new_tokens=RESP_W),
+        self.cfg, self.prompt_w = cfg, prompt_w
+        self.task = task or ArithmeticTask(benchmark_size=4, train_size=cfg.train_size)
+        sampling = SamplingParams(max_new_tokens=cfg.max_new_tokens)
+        self.ctx = StepContext(cfg=cfg, task=self.task, sampler=None, sampling=sampling,
                                gen=torch.Generator().manual_seed(0), rng=np.random.default_rng(cfg.seed))
         self.verl_rng = np.random.default_rng(cfg.seed)  # PlatformTrainer.curation_rng
         self.verl_state: dict = {}  # PlatformTrainer.method_state
@@ -165,16 +198,17 @@ class Engines:
 
         rounds = get_method(self.cfg.method).verl.prompt_batches(self.cfg)
         problems = self.task.train_problems(self.pos, P * rounds, self.cfg.seed)
-        self.ctx.sampler = EmbeddedScripted(Script(self.task, problems, s))
+        self.ctx.sampler = EmbeddedScripted(Script(self.task, problems, s, self.cfg.max_new_tokens))
         emb = embedded_collect(self.ctx, self.pos)
         self.pos += emb.prompts_used
         batches = iter([problems[i * P:(i + 1) * P] for i in range(rounds)])
 
         def next_batch():
-            batch = verl_prompt_batch(next(batches))
+            batch = verl_prompt_batch(next(batches), self.task)
             return batch, RayPPOTrainer._get_gen_batch(None, batch)
 
-        ver = verl_collect(self.cfg, next_batch, VerlScripted(Script(self.task, problems, s)), divisor=3,
+        script = Script(self.task, problems, s, self.cfg.max_new_tokens)
+        ver = verl_collect(self.cfg, next_batch, VerlScripted(script, self.prompt_w), divisor=3,
                            rng=self.verl_rng, state=self.verl_state)
         return emb, ver
 
@@ -191,13 +225,13 @@ def embedded_rows(emb) -> list[tuple]:
     return [(tuple(r.prompt_ids), tuple(r.response_ids)) for r in emb.train]
 
 
-def verl_rows(ver) -> list[tuple]:
+def verl_rows(ver, prompt_w: int = PROMPT_W) -> list[tuple]:
     out: list[tuple] = []
     if ver.train is None:  # the step trained nothing
         return out
     for r in range(len(ver.train)):
         a, m = ver.train.batch["attention_mask"][r], ver.train.batch["response_mask"][r]
-        prompt = ver.train.batch["prompts"][r][a[:PROMPT_W].bool()]
+        prompt = ver.train.batch["prompts"][r][a[:prompt_w].bool()]
         out.append((tuple(prompt.tolist()), tuple(ver.train.batch["responses"][r][m.bool()].tolist())))
     return out
 
@@ -225,21 +259,45 @@ CASES = [(m, "defaults", {}) for m in VERL_METHODS] + [
 
 @pytest.mark.parametrize("method,option,kw", CASES, ids=[f"{m}-{o}" for m, o, _ in CASES])
 def test_same_rows_advantages_and_accounting(method, option, kw):
+    assert_same_steps(Engines(config(method, **kw)))
+
+
+REAL_MODEL = {"preset": "smollm2-135m", "max_new_tokens": 12, "max_prompt_tokens": 96}
+
+
+@pytest.mark.parametrize("method", ["grpo", "aero", "dapo"])
+def test_a_real_models_chat_rows_are_the_same_on_both_engines(method, smollm2):
+    """The real model: prompts in its chat template, free-text answers in its own tokens, scored
+    by each engine's own path (the embedded task's verifier; verl's rows and reward function)."""
+    from trainer.embedded.presets import build_generated_task
+
+    cfg = config(method, **REAL_MODEL)
+    task = build_generated_task(cfg, smollm2)
+    engines = Engines(cfg, task=task, prompt_w=cfg.max_prompt_tokens)
+    rewards = assert_same_steps(engines)
+    assert 0 < np.mean(rewards) < 1, "the script answers some prompts right and some wrong"
+
+
+def assert_same_steps(engines: Engines) -> list[float]:
+    """Both engines' steps for ``engines.cfg`` (3, or 4 for a method with per-prompt state; a verl
+    resume before step 3) give the same trained rows, advantages, method metrics and accounting.
+    Returns the generated rows' rewards."""
     from trainer.embedded.collect import step_metrics
     from trainer.verl.step_metrics import step_accounting
 
-    cfg = config(method, **kw)
-    engines = Engines(cfg)
+    cfg, method = engines.cfg, engines.cfg.method
     setup = SimpleNamespace(n_params=SHAPE[0], n_layers=SHAPE[1], d_model=SHAPE[2])
     stateful = get_method(method).needs.prompt_ids
+    rewards: list[float] = []
     for s in range(4 if stateful else 3):  # stateful: past the first epoch of TRAIN_SIZE prompts
         if s == 2:
             engines.resume_verl_rng()  # a verl resume between steps 2 and 3 changes nothing
         emb, ver = engines.step(s)
+        rewards += [r.reward for r in emb.generated]
         if stateful:  # the method's state (aero-mem's memory, Knapsack's rates, GRESO's streaks) is the same
             assert engines.verl_state, f"step {s}: no state kept"
             assert json.loads(json.dumps(engines.verl_state)) == json.loads(json.dumps(engines.ctx.method_state))
-        assert verl_rows(ver) == embedded_rows(emb), f"step {s}: trained rows differ"
+        assert verl_rows(ver, engines.prompt_w) == embedded_rows(emb), f"step {s}: trained rows differ"
         assert np.allclose(ver.advantages, emb.advantages.numpy(), atol=1e-6), f"step {s}: advantages differ"
         counts = {k: v for k, v in ver.stats.items() if not k.startswith("time/")}  # timings differ, of course
         assert counts == pytest.approx({k: emb.stats[k] for k in counts}), f"step {s}: method metrics differ"
@@ -254,6 +312,7 @@ def test_same_rows_advantages_and_accounting(method, option, kw):
         for key in v:
             assert v[key] == pytest.approx(e[key], rel=1e-6), f"step {s}: {key}"
         assert v["rollout/generated"] == len(emb.generated) and e["rollout/gen_calls"] == ver.gen.calls
+    return rewards
 
 
 def test_verl_stock_grpo_estimator_matches_the_embedded_advantages():

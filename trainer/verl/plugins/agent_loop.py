@@ -1,12 +1,14 @@
-"""verl's single-turn agent loop for the tiny preset's character tokenizer.
+"""verl's single-turn agent loop for every preset: the tiny presets' character tokenizer, and an
+installed real model whose ``model_type`` (``llama`` for SmolLM2) has no builder of its own.
 
 verl picks a "continuous token" builder (how chat turns are joined into token ids) from the
 model's ``model_type``; for ``qwen2`` it is the ChatML builder, which needs a newline token and
 ``<|im_end|>``. The tiny preset is Qwen2-shaped but speaks a 19-character vocabulary with no such
 tokens, so this loop is verl's own ``SingleTurnAgentLoop`` with the model-type hint dropped: verl's
 generic builder renders the prompt through the tokenizer's chat template (BOS + the problem) and
-appends the generated tokens, which is all a single turn needs. It is listed in the agent-loop
-file the tiny model's export writes (trainer/verl/model_dir.py) and chosen with
+appends the generated tokens, which is all a single turn needs (a real model has no builder
+registered either: verl would fall back to the same generic one, warning once per sample). It is
+listed in the agent-loop file every preset's run writes (trainer/verl/model_dir.py) and chosen with
 ``rollout.agent.default_agent_loop`` (trainer/verl/overrides.py).
 """
 
