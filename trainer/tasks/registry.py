@@ -117,7 +117,7 @@ def without_stale_task_sections(data: Mapping[str, Any], task: Any) -> Mapping[s
     one, whatever its task (saved JSON files, API responses). Each dropped block warns
     (ConfigDeprecationWarning); a block with values of its own stays, and the config refuses it.
     ``data`` itself when there is nothing to drop (an unknown task's own error names it)."""
-    if task not in TASK_SPECS:
+    if not isinstance(task, str) or task not in TASK_SPECS:  # a list or dict: the task field's own error
         return data
     stale = [sec for sec in task_sections()
              if sec.name != TASK_SPECS[task].section_name and isinstance(data.get(sec.name), dict)]

@@ -265,3 +265,16 @@ def test_deep_bodies_anywhere_are_4xx(client, auth, depth):
         r = post_raw(client, path, raw, auth)
         assert r.status_code == (422 if depth < 950 else 400), (path, r.text[:200])
     assert counts(client) == (0, 0)
+
+
+@pytest.mark.parametrize("value", [[], ["arithmetic"], {"name": "arithmetic"}, [[[[["x"]]]]]])
+@pytest.mark.parametrize("field", ["task", "preset", "method"])
+def test_a_name_field_given_a_list_or_dict_is_422_naming_it(client, auth, field, value):
+    # model validators read these names before pydantic checks their types: a list once crashed one (500)
+    r = client.post("/api/runs", json={"config": {**BASE, field: value}}, headers=auth)
+    assert r.status_code == 422, r.text
+    assert any(d["loc"][:3] == ["body", "config", field] for d in r.json()["detail"]), r.json()
+    if field != "method":  # a sweep's own methods list sets each run's method over an override's
+        r = client.post("/api/sweeps", json={"base": BASE, "methods": ["grpo"], "overrides": [{field: value}]},
+                        headers=auth)
+        assert r.status_code == 422, r.text
