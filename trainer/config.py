@@ -179,6 +179,11 @@ class _RunFields(Strict):
     eval_problems: Annotated[int, Cap("max_eval_problems", "AERO_MAX_EVAL_PROBLEMS", 100_000,
                                       "Cap on eval_problems.")] = Field(64, ge=1, description="Problems per benchmark at eval.")
     checkpoint_every: int = Field(20, ge=0, le=1_000_000, description="Checkpoint every K steps (0 = only at the end).")
+    keep_checkpoints: Annotated[int, Cap("max_keep_checkpoints", "AERO_MAX_KEEP_CHECKPOINTS", 5,
+                                         "Cap on keep_checkpoints (checkpoints a run keeps on disk).")] = Field(
+        2, ge=1, le=1000, description="Checkpoints a run keeps on disk, newest first; each save deletes older ones "
+        "(verl: max_actor_ckpt_to_keep). 2 keeps one to fall back on if the newest cannot be read. A checkpoint "
+        "holds the weights and the optimizer: ~1.6 GB for a 135M model, tens of GB at 1.5B.")
     device: Literal["auto", "cpu", "cuda"] = "auto"
     dtype: Literal["auto", "float32", "bfloat16"] = Field("auto", description="auto: bfloat16 on CUDA, float32 on CPU. On CUDA, "
                                                              "bfloat16 is bf16 compute (autocast) over float32 master weights, so small "

@@ -17,6 +17,7 @@ back from it (embedded) and drops the store's rows past the step it really resum
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 EMBEDDED_DIR = "checkpoints"
@@ -59,3 +60,16 @@ def local_checkpoint_step(out_dir: str | Path) -> int | None:
 
 
 __all__ = ["local_checkpoint_step"]
+
+
+def prune_verl_steps(root: Path, keep: int) -> list[Path]:
+    """Delete every ``global_step_N`` folder of ``root`` (OUT/verl_checkpoints) but the newest
+    ``keep`` (0 keeps all); returns the deleted ones. verl's ``max_actor_ckpt_to_keep`` deletes only
+    each old step's ``actor/`` folder, leaving its data-loader state and the curation state
+    behind: a husk no resume must pick."""
+    steps = sorted((p for p in Path(root).glob("global_step_*") if p.is_dir() and p.name[12:].isdigit()),
+                   key=lambda p: int(p.name[12:]))
+    old = steps[:-keep] if keep > 0 else []
+    for p in old:
+        shutil.rmtree(p, ignore_errors=True)
+    return old

@@ -228,7 +228,8 @@ def reconcile_checkpoints(url: str, run: Run, steps: int, out_dir: Path, me: str
             raise MissingCheckpoint(
                 f"{what}. The run directory is not shared between the workers: put AERO_DATA_DIR's runs/ on a "
                 f"volume every worker host mounts (docs/deploy.md, 'Run outputs'), then resume the run; or set "
-                f"AERO_MISSING_CHECKPOINT=restart to let a worker restart it from its own checkpoint")
+                f"AERO_MISSING_CHECKPOINT=restart to let a worker restart it from its own checkpoint (a multi-node "
+                f"run fails here by default: AERO_MISSING_CHECKPOINT=auto)")
         log.warning("%s; restarting from step %d: the store's steps, evals, rollouts and checkpoint records after it "
                     "are deleted (AERO_MISSING_CHECKPOINT=restart; share the run directory across workers to resume "
                     "instead, docs/deploy.md)", what, here)
@@ -331,7 +332,7 @@ def _train(settings: Settings, ws: WorkerSettings, run: Run, why: str, me: str) 
         # the store some other way (or a policy tightened since) is refused here, before compute.
         policy = settings.run_policy
         cfg = parse_run_config(run.config, policy)
-        reconcile_checkpoints(url, run, cfg.steps, out_dir, me, why, ws.missing_checkpoint)
+        reconcile_checkpoints(url, run, cfg.steps, out_dir, me, why, ws.missing_checkpoint_mode(cfg.resources.nodes))
         sink = DbSink(url, run_id, owner=me, flush_s=ws.sink_flush_s)
         alerts = AlertSink(url, run_id, run.name, cfg.alerts, policy.webhook_hosts, control.request_stop)
         sinks = MultiSink(sink, alerts, *tracker_sinks(cfg, out_dir, run.name))

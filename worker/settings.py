@@ -26,7 +26,7 @@ def _int(name: str, default: int) -> int:
 
 
 DEFAULT_NICE = 10  # AERO_WORKER_NICE
-MISSING_CHECKPOINT_CHOICES = ("restart", "fail")  # AERO_MISSING_CHECKPOINT
+MISSING_CHECKPOINT_CHOICES = ("auto", "restart", "fail")  # AERO_MISSING_CHECKPOINT
 
 
 @dataclass(frozen=True)
@@ -55,9 +55,17 @@ class WorkerSettings:
     nice: int = field(default_factory=lambda: _int("AERO_WORKER_NICE", DEFAULT_NICE))
     # A run resumed here whose newest checkpoint in the store is not in this host's run directory
     # (a run directory not shared between worker hosts): "restart" drops the store's steps after
-    # what is here and trains them again; "fail" fails the run naming the host and the path.
+    # what is here and trains them again; "fail" fails the run naming the host and the path;
+    # "auto" (the default) is "fail" for a multi-node run, whose steps are the costliest to
+    # re-train silently, and "restart" otherwise (:func:`missing_checkpoint_mode`).
     missing_checkpoint: str = field(
-        default_factory=lambda: os.environ.get("AERO_MISSING_CHECKPOINT", "restart").strip().lower())
+        default_factory=lambda: os.environ.get("AERO_MISSING_CHECKPOINT", "auto").strip().lower())
+
+    def missing_checkpoint_mode(self, nodes: int) -> str:
+        """What a lost checkpoint does to a run on ``nodes`` nodes: "restart" or "fail"."""
+        if self.missing_checkpoint != "auto":
+            return self.missing_checkpoint
+        return "fail" if nodes > 1 else "restart"
 
     def __post_init__(self) -> None:
         # checked where every worker process starts (make_app), so a bad value stops the worker

@@ -173,9 +173,14 @@ def test_restart_through_the_worker_trains_one_attempt(db_url, make_run, tmp_pat
 
 def test_the_setting_is_checked_where_the_worker_starts(monkeypatch):
     monkeypatch.delenv("AERO_MISSING_CHECKPOINT", raising=False)
-    assert WorkerSettings().missing_checkpoint == "restart"
+    # the default: a one-node run restarts from what its host has, a multi-node run fails
+    ws = WorkerSettings()
+    assert ws.missing_checkpoint == "auto"
+    assert (ws.missing_checkpoint_mode(1), ws.missing_checkpoint_mode(2)) == ("restart", "fail")
     monkeypatch.setenv("AERO_MISSING_CHECKPOINT", " FAIL ")
-    assert WorkerSettings().missing_checkpoint == "fail"
+    assert WorkerSettings().missing_checkpoint_mode(1) == "fail"
+    monkeypatch.setenv("AERO_MISSING_CHECKPOINT", "restart")
+    assert WorkerSettings().missing_checkpoint_mode(4) == "restart"  # the operator's word wins
     monkeypatch.setenv("AERO_MISSING_CHECKPOINT", "resume")
-    with pytest.raises(ValueError, match="AERO_MISSING_CHECKPOINT must be one of restart, fail"):
+    with pytest.raises(ValueError, match="AERO_MISSING_CHECKPOINT must be one of auto, restart, fail"):
         WorkerSettings()

@@ -180,9 +180,9 @@ class TrainingState:
         self.method_state.update(ckpt.get("method_state") or {})
         self.step, self.data_pos, self.elapsed_s = ckpt["step"], ckpt["data_pos"], ckpt.get("elapsed_s", 0.0)
 
-    def save(self, out_dir: str | Path) -> Path:
-        """Checkpoint at ``self.step``; returns its directory."""
-        return save_checkpoint(out_dir, self.step, self.state_dict())
+    def save(self, out_dir: str | Path, keep: int = 2) -> Path:
+        """Checkpoint at ``self.step``, keeping the newest ``keep``; returns its directory."""
+        return save_checkpoint(out_dir, self.step, self.state_dict(), keep=keep)
 
     def resume(self, out_dir: str | Path) -> bool:
         """Load OUT/checkpoints/latest if there is one (global Python/torch RNGs too); whether it did."""

@@ -136,7 +136,7 @@ def iter_training(cfg: RunConfig, out_dir: str | Path, sink: MetricSink,
 
     def checkpoint() -> None:
         sink.before_checkpoint(state.step)  # every step it covers is durable before it exists
-        sink.on_checkpoint(state.step, state.save(out_dir))
+        sink.on_checkpoint(state.step, state.save(out_dir, keep=cfg.keep_checkpoints))
 
     start, status = state.step, "completed"
     if start == 0 and cfg.eval_every > 0:

@@ -58,6 +58,7 @@ from verl.workers.utils.padding import left_right_2_no_padding
 
 import common.metric_keys as mk
 from trainer.config import RunConfig
+from trainer.local_checkpoint import prune_verl_steps
 from trainer.embedded.checkpoint import numpy_rng_from_state, numpy_rng_state
 from trainer.methods.spec import get_method
 from trainer.methods.step import strata_stats
@@ -172,6 +173,7 @@ class PlatformTrainer(RayPPOTrainer):
                                                      "method_state": self.method_state}))
         with (Path(self.config.aero_lab.out_dir) / "verl" / CHECKPOINTS_FILE).open("a") as f:
             f.write(json.dumps({"step": int(self.global_steps), "path": str(folder)}) + "\n")
+        prune_verl_steps(folder.parent, int(self.config.trainer.max_actor_ckpt_to_keep or 0))
         return out
 
     def _load_checkpoint(self):
@@ -384,3 +386,4 @@ class PlatformTrainer(RayPPOTrainer):
         with marked_timer("update_weights", timing):
             self.checkpoint_manager.update_weights(self.global_steps)
         return batch, metrics
+

@@ -64,3 +64,50 @@ def test_a_corrupt_latest_checkpoint_falls_back_to_the_newest_older_one_that_loa
     # the next save of step 4 replaces the corrupt one, and latest follows it
     save_checkpoint(tmp_path, 4, {"w": torch.full((1000,), 4.0)})
     assert load_latest_checkpoint(tmp_path)["step"] == 4
+
+
+@pytest.mark.parametrize("keep", [1, 3])
+def test_a_run_keeps_the_checkpoints_it_asks_for_and_resumes_from_the_newest(tmp_path, keep):
+    # a 4-step run checkpointing every step keeps `keep_checkpoints` on disk, and a longer run resumes
+    from trainer.config import parse_run_config
+    from trainer.engines import run_training
+    from trainer.sinks import MemorySink
+
+    base = {"steps": 4, "batch_prompts": 2, "n_total": 4, "aero": {"n_explore": 2}, "eval_every": 0,
+            "eval_problems": 2, "eval_n": 2, "checkpoint_every": 1, "keep_checkpoints": keep, "device": "cpu"}
+    sink = MemorySink()
+    run_training(parse_run_config(base), tmp_path, sink)
+    assert [s for s, _ in sink.checkpoints] == [1, 2, 3, 4]  # every save announced
+    kept = sorted(p.name for p in (tmp_path / "checkpoints").glob("step_*"))
+    assert kept == [f"step_{s:06d}" for s in range(5 - keep, 5)]
+    summary = run_training(parse_run_config({**base, "steps": 5}), tmp_path, MemorySink())
+    assert summary["status"] == "completed" and summary["last_step"] == 5
+    assert len(list((tmp_path / "checkpoints").glob("step_*"))) == keep
+
+
+def test_the_operator_caps_the_checkpoints_a_run_keeps():
+    from trainer.config import ConfigError, parse_run_config
+    from trainer.operator_policy import RunPolicy
+
+    policy = RunPolicy.from_env({"AERO_MAX_KEEP_CHECKPOINTS": "3"})
+    assert parse_run_config({"keep_checkpoints": 3}, policy).keep_checkpoints == 3
+    with pytest.raises(ConfigError) as e:
+        parse_run_config({"keep_checkpoints": 4}, policy)
+    assert e.value.issues == [("keep_checkpoints", "at most 3 (operator cap AERO_MAX_KEEP_CHECKPOINTS)")]
+    with pytest.raises(ConfigError) as e:
+        parse_run_config({"keep_checkpoints": 0})
+    assert e.value.issues[0][0] == "keep_checkpoints"
+
+
+def test_verl_step_folders_beyond_the_kept_ones_are_deleted_whole(tmp_path):
+    from trainer.local_checkpoint import prune_verl_steps
+
+    for s in (1, 2, 9, 10, 11):
+        (tmp_path / f"global_step_{s}" / "actor").mkdir(parents=True)
+        (tmp_path / f"global_step_{s}" / "curation_state.json").write_text("{}")
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("11")
+    gone = prune_verl_steps(tmp_path, 2)
+    assert sorted(p.name for p in gone) == ["global_step_1", "global_step_2", "global_step_9"]  # by number, not name
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["global_step_10", "global_step_11",
+                                                           "latest_checkpointed_iteration.txt"]
+    assert prune_verl_steps(tmp_path, 0) == []

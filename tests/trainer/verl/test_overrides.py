@@ -72,13 +72,14 @@ def test_verl_rules_at_submit():
 
 def test_shared_settings_follow_the_run_config():
     o = as_dict(overrides(method="aero", mini_batches=2, shuffle_mini_batches=False, kl_coef=0.01, gradient_checkpointing=True, eval_every=0,
-                          checkpoint_every=5, steps=40))
+                          checkpoint_every=5, keep_checkpoints=3, steps=40))
     assert o["data.train_batch_size"] == "8" and o["actor_rollout_ref.actor.ppo_mini_batch_size"] == "4"
     assert (o["data.max_prompt_length"], o["data.max_response_length"]) == ("1024", "1536")
     assert o["actor_rollout_ref.actor.optim.lr"] == "5e-06"
     assert o["actor_rollout_ref.actor.use_kl_loss"] == "true" and o["actor_rollout_ref.actor.kl_loss_type"] == "low_var_kl"
     assert o["actor_rollout_ref.model.enable_gradient_checkpointing"] == "true"
     assert (o["trainer.test_freq"], o["trainer.val_before_train"], o["trainer.save_freq"]) == ("40", "false", "5")
+    assert o["trainer.max_actor_ckpt_to_keep"] == "3"
     assert o["trainer.total_training_steps"] == "40" and o["trainer.n_gpus_per_node"] == "4"
     assert o["actor_rollout_ref.rollout.val_kwargs.n"] == "8" and o["actor_rollout_ref.rollout.val_kwargs.do_sample"] == "true"
 

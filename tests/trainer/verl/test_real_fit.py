@@ -128,6 +128,9 @@ def test_aero_stops_with_a_checkpoint_and_resumes(tmp_path):
     assert [r["step"] for r in rows] == [1, 2, 3, 4]  # each step once: resumed, not restarted or doubled
     assert rows[0]["rollout/generated"] == m["rollout/generated"]  # step 1 kept from the first leg
     assert (out / "verl_checkpoints" / "global_step_4").is_dir()
+    # keep_checkpoints (default 2): older step folders are deleted whole, across the two legs
+    kept = sorted(p.name for p in (out / "verl_checkpoints").glob("global_step_*"))
+    assert kept == ["global_step_3", "global_step_4"], kept
 
 
 def test_aero_mem_keeps_its_prompt_memory_across_steps_and_checkpoints(tmp_path):
