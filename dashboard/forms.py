@@ -54,7 +54,9 @@ class FieldSpec:
 
     path: str
     label: str
-    type: str = "number"  # "integer" | "number" | "boolean" | "string" | "choice"
+    # "integer" | "number" | "boolean" | "string" | "choice" | "optional_integer" (a nullable
+    # integer whose 0 means something: empty = null, e.g. resources.gpus_per_node: empty = auto, 0 = none)
+    type: str = "number"
     default: Any = None
     help: str = ""
     choices: tuple[Any, ...] = ()
@@ -63,7 +65,11 @@ class FieldSpec:
 
 def from_widget(spec: FieldSpec, value: Any) -> Any:
     """The request value of a widget's ``value``: a nullable integer left at 0 is null (a number
-    input cannot be empty, and 0 is below every nullable count's minimum)."""
+    input cannot be empty, and 0 is below those counts' minimum); an optional integer's text is
+    null when empty, else the integer it spells (anything else goes as typed, for the API's 422)."""
+    if spec.type == "optional_integer":
+        text = str(value or "").strip()
+        return None if not text else int(text) if text.isdigit() else text
     return None if spec.nullable and spec.type == "integer" and value == 0 else value
 
 
@@ -81,7 +87,7 @@ ADVANCED_FIELDS: tuple[tuple[str, str], ...] = (
     ("device", "device"),
 )
 RESOURCE_FIELDS: tuple[tuple[str, str], ...] = (
-    ("resources.gpus_per_node", "GPUs per node (0 = auto)"), ("resources.nodes", "nodes"),
+    ("resources.gpus_per_node", "GPUs per node (empty = auto)"), ("resources.nodes", "nodes"),
     ("resources.rollout_tp", "rollout tensor parallelism"),
 )
 
@@ -144,6 +150,8 @@ def field_spec(doc: Mapping[str, Any], path: str, label: str) -> FieldSpec | Non
     choices = tuple(prop.get("enum") or next((sub["enum"] for sub in prop.get("anyOf", ()) if "enum" in sub), ()))
     typ = "choice" if choices else prop.get("type") or next((s.get("type") for s in prop.get("anyOf", ()) if s.get("type") != "null"), "string")
     nullable = any(sub.get("type") == "null" for sub in prop.get("anyOf", ()))
+    if nullable and typ == "integer" and any(s.get("minimum") == 0 for s in prop.get("anyOf", ())):
+        typ = "optional_integer"
     return FieldSpec(path, label, typ, prop.get("default"), prop.get("description") or FALLBACK_HELP.get(path, ""), choices,
                      nullable)
 

@@ -495,6 +495,8 @@ def parse_run_config(data: dict[str, Any] | RunConfig, policy: RunPolicy | None 
         cfg = RunConfig.model_validate(data)
     except ValidationError as e:
         raise ConfigError([(".".join(str(p) for p in err["loc"]) or "config", _message(err)) for err in e.errors()]) from None
+    if policy is not None:  # the GPU count, worked out once under the operator's default (trainer/resources.py)
+        cfg = policy.resolve(cfg)
     issues = cross_field_issues(cfg)
     if policy is not None:
         issues += policy.issues(cfg)

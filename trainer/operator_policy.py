@@ -31,7 +31,7 @@ from trainer.alerts import webhook_policy_issues
 from trainer.config import RunConfig
 from trainer.config_types import Cap
 from trainer.models.catalog import MODELS, installed, not_installed_message
-from trainer.resources import gpus_held
+from trainer.resources import gpus_held, resolve_gpus
 
 class _Settings(BaseModel):
     """Operator settings (env names in :data:`ENV`). ``data_roots=None``: paths unrestricted
@@ -55,6 +55,9 @@ class _Settings(BaseModel):
                                    "at once on this host (across worker processes); more wait for a free uid.")
     max_gpus: int = Field(8, ge=0, description="Cap on the GPUs one run holds (resources.gpus_per_node x "
                           "resources.nodes; a logical GPU on device=cpu counts too).")
+    verl_gpus: int = Field(1, ge=1, le=1024, description="GPUs per node of a verl run whose config leaves "
+                           "resources.gpus_per_node unset; written into the run's config when it is parsed with this "
+                           "policy (at submit), so every later reader sees the same count.")
     rollout_sample_prompts: int = Field(4, ge=0, le=4096, description="Rollouts stored per step: this many random "
                                         "prompt groups with all their rollouts, plus every rescued group (0: none).")
     rollout_sample_max_rows: int = Field(256, ge=0, le=65536, description="Cap on the rollouts stored per step "
@@ -78,6 +81,11 @@ class _Settings(BaseModel):
         if "webhook_hosts" in values:
             values["webhook_hosts"] = tuple(h.strip() for h in values["webhook_hosts"].split(",") if h.strip())
         return cls.model_validate({**values, **overrides})
+
+    def resolve(self, cfg: RunConfig) -> RunConfig:
+        """``cfg`` with its GPU count worked out under this policy (trainer/resources.py
+        :func:`resolve_gpus`); ``parse_run_config(data, policy)`` calls it before any rule."""
+        return resolve_gpus(cfg, self.verl_gpus)
 
     def issues(self, cfg: RunConfig) -> list[tuple[str, str]]:
         """:func:`policy_issues` of ``cfg`` under this policy (``parse_run_config(data, policy)``
@@ -132,6 +140,7 @@ ENV: dict[str, str] = {
     "sandbox_uid": "AERO_SANDBOX_UID",
     "sandbox_uid_count": "AERO_SANDBOX_UID_COUNT",
     "max_gpus": "AERO_MAX_GPUS",
+    "verl_gpus": "AERO_VERL_GPUS",
     "rollout_sample_prompts": "AERO_ROLLOUT_SAMPLE_PROMPTS",
     "rollout_sample_max_rows": "AERO_ROLLOUT_SAMPLE_MAX_ROWS",
     "rollout_text_chars": "AERO_ROLLOUT_TEXT_CHARS",

@@ -52,6 +52,24 @@ def gpus_per_node(cfg: RunConfig, cuda: bool) -> int:
     return 1 if get_engine(cfg.engine).distributed or on_cuda else 0
 
 
+def resolve_gpus(cfg: RunConfig, verl_gpus: int = 1) -> RunConfig:
+    """``cfg`` with its GPUs per node worked out once, at the boundary that parses it with the
+    operator's policy (the API at submit), so the cap, the quota, the rules, ``runs.gpus``, the
+    worker and the engine all read the one stored value: ``resources.gpus_per_node`` as set, else
+    the operator's default for a distributed engine (``verl_gpus``, AERO_VERL_GPUS), 1 for an
+    embedded run on CUDA and 0 for one on the CPU. An embedded ``device=auto`` run stays unset:
+    its worker decides the device (and counts 1 GPU once it places it on one)."""
+    if cfg.resources.gpus_per_node is not None:
+        return cfg
+    if get_engine(cfg.engine).distributed:
+        n = verl_gpus
+    elif cfg.device in ("cuda", "cpu"):
+        n = 1 if cfg.device == "cuda" else 0
+    else:
+        return cfg
+    return cfg.model_copy(update={"resources": cfg.resources.model_copy(update={"gpus_per_node": n})})
+
+
 def gpus_held(cfg: RunConfig, cuda: bool) -> int:
     """All the GPUs the run holds: per node x nodes (what quotas and caps count)."""
     return gpus_per_node(cfg, cuda) * cfg.resources.nodes

@@ -35,6 +35,9 @@ def widget(spec: forms.FieldSpec) -> Any:
     elif spec.type == "choice":
         opts = list(spec.choices)
         value = st.selectbox(spec.label, opts, index=opts.index(spec.default) if spec.default in opts else 0, help=help_, key=key)
+    elif spec.type == "optional_integer":  # empty = null (auto); 0 is a value of its own
+        value = st.text_input(spec.label, value="" if spec.default is None else str(spec.default), placeholder="auto",
+                              help=help_, key=key)
     elif spec.type == "integer":
         value = int(st.number_input(spec.label, value=int(spec.default or 0), step=1, help=help_, key=key))
     elif spec.type == "number":

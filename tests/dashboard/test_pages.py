@@ -155,6 +155,20 @@ def test_launch_submits_a_run_to_the_api(fresh_api, use_api):
     assert run["config"]["aero"]["n_explore"] == 8 and run["tags"] == ["smoke", "ui"]
 
 
+@pytest.mark.parametrize("typed,stored", [("", 0), ("0", 0), ("1", 1)])
+def test_launch_can_ask_for_zero_gpus_or_leave_the_count_to_the_platform(fresh_api, use_api, typed, stored):
+    # empty = auto: the API resolves it once at submit (an embedded CPU run holds 0); 0 is a value of its own
+    use_api(fresh_api)
+    at = open_page("launch")
+    at.selectbox(key="f_device").set_value("cpu" if typed != "1" else "cuda")
+    at.text_input(key="f_resources.gpus_per_node").set_value(typed)
+    submit(at)
+    no_errors(at)
+    [(run_id, _)] = fresh_api.enqueued
+    run = httpx.get(f"{fresh_api.url}/api/runs/{run_id}").json()
+    assert (run["config"]["resources"]["gpus_per_node"], run["gpus"]) == (stored, stored)
+
+
 def test_launch_shows_api_validation_error_under_its_field(fresh_api, use_api):
     use_api(fresh_api)
     at = open_page("launch")

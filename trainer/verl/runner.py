@@ -70,11 +70,12 @@ def resolve_device(cfg: RunConfig) -> str:
 
 
 def run_gpus_per_node(cfg: RunConfig) -> int:
-    """FSDP ranks per node: the run's ``resources.gpus_per_node``; unset, the operator's default
-    ``AERO_VERL_GPUS``, else 1 (trainer/resources.py)."""
-    if cfg.resources.gpus_per_node is not None:
-        return cfg.resources.gpus_per_node
-    return int(os.environ.get("AERO_VERL_GPUS") or 1)
+    """FSDP ranks per node: the run's ``resources.gpus_per_node``, which the API resolved into the
+    stored config at submit; a config parsed without the policy (a direct ``run_verl`` call) gets
+    the operator's default here the same way (trainer/resources.py ``resolve_gpus``)."""
+    from trainer.operator_policy import RunPolicy
+
+    return RunPolicy.from_env().resolve(cfg).resources.gpus_per_node
 
 
 def sample_rule_env() -> dict[str, str]:

@@ -154,3 +154,49 @@ def test_resources_are_sweepable_and_each_run_holds_its_own(quota_client, sessio
         bad = {**body, "overrides": [{"resources.gpus_per_node": 8}]}
         r = client.post("/api/sweeps", json=bad, headers=h["alice"])
         assert r.status_code == 422 and "AERO_MAX_GPUS" in r.text, r.text
+
+
+def test_one_gpu_count_from_submit_to_claim_to_placement(quota_client, session, make_settings, monkeypatch):
+    # The operator's default (AERO_VERL_GPUS=3) is resolved once, at submit, into the stored config:
+    # the cap, the quota, runs.gpus, the worker's parse at claim and verl's rank count all read 3,
+    # even after the operator changes the default.
+    from trainer.config import parse_run_config
+    from trainer.operator_policy import RunPolicy
+    from trainer.verl.runner import run_gpus_per_node
+
+    policy = make_settings().run_policy.model_copy(update={"verl_gpus": 3, "max_gpus": 4})
+    client, h = quota_client(policy=policy, quota_running_gpus=3)
+    VERL_CPU = verl_cpu(make_settings().data_dir)
+    with client:
+        r = client.post("/api/runs", json={"config": VERL_CPU}, headers=h["alice"])
+        assert r.status_code == 201, r.text
+        run = r.json()
+        assert (run["gpus"], run["config"]["resources"]["gpus_per_node"]) == (3, 3)
+        # the worker's parse at claim, under a policy whose default has changed since
+        monkeypatch.setenv("AERO_VERL_GPUS", "5")
+        claimed = parse_run_config(run["config"], RunPolicy.from_env())
+        assert claimed.resources.gpus_per_node == 3 and run_gpus_per_node(claimed) == 3
+        # the cap and the quota count the resolved default too
+        capped = make_settings().run_policy.model_copy(update={"verl_gpus": 3, "max_gpus": 2})
+        c2, _ = quota_client(policy=capped)
+        with c2:
+            r = c2.post("/api/runs", json={"config": VERL_CPU}, headers=h["alice"])
+            assert r.status_code == 422 and "would hold 3 GPUs" in r.text and "AERO_MAX_GPUS" in r.text, r.text
+        r = client.post("/api/runs", json={"config": {**VERL_CPU, "resources": {"gpus_per_node": 1}}}, headers=h["alice"])
+        assert r.status_code == 201 and r.json()["gpus"] == 1  # an explicit count is kept as asked
+    # without the policy (a config parsed by a direct caller), verl's count is the same default
+    assert run_gpus_per_node(parse_run_config(VERL_CPU)) == 5
+
+
+def test_resolve_gpus_per_engine_and_device():
+    from trainer.config import parse_run_config
+    from trainer.resources import resolve_gpus
+
+    def gpus(**kw):
+        return resolve_gpus(parse_run_config(kw), verl_gpus=2).resources.gpus_per_node
+
+    assert gpus(device="cpu") == 0 and gpus(device="cuda") == 1
+    assert gpus(device="auto") is None  # the embedded engine's worker decides the device, and with it the count
+    assert gpus(engine="verl", method="grpo", device="cpu") == 2 and gpus(engine="verl", method="grpo") == 2
+    assert gpus(engine="verl", method="grpo", resources={"gpus_per_node": 4}) == 4
+    assert gpus(device="cpu", resources={"gpus_per_node": 0}) == 0
