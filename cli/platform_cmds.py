@@ -62,7 +62,7 @@ def worker(
     """Start a Celery worker in the foreground ('aero up' starts one for you)."""
     from backend.settings import broker_url, get_settings
     from worker.celery_app import default_queues, is_embedded
-    from worker.ray_head import parse_gpus, run_with_head
+    from worker.ray_head import OWNED_ENV, owned_gpus, parse_gpus, ray_installed, run_with_head, visible_gpus
     from worker.settings import WorkerSettings
 
     settings, ws = get_settings(), WorkerSettings()
@@ -80,10 +80,17 @@ def worker(
     check_store(settings.database_url)
     if not is_embedded(broker_url(settings)):
         check_broker(broker_url(settings))
+    visible = [] if owned or ray_address else visible_gpus()
+    if visible and ray_installed():
+        # no phantom GPUs: without a cluster the worker's runs share one Ray that declares only the
+        # GPUs this host shows it (a Ray per run would declare whatever each run asks for)
+        owned = owned_gpus(None, None, visible)
     if owned:
         raise typer.Exit(run_with_head(argv, owned))
     if ray_address:
         os.environ["AERO_RAY_ADDRESS"] = ray_address
+    elif not visible:  # no GPU and no cluster: what the claim check counts (worker/ray_head.py gpu_claim_issue)
+        os.environ[OWNED_ENV] = "0"
     os.execv(argv[0], argv)
 
 

@@ -35,6 +35,68 @@ def parse_gpus(text: str | None) -> list[str]:
     return items
 
 
+OWNED_ENV = "AERO_WORKER_OWNED_GPUS"  # how many GPUs a worker without the operator's cluster owns
+
+
+def visible_gpus(environ: dict[str, str] | None = None, nvml_count=None) -> list[str]:
+    """The GPU ids this host lets the worker see: ``CUDA_VISIBLE_DEVICES`` when set (ids or UUIDs;
+    empty or ``-1`` = none), else every device NVML counts (``nvml_count``, a callable, for tests),
+    else none. Nothing here initialises CUDA: the worker forks its pool after this."""
+    env = os.environ if environ is None else environ
+    if "CUDA_VISIBLE_DEVICES" in env:
+        ids = [t.strip() for t in env["CUDA_VISIBLE_DEVICES"].split(",") if t.strip()]
+        return [] if not ids or ids[0].startswith("-") else ids
+    try:
+        n = (nvml_count or _nvml_count)()
+    except Exception:  # noqa: BLE001  (no driver, no nvidia-ml-py: a host without GPUs)
+        n = 0
+    return [str(i) for i in range(n)]
+
+
+def _nvml_count() -> int:
+    import pynvml  # nvidia-ml-py
+
+    pynvml.nvmlInit()
+    try:
+        return int(pynvml.nvmlDeviceGetCount())
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def owned_gpus(flag: str | None, ray_address: str | None, visible: list[str]) -> list[str]:
+    """The GPUs a worker's own Ray head owns: ``--gpus`` as given, else, without the operator's
+    cluster, every GPU it can see, so that its runs are placed only on real devices and never two
+    on one (a Ray per run would declare whatever the run asks). With a cluster: none of its own."""
+    owned = parse_gpus(flag)
+    if owned or ray_address:
+        return owned
+    return list(visible)
+
+
+def ray_installed() -> bool:
+    return shutil.which("ray", path=str(Path(sys.executable).parent)) is not None or shutil.which("ray") is not None
+
+
+def gpu_claim_issue(cfg, owned: int | None, worker: str) -> tuple[str, str] | None:
+    """Why this worker can never place ``cfg``, or None. ``owned`` is :data:`OWNED_ENV` (None: the
+    worker joined the operator's cluster, which may grow, so nothing is refused here): a worker
+    with a head of its own places every run's GPUs there, logical ones included, and one that has
+    none can give a CUDA run no GPU at all."""
+    from trainer.resources import gpus_held
+
+    if owned is None:
+        return None
+    need = gpus_held(cfg, cuda=cfg.device == "cuda")
+    if owned > 0 and need > owned:
+        return ("resources.gpus_per_node", f"the run asks for {need} GPU(s) and worker {worker} owns {owned} (its --gpus, "
+                f"or the GPUs it sees) without a cluster: it could never be placed. Ask for at most {owned}, or run it "
+                "on a worker with more GPUs or on the operator's Ray cluster (aero worker --ray-address)")
+    if owned == 0 and cfg.device == "cuda" and need > 0:
+        return ("device", f"the run asks for {need} CUDA GPU(s) and worker {worker} sees none and joins no cluster: "
+                "submit it to a GPU worker's queue, or set device=cpu")
+    return None
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -119,7 +181,7 @@ def run_with_head(argv: list[str], gpus: list[str]) -> int:
     os.environ.update(auth_env())
     head, address = start_head(gpus)
     print(f"aero worker: Ray head at {address} owns GPU(s) {','.join(gpus)}", file=sys.stderr, flush=True)
-    child = subprocess.Popen(argv, env={**os.environ, "AERO_RAY_ADDRESS": address})
+    child = subprocess.Popen(argv, env={**os.environ, "AERO_RAY_ADDRESS": address, OWNED_ENV: str(len(gpus))})
 
     def forward(signum, _frame):
         child.send_signal(signum)

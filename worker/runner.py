@@ -16,6 +16,7 @@ with the checkpoint this host can resume from.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import signal
 import threading
@@ -32,11 +33,12 @@ from backend.db.metrics import delete_steps_after, latest_checkpoint, step_count
 from backend.db.models import Run
 from backend.db.session import session_scope
 from backend.settings import Settings, get_settings
-from trainer.config import parse_run_config
+from trainer.config import ConfigError, parse_run_config
 from trainer.sinks import MultiSink
 from worker.alerts import AlertSink, early_stop_outcome
 from worker.claim import acquire, worker_identity
 from worker.heartbeat import Heartbeat
+from worker.ray_head import OWNED_ENV, gpu_claim_issue
 from worker.settings import WorkerSettings
 from worker.trackers import tracker_sinks
 from worker.sink import DbSink
@@ -332,6 +334,9 @@ def _train(settings: Settings, ws: WorkerSettings, run: Run, why: str, me: str) 
         # the store some other way (or a policy tightened since) is refused here, before compute.
         policy = settings.run_policy
         cfg = parse_run_config(run.config, policy)
+        owned = os.environ.get(OWNED_ENV, "").strip()
+        if issue := gpu_claim_issue(cfg, int(owned) if owned.isdigit() else None, me):
+            raise ConfigError([issue])  # refused at claim: this worker can never place it
         reconcile_checkpoints(url, run, cfg.steps, out_dir, me, why, ws.missing_checkpoint_mode(cfg.resources.nodes))
         sink = DbSink(url, run_id, owner=me, flush_s=ws.sink_flush_s)
         alerts = AlertSink(url, run_id, run.name, cfg.alerts, policy.webhook_hosts, control.request_stop)

@@ -232,6 +232,12 @@ def run_verl(cfg: RunConfig, out_dir: str | Path, sink: MetricSink,
     register()
     config = build_verl_config(cfg, out_dir, device=device)
     gpus, nodes = int(config.trainer.n_gpus_per_node), int(config.trainer.nnodes)
+    if device == "cuda" and cluster_address() is None:  # a Ray of its own declares only GPUs that exist
+        import torch
+
+        if gpus * nodes > (seen := torch.cuda.device_count()):
+            raise ConfigError([("resources.gpus_per_node", f"the run asks for {gpus * nodes} GPU(s) and this host sees "
+                                f"{seen}, with no Ray cluster to place them on (AERO_RAY_ADDRESS): ask for at most {seen}")])
     t0 = time.monotonic()
     with ray_session(runtime_env_of(config, env), own_gpus=gpus * nodes) as cluster:
         groups = node_groups(gpus, nodes, should_stop, on_wait)
