@@ -267,15 +267,27 @@ def test_the_job_forms_one_ray_cluster_of_every_node_with_slurms_gpus(submit):
     job.assert_nothing_left()
 
 
+def host_interface() -> str:
+    """The interface holding this host's first address (what the job would pick without a name)."""
+    first = subprocess.run(["hostname", "-I"], capture_output=True, text=True).stdout.split()[0]
+    for line in subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True).stdout.splitlines():
+        parts = line.split()
+        if parts[3].split("/")[0] == first:
+            return parts[1]
+    pytest.skip(f"no interface holds {first}")
+
+
 def test_the_worker_runs_on_the_head_with_the_address_and_scancel_stops_everything(submit, tmp_path):
     (tmp_path / "data").mkdir()
-    job = submit(AERO_DATA_DIR=str(tmp_path / "data"), AERO_WORKER_ARGS="-c 1")  # the embedded broker
+    iface = host_interface()  # AERO_NET_IFNAME: every node listens there, and the worker's runs get it
+    job = submit(AERO_DATA_DIR=str(tmp_path / "data"), AERO_WORKER_ARGS="-c 1", AERO_NET_IFNAME=iface)
     job.wait_for(" ready.")  # celery's "aero@HOST ready."
     workers = [p for p in marked(job.mark) if "celery" in " ".join(p.cmdline())]
     assert workers, job.report()
     worker_env = workers[0].environ()
     assert worker_env["AERO_RAY_ADDRESS"].endswith(job.address)
     assert worker_env["RAY_AUTH_MODE"] == "token" and len(worker_env["RAY_AUTH_TOKEN"]) == 64  # the job's own token
+    assert (worker_env["NCCL_SOCKET_IFNAME"], worker_env["GLOO_SOCKET_IFNAME"]) == (iface, iface)
     job.cluster.run("scancel", job.id)
     info = job.wait()
     assert info["JobState"] == "CANCELLED", job.report()
@@ -306,3 +318,11 @@ def test_a_node_that_does_not_join_fails_the_job_naming_it(submit, tmp_path):
     assert "these nodes did not join the Ray cluster within 30s: n2 (joined: n1)" in err, job.report()
     assert "fake ray: not joining" in err and "stopping Ray on n2" in err
     job.assert_nothing_left()  # the hanging `sleep` on n2 included
+
+
+def test_an_interface_the_nodes_do_not_have_fails_the_job_naming_it(submit):
+    job = submit(AERO_SLURM_CHECK="1", AERO_NET_IFNAME="nosuch0")
+    info = job.wait()
+    assert (info["JobState"], info["ExitCode"]) == ("FAILED", "1:0"), job.report()
+    assert "node n1 has no IPv4 address on interface nosuch0 (AERO_NET_IFNAME)" in job.err.read_text(), job.report()
+    job.assert_nothing_left()
