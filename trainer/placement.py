@@ -63,11 +63,13 @@ class Placement:
     placed_at: float = field(default_factory=time.time)  # Unix time the run got its GPUs
     groups: list[Any] = field(default_factory=list, repr=False)  # placement groups (verl)
     holder: Any = field(default=None, repr=False)  # the embedded run's GPU holder actor
+    network: list[dict] = field(default_factory=list)  # per node: the NCCL_*/GLOO_* values its processes saw
 
     def summary(self) -> dict[str, Any]:
         """JSON for the run's record and logs."""
-        return {"cluster": self.cluster, "nodes": self.nodes, "node_ips": self.node_ips, "gpu_ids": self.gpu_ids,
-                "waited_s": round(self.waited_s, 3), "placed_at": round(self.placed_at, 3)}
+        out = {"cluster": self.cluster, "nodes": self.nodes, "node_ips": self.node_ips, "gpu_ids": self.gpu_ids,
+               "waited_s": round(self.waited_s, 3), "placed_at": round(self.placed_at, 3)}
+        return {**out, "network": self.network} if self.network else out
 
 
 # ---------------------------------------------------------------- the run's Ray session
@@ -269,6 +271,64 @@ def check_shared_dir(groups: list, out_dir: str | os.PathLike) -> None:
 def _sees(path: str) -> tuple[str, str, bool]:
     node, ip, _ = _where()
     return node, ip, Path(path).is_file() and Path(path).read_text() == Path(path).name
+
+
+# The collective backends' settings a multi-node run needs on every rank (the interface to use,
+# InfiniBand devices, timeouts): forwarded from the worker's environment, which is the operator's.
+NETWORK_PREFIXES = ("NCCL_", "GLOO_")
+FORWARD_ENV = "AERO_RUN_ENV"  # more variable names the operator forwards, comma-separated
+IFNAME_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
+
+
+def forwarded_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The operator's variables every process of a run gets (its Ray runtime environment): each
+    ``NCCL_*`` and ``GLOO_*`` set on the worker, and the names listed in ``AERO_RUN_ENV``."""
+    env = os.environ if environ is None else environ
+    names = {n.strip() for n in env.get(FORWARD_ENV, "").split(",") if n.strip()}
+    return {k: v for k, v in env.items() if k.startswith(NETWORK_PREFIXES) or k in names}
+
+
+def check_network(groups: list, env: dict[str, str]) -> list[dict]:
+    """Fail fast unless every node of the run has the network interfaces the forwarded settings name
+    (``NCCL_SOCKET_IFNAME`` / ``GLOO_SOCKET_IFNAME``: a comma list; a leading ``^`` excludes, ``=``
+    matches exactly, otherwise a prefix): a task on each node, with the run's runtime environment,
+    reads what it sees. Returns, per node, its IP and the values it saw; raises
+    :class:`PlacementError` naming the interface, the variable and the node."""
+    if not env:
+        return []
+    import ray
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    probe = ray.remote(num_cpus=0, num_gpus=0)(_network_seen)
+    seen = ray.get([probe.options(scheduling_strategy=PlacementGroupSchedulingStrategy(g, 0)).remote(sorted(env))
+                    for g in groups])
+    bad = [f"{var}={value!r} matches no network interface on {ip} (node {node[:12]}; it has {', '.join(names)})"
+           for node, ip, vals, names in seen for var, value in vals.items()
+           if var in IFNAME_VARS and value and not ifname_matches(value, names)]
+    if bad:
+        raise PlacementError("; ".join(bad) + ". The operator sets these on the worker (forwarded to every rank): "
+                             "name an interface every node of the run has, or unset it (docs/scale.md)")
+    # recorded with the run: the collective backends' values only (AERO_RUN_ENV may name secrets)
+    return [{"node_ip": ip, "env": {k: v for k, v in vals.items() if k.startswith(NETWORK_PREFIXES)}}
+            for _, ip, vals, _ in seen]
+
+
+def ifname_matches(spec: str, names: list[str]) -> bool:
+    """Whether an ``*_SOCKET_IFNAME`` value selects any of ``names`` (NCCL's syntax; gloo takes one
+    exact name, which the exact-or-prefix rule also accepts)."""
+    if spec.startswith("^"):
+        excluded = [s.lstrip("=") for s in spec[1:].split(",") if s]
+        return any(not any(n.startswith(e) for e in excluded) for n in names)
+    exact = spec.startswith("=")
+    wanted = [s for s in spec.lstrip("=").split(",") if s]
+    return any(n == w or (not exact and n.startswith(w)) for n in names for w in wanted)
+
+
+def _network_seen(keys: list[str]) -> tuple[str, str, dict[str, str | None], list[str]]:
+    import socket
+
+    node, ip, _ = _where()
+    return node, ip, {k: os.environ.get(k) for k in keys}, sorted(name for _, name in socket.if_nameindex())
 
 
 def release_groups(groups: list) -> None:

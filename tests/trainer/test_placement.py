@@ -198,3 +198,43 @@ def test_a_node_that_cannot_see_the_run_directory_is_named_before_any_step(clust
             placement.release_groups([seeing, not_seeing])
     finally:
         ray_head.stop_head(blind)
+
+
+def test_the_operators_network_settings_are_forwarded_and_listed_names_too():
+    env = {"NCCL_SOCKET_IFNAME": "eth0", "GLOO_SOCKET_IFNAME": "eth0", "NCCL_IB_HCA": "mlx5", "HOME": "/root",
+           "AERO_RUN_ENV": "HF_HUB_OFFLINE, MY_PROXY", "HF_HUB_OFFLINE": "1", "SECRET": "x"}
+    assert placement.forwarded_env(env) == {"NCCL_SOCKET_IFNAME": "eth0", "GLOO_SOCKET_IFNAME": "eth0",
+                                            "NCCL_IB_HCA": "mlx5", "HF_HUB_OFFLINE": "1"}
+    assert placement.forwarded_env({}) == {}
+
+
+@pytest.mark.parametrize("spec,ok", [("lo", True), ("=lo", True), ("l", True), ("=l", False), ("eth0,lo", True),
+                                     ("nosuch0", False), ("^lo", False), ("^nosuch", True)])
+def test_interface_specs_follow_nccls_syntax(spec, ok):
+    assert placement.ifname_matches(spec, ["lo"]) is ok
+
+
+def test_each_node_sees_the_forwarded_interface_and_a_bogus_one_is_named(cluster, monkeypatch):
+    """Two nodes (the head and the joined one): a task on each, in the run's runtime environment,
+    sees GLOO_SOCKET_IFNAME=lo; a name no node has fails before any step, naming it and the nodes."""
+    monkeypatch.setenv("AERO_RAY_ADDRESS", cluster)
+    from ray.util.placement_group import placement_group
+
+    for value, ok in (("lo", True), ("nosuch0", False)):
+        env = {"GLOO_SOCKET_IFNAME": value}
+        with placement.ray_session({"env_vars": env}):
+            groups = [placement_group([{"GPU": 1}], strategy="STRICT_PACK") for _ in range(3)]
+            ray.get([g.ready() for g in groups], timeout=60)
+            nodes = {ray.util.placement_group_table(g)["bundles_to_node_id"][0] for g in groups}
+            assert len(nodes) == 2  # three GPUs: two on the head, one on the joined node
+            try:
+                if ok:
+                    seen = placement.check_network(groups, env)
+                    assert [s["env"] for s in seen] == [{"GLOO_SOCKET_IFNAME": "lo"}] * 3
+                else:
+                    with pytest.raises(placement.PlacementError) as e:
+                        placement.check_network(groups, env)
+                    assert "GLOO_SOCKET_IFNAME='nosuch0' matches no network interface" in str(e.value)
+                    assert all(f"node {n[:12]}" in str(e.value) for n in nodes), str(e.value)
+            finally:
+                placement.release_groups(groups)

@@ -212,8 +212,8 @@ def run_verl(cfg: RunConfig, out_dir: str | Path, sink: MetricSink,
         import ray  # noqa: F401  (fail here, with what to install, before any data is written)
     except ImportError as e:
         raise ImportError("the verl engine needs verl: pip install 'aero-lab[verl]' (verl==0.9.1)") from e
-    from trainer.placement import (Placement, check_shared_dir, cluster_address, describe_groups, node_groups, ray_session,
-                                   release_groups)
+    from trainer.placement import (Placement, check_network, check_shared_dir, cluster_address, describe_groups,
+                                   forwarded_env, node_groups, ray_session, release_groups)
 
     if cfg.resources.nodes > 1 and cluster_address() is None:
         raise ConfigError([("resources.nodes", f"{cfg.resources.nodes} nodes need a Ray cluster of several nodes: the "
@@ -225,7 +225,8 @@ def run_verl(cfg: RunConfig, out_dir: str | Path, sink: MetricSink,
     stop_file = out_dir / "verl" / "STOP"
     stop_file.unlink(missing_ok=True)
     device = resolve_device(cfg)
-    env = {**platform_env(device), **verl_env(cfg.trackers, out_dir)}  # verl's own trackers (trainer/trackers.py)
+    # verl's own trackers (trainer/trackers.py), and the operator's network settings for every rank
+    env = {**platform_env(device), **verl_env(cfg.trackers, out_dir), **forwarded_env()}
     os.environ.update(env)  # this process too: verl reads VERL_PLATFORM when it first asks for the platform
     from trainer.verl.plugins import register
 
@@ -247,6 +248,7 @@ def run_verl(cfg: RunConfig, out_dir: str | Path, sink: MetricSink,
             where = Placement(cluster, *describe_groups(groups), waited_s=time.monotonic() - t0)
             if len(set(where.nodes)) > 1:
                 check_shared_dir(groups, out_dir)
+            where.network = check_network(groups, {k: v for k, v in env.items() if k in forwarded_env()})
             if on_wait is not None:
                 on_wait(None)
             if on_placed is not None:

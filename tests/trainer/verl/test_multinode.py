@@ -127,7 +127,7 @@ def where_ranks_are() -> dict:
     return {"workers": workers, "groups": groups}
 
 
-def test_two_nodes_a_lost_node_and_the_retry(cluster, tmp_path):
+def test_two_nodes_a_lost_node_and_the_retry(cluster, tmp_path, monkeypatch):
     """One test, three run_verl calls on one run directory (tests/conftest.py spreads slow tests
     between fast ones of other modules, which would tear the cluster down between tests)."""
     from trainer.verl.runner import NodeLost, run_verl
@@ -144,10 +144,15 @@ def test_two_nodes_a_lost_node_and_the_retry(cluster, tmp_path):
         if "ranks" not in seen and ray.is_initialized():  # while it trains (not the call after the run)
             seen["ranks"] = where_ranks_are()
 
+    # the operator's network setting on the worker reaches every rank (gloo uses it: lo holds both nodes' IPs)
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")
     sink, t0 = CountingSink(), time.monotonic()
     summary = run_verl(config(2), out, sink, progress=where_during)
     TIMES["2 nodes, steps 1-2"] = time.monotonic() - t0
     assert summary["status"] == "completed" and summary["last_step"] == 2, summary
+    network = summary["placement"]["network"]
+    assert sorted(n["node_ip"] for n in network) == sorted(summary["placement"]["node_ips"]), network
+    assert all(n["env"]["GLOO_SOCKET_IFNAME"] == "lo" for n in network), network
     assert sorted(summary["placement"]["nodes"]) == both, summary["placement"]
     assert NODE_IP in summary["placement"]["node_ips"], summary["placement"]
     assert sorted(seen["ranks"]["workers"]) == both, seen  # one FSDP rank on each node
@@ -199,3 +204,11 @@ def test_two_nodes_a_lost_node_and_the_retry(cluster, tmp_path):
     assert sink.calls == [1, 2, 3, 4], sink.calls  # 1-3 re-forwarded from the run directory, 4 trained
     assert all(sink.steps[s] == first[s] for s in (1, 2))
     assert (out / "verl_checkpoints" / "global_step_4").is_dir()
+
+    # 4. an interface no node has: the run fails before any step, naming it (not a gloo timeout)
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "nosuch0")
+    sink = CountingSink()
+    with pytest.raises(placement.PlacementError) as err:
+        run_verl(config(6), out, sink)
+    assert "GLOO_SOCKET_IFNAME='nosuch0' matches no network interface" in str(err.value), str(err.value)
+    assert NODE_IP in str(err.value) and all(s <= 4 for s in sink.calls)  # nothing trained
