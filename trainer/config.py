@@ -21,14 +21,15 @@ from common.dotted import with_defaults
 from trainer.alerts import AlertsConfig, rule_issues
 # (RENAMED_FIELDS, ConfigDeprecationWarning and renamed_fields: also the backend's and the CLI's, via this module)
 from trainer.config_renames import RENAMED_FIELDS, ConfigDeprecationWarning, read_renamed, renamed_fields  # noqa: F401
+from trainer.config_rules import method_issues, shape_issues
 from trainer.config_types import Cap, Section, Strict
-from trainer.engines import ENGINE_NAMES, engine_issues, engines_that, get_engine
+from trainer.engines import ENGINE_NAMES, engine_issues
 from trainer.models.catalog import MODELS
 from trainer.methods.spec import all_sections, get_method, method_names, section_readers, specs
 from trainer.resources import ResourcesConfig, resource_issues
 from trainer.safetext import no_control_chars  # noqa: F401  (also backend.schemas's, via this module)
 from trainer.tasks.registry import (PRESET_NAMES, PRESET_TASK, PRESET_TASKS, TASK_NAMES, TASK_SPECS, get_task_spec, section_tasks,
-                                    task_sections, tasks_with, without_stale_task_sections)
+                                    task_sections, without_stale_task_sections)
 
 if TYPE_CHECKING:
     from trainer.operator_policy import RunPolicy
@@ -399,53 +400,6 @@ def cross_field_issues(cfg: RunConfig) -> list[tuple[str, str]]:
 
 def _files_tasks() -> list[str]:
     return [n for n, s in TASK_SPECS.items() if s.source == "files"]
-
-
-def shape_issues(cfg: RunConfig) -> list[tuple[str, str]]:
-    """A ``model_shape`` run: random weights, a scripted task (strata), an engine that builds
-    shapes (``EngineSpec.model_shapes``) and the HF sampler. A scripted task needs a shape (it has
-    no tokenizer files) and a shape needs one."""
-    scripted = get_task_spec(cfg.task).source == "scripted"
-    if cfg.model_shape is None:
-        return [("model_shape", f"the {cfg.task} task runs on a shipped architecture with random weights: set "
-                 "model_shape (and preset=null)")] if scripted else []
-    issues = []
-    if cfg.preset is not None:
-        issues.append(("preset", f"model_shape {cfg.model_shape} replaces the preset: set preset=null"))
-    if cfg.model_path is not None:
-        issues.append(("model_path", f"model_shape {cfg.model_shape} replaces model_path: remove it"))
-    if not scripted:
-        tasks = " or ".join(f"task={t}" for t in tasks_with("scripted"))
-        issues.append(("task", f"a model_shape has random weights and no tokenizer: it trains a scripted task ({tasks})"))
-    if not get_engine(cfg.engine).model_shapes:
-        issues.append(("engine", f"a model_shape runs on the {' or '.join(engines_that('model_shapes'))} engine"))
-    if cfg.sampler != "hf":
-        issues.append(("sampler", "vLLM loads its weights from a model directory and a model_shape has none: "
-                       "use sampler=hf"))
-    if get_method(cfg.method).needs.prompt_ids:
-        issues.append(("method", f"method {cfg.method} keys its memory by prompt id; the strata task's prompts "
-                       "never repeat"))
-    return issues
-
-
-def method_issues(cfg: RunConfig) -> list[tuple[str, str]]:
-    """What the method's spec asks of the run (trainer/methods/spec.py): an engine that can run
-    it, and stable prompt ids (on the arithmetic task, a finite ``train_size``), so a run that
-    would fail at its first step is refused before any compute."""
-    spec, issues = get_method(cfg.method), []
-    if cfg.engine not in spec.needs.engines:
-        issues.append(("engine", f"method {cfg.method} runs on the {' or '.join(spec.needs.engines)} engine; "
-                       f"got {cfg.engine}"))
-    for other in specs():  # one route per estimator: e.g. grpo with drgrpo's estimator is the drgrpo method
-        if other.route_of == cfg.method and other.estimator == cfg.adv_estimator:
-            keep = f" (with loss_agg={spec.loss_agg} to keep {cfg.method}'s loss aggregation)" \
-                if other.loss_agg != spec.loss_agg and cfg.loss_agg is None else ""
-            issues.append(("adv_estimator", f"method {cfg.method} with adv_estimator={cfg.adv_estimator} is the "
-                           f"{other.name} method: set method={other.name}{keep}"))
-    if spec.needs.prompt_ids and get_task_spec(cfg.task).source == "generated" and cfg.train_size is None:
-        issues.append(("train_size", f"method {cfg.method} keys its memory by prompt id: set train_size (a finite "
-                       f"{cfg.task} training set drawn in epochs)"))
-    return issues
 
 
 def for_method(data: Mapping[str, Any], method: str) -> dict[str, Any]:

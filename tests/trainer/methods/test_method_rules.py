@@ -57,7 +57,7 @@ def test_a_method_that_says_nothing_of_verl_is_refused_there_not_trained_as_grpo
     """The trap this guards: with stock_fit on by default and both engines by default, a new
     method that forgot its verl settings trained verl's stock GRPO under its own name. Now the
     defaults are the embedded engine only and the curated loop (the method's own step)."""
-    from trainer.config import method_issues
+    from trainer.config_rules import method_issues
     from trainer.methods import spec as registry
     from trainer.methods.grpo import grpo_step
 
