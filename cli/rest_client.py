@@ -18,6 +18,7 @@ from rich.table import Table
 from cli.common import safe
 from cli.consoles import err
 from cli.errors import report
+from common.run_state import WAITING, state_of, waited_text
 
 TOKEN_FILE = "admin.token"
 
@@ -73,15 +74,24 @@ def call(c: httpx.Client, method: str, path: str, **kw) -> Any:
 
 
 def runs_table(runs: list[dict], title: str | None = None) -> Table:
+    """One row per run. The status column shows the run's state (common/run_state.py): a running
+    run that waits for its GPUs reads ``waiting`` and for how long, and a ``waits for`` column
+    (only when some run waits) says for what."""
     t = Table(title=title)  # callers escape the title; every cell from the API is escaped here
-    for col in ("id", "name", "method", "status", "progress", "step", "queue", "sweep", "owner", "tags"):
+    waits = any(state_of(r) == WAITING for r in runs)
+    for col in ("id", "name", "method", "status", "progress", "step", "queue", "sweep", "owner", "tags") + (
+            ("waits for",) if waits else ()):
         t.add_column(col, justify="right" if col in ("id", "progress", "step", "sweep") else "left")
-    colors = {"succeeded": "green", "failed": "red", "running": "cyan", "cancelled": "yellow", "queued": "white"}
+    colors = {"succeeded": "green", "failed": "red", "running": "cyan", "cancelled": "yellow", "queued": "white",
+              WAITING: "magenta"}
     for r in runs:
-        st = r["status"]
-        t.add_row(str(r["id"]), safe(r["name"]), safe(r["method"]), f"[{colors.get(st, 'white')}]{safe(st)}[/]",
+        st = state_of(r)
+        waited = waited_text(r)
+        status = f"[{colors.get(st, 'white')}]{safe(st)}[/]" + (f" {waited}" if waited else "")
+        t.add_row(str(r["id"]), safe(r["name"]), safe(r["method"]), status,
                   f"{100 * r['progress']:.0f}%", f"{r['current_step']}/{r['total_steps']}", safe(r["queue"]),
-                  str(r["sweep_id"] or ""), safe(r.get("owner") or ""), safe(",".join(r["tags"])))
+                  str(r["sweep_id"] or ""), safe(r.get("owner") or ""), safe(",".join(r["tags"])),
+                  *((safe(r.get("waiting_for") or "") if st == WAITING else "",) if waits else ()))
     return t
 
 

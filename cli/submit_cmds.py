@@ -76,7 +76,9 @@ def submit(
 
 @commands.command("runs")
 def list_runs_cmd(
-    status: Annotated[Optional[list[str]], typer.Option("--status", "-s", help="queued|running|succeeded|failed|cancelled; repeatable.")] = None,
+    status: Annotated[Optional[list[str]], typer.Option("--status", "-s", help=(
+        "queued|waiting|running|succeeded|failed|cancelled; repeatable. waiting: running runs that wait for their "
+        "GPUs; running lists those too."))] = None,
     method: Annotated[Optional[list[str]], typer.Option("--method", "-m")] = None,
     tag: Annotated[Optional[str], typer.Option("--tag")] = None,
     sweep: Annotated[Optional[int], typer.Option("--sweep", help="Sweep id.")] = None,
@@ -86,7 +88,8 @@ def list_runs_cmd(
     api: ApiOpt = None,
     token: TokenOpt = None,
 ):
-    """List runs (newest first) as a table."""
+    """List runs (newest first) as a table; a run waiting for its GPUs shows as waiting, for how
+    long and for what."""
     params: dict[str, Any] = {"limit": limit}
     for key, val in (("status", status), ("method", method), ("tag", tag), ("sweep_id", sweep), ("owner", owner)):
         if val:

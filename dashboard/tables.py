@@ -12,6 +12,7 @@ from typing import Any
 import pandas as pd
 
 import common.metric_keys as mk
+from common.run_state import WAITING, state_of, waited_text
 from common.fmt import MISSING, NOT_APPLICABLE, acc_text, interval_text, metric_stat_text, p_text, pct, ratio_text, si, stat_text
 from dashboard.method_style import MethodStyle
 
@@ -22,8 +23,16 @@ LATEST_KEYS: tuple[str, ...] = (mk.STEP_S, mk.REWARD_MEAN, mk.ZERO_ACC_AFTER_RES
 
 
 def run_label(run: Mapping[str, Any], style: MethodStyle) -> str:
-    """'#3 aero-seed0 (AERO, running)'."""
-    return f"#{run['id']} {run['name']} ({style.label(run['method'])}, {run['status']})"
+    """'#3 aero-seed0 (AERO, running)'; a run that waits for its GPUs reads 'waiting'."""
+    return f"#{run['id']} {run['name']} ({style.label(run['method'])}, {state_of(run)})"
+
+
+def status_text(run: Mapping[str, Any]) -> str:
+    """A run's status cell: its state (common/run_state.py), 'waiting · 3m 12s' for a run that
+    waits for its GPUs, '(cancelling)' after a running run's cancel request."""
+    waited = waited_text(run)
+    text = state_of(run) + (f" · {waited}" if waited else "")
+    return text + (" (cancelling)" if run.get("cancel_requested") and run["status"] == "running" else "")
 
 
 STEP_TIME_MEAN = "time/step_s:mean"  # run_summary's key for the mean step time
@@ -47,13 +56,16 @@ def runs_frame(runs: Sequence[Mapping[str, Any]], latest: Mapping[int, Mapping[s
     """One row per run for the Runs page. ``latest[run_id]`` is the run's :func:`run_summary`
     (missing = nothing logged yet): the mean step time over its steps, and the last reward and
     zero-accuracy ratio. The progress is a bar in the method's colour (:func:`progress_svg`);
-    the zero-accuracy ratio is in percent (shown as 12.5%, like every percentage here)."""
+    the zero-accuracy ratio is in percent (shown as 12.5%, like every percentage here). A running
+    run that waits for its GPUs reads 'waiting' and for how long (:func:`status_text`), and its
+    ``waits for`` cell says for what."""
     rows = []
     for r in runs:
         last = latest.get(r["id"], {})
         zero = last.get(mk.ZERO_ACC_AFTER_RESCUE)
         rows.append({
-            "id": r["id"], "name": r["name"], "status": r["status"] + (" (cancelling)" if r.get("cancel_requested") and r["status"] == "running" else ""),
+            "id": r["id"], "name": r["name"], "status": status_text(r),
+            "waits for": (r.get("waiting_for") or "") if state_of(r) == WAITING else "",
             "method": style.label(r["method"]), "progress": progress_svg(r.get("progress") or 0.0, style.color(r["method"])),
             "step": f"{r['current_step']}/{r['total_steps']}", "mean step time (s)": last.get(STEP_TIME_MEAN),
             "reward": last.get(mk.REWARD_MEAN), "zero-acc ratio": None if zero is None else 100 * zero,
@@ -62,7 +74,7 @@ def runs_frame(runs: Sequence[Mapping[str, Any]], latest: Mapping[int, Mapping[s
             "message": last_line(r.get("error"))[:160],
             "open": f"./run?run={r['id']}",
         })
-    return pd.DataFrame(rows, columns=["id", "open", "name", "status", "method", "progress", "step", "mean step time (s)",
+    return pd.DataFrame(rows, columns=["id", "open", "name", "status", "waits for", "method", "progress", "step", "mean step time (s)",
                                        "reward", "zero-acc ratio", "owner", "tags", "sweep", "created", "message"])
 
 

@@ -109,6 +109,8 @@ class Run(Base):
     # What a claimed run waits for before its first step (its GPUs, trainer/placement.py); None
     # once placed, and for a run that needs no placement.
     waiting_for: Mapped[str | None] = mapped_column(Text, default=None)
+    # When it started waiting (the first ``waiting_for`` of this wait); None with ``waiting_for``.
+    waiting_since: Mapped[datetime | None] = mapped_column(DateTime, default=None)
     # Where it trains: the Ray cluster, nodes and GPU ids it was given (trainer/placement.py).
     placement: Mapped[dict[str, Any] | None] = mapped_column(Json, default=None)
 

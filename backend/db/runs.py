@@ -21,6 +21,11 @@ comes first in its transaction (see backend/db/session.py on SQLite). ``worker``
 make a write conditional on that process still owning the run. Callers commit.
 
 ``tests/backend/db/test_status_writers.py`` checks that no other module writes the column.
+
+*Waiting* is not a status: a running run that waits for its GPUs before its first step has
+``waiting_for`` set (and ``waiting_since``, when that wait began) by :func:`record_placement`,
+both cleared once it is placed or leaves ``running``. Lists show it as ``waiting``
+(:data:`WAITING`, :func:`is_waiting`) and the ``status`` filter of :func:`list_runs` takes it.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ TRANSITIONS: dict[str, frozenset[str]] = {
 }
 ERROR_CHARS = 20_000
 OrphanFate = Literal["cancelled", "failed", "retry"]
+WAITING = "waiting"  # the state lists show a running run that waits for its GPUs in; not a stored status
 
 
 class RunNotFound(LookupError):
@@ -76,8 +82,8 @@ def _side_effects(dst: str) -> dict[str, Any]:
     if dst == "running":
         return {"heartbeat_at": now, "started_at": func.coalesce(Run.started_at, now), "attempts": Run.attempts + 1}
     if dst == "queued":
-        return {"worker": None, "heartbeat_at": None, "waiting_for": None}
-    return {"finished_at": now, "waiting_for": None}  # a finished status: it waits for nothing
+        return {"worker": None, "heartbeat_at": None, "waiting_for": None, "waiting_since": None}
+    return {"finished_at": now, "waiting_for": None, "waiting_since": None}  # a finished status: it waits for nothing
 
 
 def _owned_by(worker: str | None) -> ColumnElement[bool]:
@@ -219,11 +225,13 @@ _UNSET: Any = object()
 def record_placement(session: Session, run_id: int, worker: str, *, waiting_for: Any = _UNSET,
                      placement: dict[str, Any] | None = None) -> bool:
     """What the running run of ``worker`` waits for (a text, or None once placed) and where it was
-    placed (trainer/placement.py; its GPUs are counted into ``gpus``). False when the run is no
-    longer ``worker``'s."""
+    placed (trainer/placement.py; its GPUs are counted into ``gpus``). ``waiting_since`` keeps when
+    the wait began while the text changes (what is free now), and is cleared with it. False when
+    the run is no longer ``worker``'s."""
     values: dict[str, Any] = {}
     if waiting_for is not _UNSET:
         values["waiting_for"] = waiting_for
+        values["waiting_since"] = None if waiting_for is None else func.coalesce(Run.waiting_since, utcnow())
     if placement is not None:
         values["placement"] = placement
         values["gpus"] = sum(len(ids) for ids in placement.get("gpu_ids", []))
@@ -351,9 +359,24 @@ def _has_tag(session: Session, tag: str):
     return exists(select(literal(1)).select_from(each).where(each.c.value == tag))
 
 
+def is_waiting() -> ColumnElement[bool]:
+    """A running run that waits for its GPUs (``waiting_for`` set): listed as :data:`WAITING`."""
+    return (Run.status == "running") & Run.waiting_for.is_not(None)
+
+
+def _status_clause(status: str | Sequence[str]) -> ColumnElement[bool]:
+    """Runs with any of the stored statuses named, or waiting (:data:`WAITING`); ``running``
+    matches the waiting runs too (they are running: claimed by a worker)."""
+    wanted = [status] if isinstance(status, str) else list(status)
+    stored = [s for s in wanted if s != WAITING]
+    if WAITING not in wanted:
+        return Run.status.in_(stored)
+    return is_waiting() | Run.status.in_(stored) if stored else is_waiting()
+
+
 def _filtered(session: Session, stmt: Select, status, method, tag, sweep_id, owner=None) -> Select:
     if status:
-        stmt = stmt.where(Run.status.in_([status] if isinstance(status, str) else list(status)))
+        stmt = stmt.where(_status_clause(status))
     if method:
         stmt = stmt.where(Run.method.in_([method] if isinstance(method, str) else list(method)))
     if tag:
@@ -376,7 +399,9 @@ def list_runs(
     limit: int = 50,
     offset: int = 0,
 ) -> tuple[list[Run], int]:
-    """Runs matching every given filter, newest first, and the total count before paging."""
+    """Runs matching every given filter, newest first, and the total count before paging.
+    ``status`` may name :data:`WAITING` (running runs that wait for their GPUs) besides the
+    stored statuses; ``running`` matches those too."""
     total = session.scalar(_filtered(session, select(func.count(Run.id)), status, method, tag, sweep_id, owner)) or 0
     stmt = _filtered(session, select(Run), status, method, tag, sweep_id, owner).order_by(Run.id.desc()).limit(limit).offset(offset)
     return list(session.scalars(stmt)), total
@@ -445,10 +470,24 @@ def runs_by_status(session: Session) -> dict[str, int]:
     return {s: int(counts.get(s, 0)) for s in RUN_STATUSES}
 
 
+def runs_waiting(session: Session) -> int:
+    """Running runs that wait for their GPUs (:func:`is_waiting`)."""
+    return int(session.scalar(select(func.count(Run.id)).where(is_waiting())) or 0)
+
+
+def gpus_held(session: Session) -> dict[str | None, int]:
+    """GPUs held per owner: the stored ``gpus`` of running runs that wait for nothing (placed, or
+    needing no placement), summed by owner; owners with no such run are left out."""
+    rows = session.execute(select(Run.owner, func.sum(Run.gpus)).where(
+        Run.status == "running", Run.waiting_for.is_(None)).group_by(Run.owner)).all()
+    return {owner: int(n or 0) for owner, n in rows}
+
+
 __all__ = [
     "TRANSITIONS", "RunNotFound", "RunConflict", "can_transition", "sources_of", "claim_run", "cancel_queued",
     "fair_order", "fair_candidates", "claim_next", "run_of_ticket",
     "take_over", "record_progress", "record_placement", "mark_succeeded", "mark_cancelled", "mark_failed", "orphan_fate",
-    "release_orphan", "stale_runs", "create_run", "get_run", "list_runs", "update_run",
+    "release_orphan", "stale_runs", "create_run", "get_run", "list_runs", "update_run", "WAITING", "is_waiting",
+    "runs_waiting", "gpus_held",
     "request_cancel", "delete_run", "runs_by_status",
 ]

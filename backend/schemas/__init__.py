@@ -3,8 +3,8 @@ XPublic / XsPublic), one module per feature; this package re-exports them all, s
 import ``from backend.schemas import X``. Run configs are trainer.config.RunConfig, so the
 OpenAPI schema documents every hyperparameter with its paper default.
 
-- ``base``: the shared field types (Tag, Label, Notes, UserName, Role, RunStatus, UtcDatetime,
-  Override) and ``InputModel``, the base of every request body (unknown fields are a 422);
+- ``base``: the shared field types (Tag, Label, Notes, UserName, Role, RunStatus, RunState,
+  UtcDatetime, Override) and ``InputModel``, the base of every request body (unknown fields are a 422);
   ``ConfigBody``, that of the bodies carrying run configs (it notes renamed config fields).
 - ``runs``, ``sweeps``: submitting, changing and listing runs and sweeps.
 - ``metrics``: a run's step metrics and evaluations.
@@ -34,6 +34,7 @@ from backend.schemas.base import (
     Notes,
     Override,
     Role,
+    RunState,
     RunStatus,
     Tag,
     UserName,
@@ -89,7 +90,7 @@ from backend.schemas.system import HealthPublic, Message
 
 __all__ = [
     # base
-    "InputModel", "Label", "Notes", "Override", "Role", "RunStatus", "Tag", "UserName", "UtcDatetime",
+    "InputModel", "Label", "Notes", "Override", "Role", "RunState", "RunStatus", "Tag", "UserName", "UtcDatetime",
     # runs, sweeps
     "RunCreate", "RunUpdate", "RunPublic", "RunsPublic",
     "SweepCreate", "SweepSummary", "SweepPublic", "SweepsPublic",

@@ -1,5 +1,5 @@
 """What the request and response bodies share: the field types (labels, tags, notes, user names, roles, run
-statuses, UTC datetimes, sweep overrides) and InputModel, the base of every request body."""
+statuses and states, UTC datetimes, sweep overrides) and InputModel, the base of every request body."""
 
 from __future__ import annotations
 
@@ -36,6 +36,9 @@ def _override(value: dict[str, Any]) -> dict[str, Any]:
 Override = Annotated[dict[str, Any], AfterValidator(_override)]
 
 RunStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+# A run as lists show it: its status, or "waiting" for a running run that waits for its GPUs
+# (waiting_for set; not a stored status, backend/db/runs.py). The runs list filters on these.
+RunState = Literal["queued", "waiting", "running", "succeeded", "failed", "cancelled"]
 # No control characters (C0, DEL, C1) nor bidi overrides in short labels (trainer.safetext);
 # no NUL anywhere (PostgreSQL rejects it in text).
 Tag = Annotated[str, StringConstraints(min_length=1, max_length=64), AfterValidator(no_control_chars), AfterValidator(_storable)]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from trainer.config import RunConfig
-from backend.schemas.base import ConfigBody, InputModel, Label, Notes, RunStatus, Tag, UtcDatetime
+from backend.schemas.base import ConfigBody, InputModel, Label, Notes, RunState, RunStatus, Tag, UtcDatetime
 
 
 class RunCreate(ConfigBody):
@@ -37,7 +37,8 @@ class RunPublic(BaseModel):
     name: str
     method: str
     engine: str
-    status: RunStatus
+    status: RunStatus = Field(description="The stored status. A running run may still wait for its GPUs before its first "
+                              "step: see state, waiting_for and waiting_since.")
     queue: str
     progress: float = Field(description="current_step / total_steps, 0..1.")
     current_step: int
@@ -61,8 +62,16 @@ class RunPublic(BaseModel):
                       "GPUs on device=cpu).")
     waiting_for: str | None = Field(None, description="What a running run waits for before its first step (its GPUs, "
                                     "while other runs hold them); null once placed.")
+    waiting_since: UtcDatetime | None = Field(None, description="When the running run began to wait for its GPUs; "
+                                              "null once placed, and whenever waiting_for is null.")
     placement: dict[str, Any] | None = Field(None, description="Where it trains: the Ray cluster, its nodes and the GPU "
                                              "ids Ray gave it (null: placed by nothing, e.g. a CPU run).")
+
+    @computed_field(description="The run as lists show it: status, except 'waiting' for a running run that waits for "
+                    "its GPUs (waiting_for set). GET /api/runs?status=waiting lists those.")
+    @property
+    def state(self) -> RunState:
+        return "waiting" if self.status == "running" and self.waiting_for is not None else self.status
 
 
 class RunsPublic(BaseModel):

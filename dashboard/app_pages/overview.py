@@ -45,7 +45,7 @@ def status() -> None:
             ui.run_link(r["id"], f"#{r['id']} {r['name']}")
         c2.html(ui.method_chip(r["method"], style))
         c3.html(ui.progress_bar(r["progress"], r["method"], style,
-                                f"{r['status']} · {r['current_step']}/{r['total_steps']} · {pct(r['progress'] or 0.0)}"))
+                                f"{tables.status_text(r)} · {r['current_step']}/{r['total_steps']} · {pct(r['progress'] or 0.0)}"))
     running = counts.get("running", 0)
     if running > sum(r["status"] == "running" for r in latest):
         st.caption(f"{running} runs are training; the Runs page lists them all.")

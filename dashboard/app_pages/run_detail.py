@@ -6,6 +6,7 @@ import streamlit as st
 
 import common.metric_keys as mk
 from common.fmt import pct
+from common.run_state import waited_text
 from dashboard import rollouts_view, run_actions, run_charts, step_detail_view, tables, ui
 from dashboard.client import ApiError
 from dashboard.method_style import MethodStyle
@@ -58,7 +59,9 @@ def header(run: dict, style: MethodStyle) -> None:
     if run["status"] == "running" and run.get("cancel_requested"):
         st.warning("Cancel requested: the worker stops within one step.", icon=":material/stop_circle:")
     if run["status"] == "running" and run.get("waiting_for"):
-        st.info(f"**Waiting for its GPUs**: {ui.md(run['waiting_for'])}. Other runs hold them; it starts as soon as they "
+        waited = waited_text(run)
+        st.info(f"**Waiting for its GPUs**{f' (for {waited})' if waited else ''}: {ui.md(run['waiting_for'])}. "
+                "Other runs hold them; it starts as soon as they "
                 "are free (it has not failed, and can be cancelled).", icon=":material/hourglass_top:")
     resources_line(run)
     c1, c2, c3 = st.columns([2, 2, 5])

@@ -1,7 +1,8 @@
-"""Runs: every run with its status, progress (a bar in its method's colour), mean step time,
-latest reward, zero-accuracy ratio and owner; filters (``My runs``: the token's user's); open,
-compare, cancel and delete (shown only for runs the token may change). The table
-refreshes itself while runs train."""
+"""Runs: every run with its status (a run waiting for its GPUs as waiting, for how long and for
+what), progress (a bar in its method's colour), mean step time, latest reward, zero-accuracy
+ratio and owner; filters (``My runs``: the token's user's; ``waiting`` among the statuses); open,
+compare, cancel and delete (shown only for runs the token may change). The table refreshes
+itself while runs train."""
 
 import streamlit as st
 
@@ -11,10 +12,10 @@ from dashboard.method_style import OTHER_COLOR, MethodStyle
 
 st.title("Runs")
 
-STATUSES = ["queued", "running", "succeeded", "failed", "cancelled"]
+STATUSES = ["queued", "waiting", "running", "succeeded", "failed", "cancelled"]  # waiting: running, waits for GPUs
 STEP_POINTS = 1000  # points per run the step-time mean is taken over (the API decimates longer runs)
 SWEEPS_LISTED = 500  # newest sweeps offered by the Sweep filter (the API's page limit)
-STATUS_ICONS = {"queued": "⏳", "running": "▶️", "succeeded": "✅", "failed": "❌", "cancelled": "⏹️"}
+STATUS_ICONS = {"queued": "⏳", "waiting": "⏸️", "running": "▶️", "succeeded": "✅", "failed": "❌", "cancelled": "⏹️"}
 COLUMNS = {
     "id": st.column_config.NumberColumn("id", width="small"),
     # an image column: ProgressColumn paints every bar in one colour, a run's bar is in its method's (tables.progress_svg)
@@ -31,6 +32,10 @@ COLUMNS = {
     "sweep": st.column_config.NumberColumn("sweep", format="%d"),
     "owner": st.column_config.TextColumn("owner", help="The user who submitted the run."),
     "open": st.column_config.LinkColumn("open", display_text="open ↗", help="Open the run's live page."),
+    "status": st.column_config.TextColumn("status", help=(
+        "The run's state; waiting: claimed by a worker, waiting for its GPUs (for how long: since it began to wait).")),
+    "waits for": st.column_config.TextColumn("waits for", help="What a waiting run waits for: the GPUs it asked for and "
+                                             "what is free now; it starts as soon as they are."),
     "message": st.column_config.TextColumn("message", help="Why a run failed or was re-queued."),
 }
 
@@ -47,7 +52,8 @@ def filters(style: MethodStyle) -> dict:
     mine = st.toggle("My runs", key="runs_mine", disabled=who is None,
                      help="Only the runs your token's user submitted." if who else "Needs a valid API token.")
     c1, c2, c3, c4 = st.columns([3, 3, 2, 2])
-    status = c1.multiselect("Status", STATUSES, key="runs_status", format_func=lambda s: f"{STATUS_ICONS[s]} {s}")
+    status = c1.multiselect("Status", STATUSES, key="runs_status", format_func=lambda s: f"{STATUS_ICONS[s]} {s}",
+                            help="waiting: running runs that wait for their GPUs; running lists those too.")
     method = c2.multiselect("Method", list(style.names), key="runs_method", format_func=style.label)
     tag = c3.text_input("Tag", key="runs_tag", placeholder="e.g. demo")
     names = {sw["id"]: sw["name"] for sw in ui.sweeps_page(ui.api_url(), ui.api_token(), limit=SWEEPS_LISTED)["data"]}
@@ -81,7 +87,7 @@ def table(f: dict, style: MethodStyle) -> list[dict]:
             st.page_link(ui.PAGES["launch"], label="Launch a run", icon=":material/rocket_launch:")
         return runs
     df = tables.runs_frame(runs, latest_of(runs), style)
-    df = tables.drop_empty(df, ("tags", "sweep", "message"))  # keep the table narrow
+    df = tables.drop_empty(df, ("tags", "sweep", "waits for", "message"))  # keep the table narrow
     st.dataframe(styled(df, style), column_config=COLUMNS, hide_index=True, key="runs_table", placeholder="–")
     more = f" (newest {len(runs)} shown)" if page["count"] > len(runs) else ""
     live = sum(ui.is_live(r) for r in runs)

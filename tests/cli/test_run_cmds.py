@@ -1,18 +1,26 @@
-"""`aero resume | clone | note | alerts | export` and `aero submit --alert/--webhook/--tracker`
+"""`aero runs` (a run waiting for its GPUs), `aero resume | clone | note | alerts | export` and
+`aero submit --alert/--webhook/--tracker`
 against a live API (the real app under uvicorn on a temp SQLite store; runs are recorded
 instead of sent to a broker)."""
 
+import re
 import threading
 import time
+from datetime import timedelta
 
 import pytest
 import uvicorn
+from rich.console import Console
+from sqlalchemy import update
 from typer.testing import CliRunner
+
+import cli.submit_cmds
 
 from backend.db.alerts import record_alert, set_stop_reason
 from backend.db.metrics import upsert_eval_results, upsert_step_metrics
 from backend.db.migrate import migrate
-from backend.db.runs import claim_run, create_run, mark_failed, mark_succeeded
+from backend.db.models import Run, utcnow
+from backend.db.runs import claim_run, create_run, mark_failed, mark_succeeded, record_placement
 from backend.db.session import get_engine, session_scope
 from backend.db.tokens import create_token
 from backend.main import create_app
@@ -168,3 +176,24 @@ def test_a_clone_that_changes_the_task_leaves_the_old_tasks_section_behind():
     assert cloned(code_run, {"steps": 5})["code"]["memory_mb"] == 512  # same task: the block stays
     kept = cloned(code_run, {"task": "math", "code.memory_mb": 256})  # the sets give it: kept, and refused
     assert kept["code"]["memory_mb"] == 256
+
+
+def test_runs_shows_a_run_waiting_for_its_gpus_as_waiting(api, monkeypatch):
+    """A claimed run that waits for its GPUs reads 'waiting', for how long and for what, in `aero
+    runs`; `--status waiting` lists only such runs."""
+    monkeypatch.setattr(cli.submit_cmds, "out", Console(color_system=None, width=250))  # no folded cells
+    placed, waiting, queued = add_run(api["url"], "queued"), add_run(api["url"], "queued"), add_run(api["url"], "queued")
+    text = "1 GPU(s): 0 of this worker's node's 2 free"
+    with session_scope(api["url"]) as s:
+        for rid in (placed, waiting):
+            claim_run(s, rid, "w")
+        record_placement(s, waiting, "w", waiting_for=text)
+        s.execute(update(Run).where(Run.id == waiting).values(waiting_since=utcnow() - timedelta(minutes=3, seconds=5)))
+    res = aero(api, "runs")
+    assert res.exit_code == 0, res.output
+    rows = {int(m.group(1)): m.group(0) for m in re.finditer(r"^│ +(\d+) │.*$", res.output, re.M)}
+    assert re.search(r"waiting 3m 0\ds", rows[waiting]) and text in rows[waiting] and "waits for" in res.output
+    assert " running " in rows[placed] and "waiting" not in rows[placed] and " queued " in rows[queued]
+    res = aero(api, "runs", "--status", "waiting")
+    assert res.exit_code == 0 and "1 of 1 run(s)" in res.output and text in res.output
+    assert re.findall(r"^│ +(\d+) │", res.output, re.M) == [str(waiting)]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -26,7 +27,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.dashboard.browser import act, count, no_exception, read, screenshot_when
+from tests.dashboard.browser import act, count, no_exception, read, screenshot_when, settle
 
 ROOT = Path(__file__).resolve().parents[2]
 SHOTS = ROOT / "test-artifacts" / "screenshots"
@@ -149,3 +150,72 @@ def test_overview_address_and_method_coloured_progress_bars(page, dashboard):
     red = pixels_near(png, THEME_RED)
     # a full bar is ~100 x 8 px at least; a method name in its colour is far fewer pixels than that
     assert all(n > 500 for n in counts.values()) and red < 50, (counts, red)
+
+
+WAITING_FOR = "2 GPU(s): 0 of the Ray cluster's 4 free"
+
+
+@pytest.fixture
+def waiting_dashboard(tmp_path, helpers):
+    """The live test API with a running GRPO run and an AERO run that waits for its GPUs (claimed,
+    ``waiting_for`` set 7 minutes ago, as the worker records it), and `streamlit run` on it."""
+    from datetime import timedelta
+
+    from sqlalchemy import update
+
+    from backend.db.models import Run, utcnow
+    from backend.db.runs import record_placement
+
+    with helpers.serve(f"sqlite:///{tmp_path / 'aero.sqlite'}", tmp_path) as api:
+        ids = {"waits": helpers.add_run(api.db_url, "aero", steps=10, done=0, status="running", name="waits-for-gpus"),
+               "live": helpers.add_run(api.db_url, "grpo", steps=10, done=4, status="running", name="trains")}
+        with helpers.session_scope(api.db_url) as s:
+            assert record_placement(s, ids["waits"], "test@host", waiting_for=WAITING_FOR)
+            s.execute(update(Run).where(Run.id == ids["waits"]).values(waiting_since=utcnow() - timedelta(minutes=7)))
+        with streamlit_app(api, tmp_path, helpers) as url:
+            yield url, ids
+
+
+def grid_rows(pg) -> dict[str, str]:
+    """The Runs grid's rows as the browser holds them (the grid paints on a canvas; glide-data-grid
+    keeps an accessible table of the drawn cells inside it), by run name: the row's cells."""
+    grid = pg.locator('[data-testid="stDataFrame"]').first
+    grid.locator('td[role="gridcell"]').first.wait_for(state="attached")
+    settle(pg)
+    rows = grid.locator('tbody tr[role="row"]')
+    cells = [" | ".join(rows.nth(i).locator("td").all_text_contents()) for i in range(rows.count())]
+    return {name: row for row in cells for name in ("waits-for-gpus", "trains") if name in row}
+
+
+def test_the_run_list_shows_a_run_waiting_for_its_gpus_as_waiting(page, waiting_dashboard):
+    """The Runs table: the waiting run reads 'waiting · 7m ..' with what it waits for, the other
+    running run 'running'; the Status filter's 'waiting' leaves the waiting run alone. The
+    Overview's latest runs say it too."""
+    url, ids = waiting_dashboard
+    pg = page
+    pg.goto(f"{url}/runs")
+    grid = pg.locator('[data-testid="stDataFrame"]').first
+    grid.wait_for()
+    no_exception(pg)
+    headers = grid.locator('th[role="columnheader"]')
+    headers.first.wait_for(state="attached")
+    assert "waits for" in headers.all_text_contents()
+    rows = grid_rows(pg)
+    assert re.search(r"waiting · 7m \d\ds", rows["waits-for-gpus"]) and WAITING_FOR in rows["waits-for-gpus"], rows
+    assert "running" in rows["trains"] and "waiting" not in rows["trains"], rows
+    shot(pg, grid, "look-runs-waiting")
+
+    status = pg.locator('[data-testid="stMultiSelect"]').filter(has_text="Status")
+    act(status, "click")
+    act(status.get_by_role("combobox").first, "type", "waiting")
+    act(status.get_by_role("combobox").first, "press", "Enter", rerun=True)
+    act(status.get_by_role("combobox").first, "press", "Escape")
+    pg.get_by_text("1 run(s)").first.wait_for()
+    assert list(grid_rows(pg)) == ["waits-for-gpus"]
+    no_exception(pg)
+
+    pg.goto(f"{url}/overview")
+    pg.get_by_role("heading", name="Latest runs").first.wait_for()
+    bar = pg.get_by_text(re.compile(r"waiting · 7m \d\ds · 0/10"))
+    bar.first.wait_for(timeout=30_000)
+    assert count(bar) == 1

@@ -5,6 +5,8 @@ GET /api/methods; the number formats themselves are tested in tests/common/test_
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import pandas as pd
 import pytest
 
@@ -272,6 +274,19 @@ def test_runs_frame_and_last_values():
     assert row["mean step time (s)"] == pytest.approx(2.0) and row["zero-acc ratio"] == pytest.approx(12.5)  # percent
     svg = svg_of(row["progress"])  # a bar in AERO S1's colour, half full (80 px wide), with its percentage
     assert f"fill='{COLORS['aero-s1']}'" in svg and "width='40.0'" in svg and ">50.0%</text>" in svg
+    assert (row["status"], row["waits for"]) == ("failed", "")
+
+
+def test_a_waiting_runs_status_cell_says_for_how_long_and_what_it_waits_for():
+    since = (datetime.now(UTC) - timedelta(hours=2, minutes=5, seconds=30)).isoformat().replace("+00:00", "Z")
+    run = {"id": 4, "name": "w", "method": "aero", "status": "running", "state": "waiting", "progress": 0.0,
+           "current_step": 0, "total_steps": 10, "tags": [], "sweep_id": None, "created_at": "2026-11-30T01:02:03",
+           "waiting_for": "2 GPU(s): 0 of the Ray cluster's 4 free", "waiting_since": since}
+    row = tables.runs_frame([run, {**run, "id": 5, "state": "running", "waiting_for": None, "waiting_since": None,
+                                   "cancel_requested": True}], {}, STYLE).set_index("id")
+    assert row.loc[4, "status"] == "waiting · 2h 05m" and row.loc[4, "waits for"] == run["waiting_for"]
+    assert (row.loc[5, "status"], row.loc[5, "waits for"]) == ("running (cancelling)", "")
+    assert tables.run_label(run, STYLE) == "#4 w (AERO, waiting)"
 
 
 def test_progress_bars_take_their_methods_colour():

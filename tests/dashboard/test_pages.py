@@ -334,6 +334,43 @@ def test_runs_filters(seeded, use_api):
     assert "No runs match" in texts(at.info)
 
 
+def test_runs_table_shows_a_run_waiting_for_its_gpus_as_waiting(fresh_api, use_api, helpers):
+    """A running run that waits for its GPUs reads 'waiting · <how long>' with what it waits for,
+    on the Runs table, in the run pickers and on the Overview; the Status filter's 'waiting' lists
+    only such runs."""
+    from datetime import timedelta
+
+    from sqlalchemy import update
+
+    from backend.db.models import Run, utcnow
+    from backend.db.runs import record_placement
+
+    use_api(fresh_api)
+    live = helpers.add_run(fresh_api.db_url, "grpo", steps=10, done=2, status="running")
+    waits = helpers.add_run(fresh_api.db_url, "aero", steps=10, done=0, status="running", name="waits")
+    text = "2 GPU(s): 0 of the Ray cluster's 4 free"
+    with helpers.session_scope(fresh_api.db_url) as s:
+        assert record_placement(s, waits, "test@host", waiting_for=text)
+        s.execute(update(Run).where(Run.id == waits).values(waiting_since=utcnow() - timedelta(minutes=12, seconds=3)))
+    at = open_page("runs")
+    no_errors(at)
+    df = runs_frame(at).set_index("id")
+    assert df.loc[waits, "status"].startswith("waiting · 12m 0") and df.loc[waits, "waits for"] == text
+    assert (df.loc[live, "status"], df.loc[live, "waits for"]) == ("running", "")
+    assert "waiting for its GPUs" in json.loads(at.dataframe[0].proto.columns)["status"]["help"]
+    assert f"#{waits} waits (AERO, waiting)" in at.multiselect(key="runs_chosen").options
+    at.multiselect(key="runs_status").set_value(["waiting"]).run()
+    assert list(runs_frame(at)["id"]) == [waits]
+    at.multiselect(key="runs_status").set_value(["running"]).run()
+    assert sorted(runs_frame(at)["id"]) == sorted([live, waits])  # running lists the waiting run too
+    at = open_page("overview")
+    no_errors(at)
+    assert "waiting · 12m 0" in " ".join(h.proto.body for h in at.get("html"))
+    at = open_page("run_detail", {"run": str(waits)})
+    no_errors(at)
+    assert "**Waiting for its GPUs** (for 12m 0" in texts(at.info) and text in texts(at.info)
+
+
 def test_runs_cancel_and_delete(fresh_api, use_api, helpers):
     use_api(fresh_api)
     add_run = helpers.add_run

@@ -30,5 +30,6 @@ metrics_router = APIRouter(tags=["health"], dependencies=[ReadAccess])
 @metrics_router.get("/metrics", response_class=Response,
                     responses={200: {"content": {prometheus.CONTENT_TYPE: {}}, "description": "Prometheus text format."}})
 def prometheus_metrics(session: SessionDep):
-    """Queue depth (runs queued), runs by status, steps stored per second over the last minute."""
+    """Queue depth (runs queued), runs by status, running runs waiting for their GPUs, GPUs held
+    per user, steps stored per second over the last minute."""
     return Response(prometheus.render(**prometheus.platform_gauges(session)), media_type=prometheus.CONTENT_TYPE)

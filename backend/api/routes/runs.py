@@ -12,7 +12,7 @@ from backend.api.errors import FORBIDDEN, NOT_FOUND, QUOTA, config_validation_er
 from backend.db import audit
 from backend.db import runs as repo
 from backend.db.models import Run
-from backend.schemas import RunCreate, RunPublic, RunsPublic, RunStatus, RunUpdate, Tag, UserName
+from backend.schemas import RunCreate, RunPublic, RunsPublic, RunState, RunUpdate, Tag, UserName
 from backend.services.configs import queue_for, run_gpus, validate_config
 from backend.services.quotas import Quotas, admit, run_work
 from backend.services.submit import enqueue_or_fail
@@ -53,7 +53,9 @@ def create_run(body: RunCreate, session: SessionDep, settings: SettingsDep, enqu
 @router.get("", response_model=RunsPublic, dependencies=[ReadAccess])
 def list_runs(
     session: SessionDep,
-    status_: Annotated[list[RunStatus] | None, Query(alias="status", description="Repeat to match any of several.")] = None,
+    status_: Annotated[list[RunState] | None, Query(alias="status", description=(
+        "Repeat to match any of several. 'waiting': running runs that wait for their GPUs (waiting_for set; their "
+        "state is 'waiting'); 'running' matches every running run, the waiting ones too."))] = None,
     method: Annotated[list[str] | None, Query(max_length=8)] = None,
     tag: Tag | None = None,
     sweep_id: Annotated[int | None, Query(ge=1, le=2**63 - 1)] = None,
@@ -61,7 +63,8 @@ def list_runs(
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0, le=10**9)] = 0,
 ):
-    """Newest first; ``count`` is the total before limit/offset."""
+    """Newest first; ``count`` is the total before limit/offset. Each run's ``state`` shows a
+    running run that waits for its GPUs as ``waiting``, with ``waiting_for`` and ``waiting_since``."""
     runs, total = repo.list_runs(session, status=status_, method=method, tag=tag, sweep_id=sweep_id, owner=owner, limit=limit, offset=offset)
     return RunsPublic(data=runs, count=total, limit=limit, offset=offset)
 

@@ -88,7 +88,35 @@ def test_prometheus_text_parses(client, session, run_id):
     assert value("aero_runs", status="failed") == 0
     assert value("aero_steps_per_second") == pytest.approx(100 / 60, rel=1e-5)  # 100 steps stored just now
     assert value("aero_steps_stored") == 100
+    assert value("aero_runs_waiting") == 0 and fams["aero_gpus_held"].samples == []  # nothing running
     assert client.get("/api/metrics").text == r.text
+
+
+def test_prometheus_counts_waiting_runs_and_the_gpus_each_user_holds(client, session, run_id):
+    """aero_runs_waiting: running runs waiting for their GPUs (not queued runs, which
+    aero_queue_depth counts); aero_gpus_held{owner}: the stored gpus of each user's running runs
+    that wait for nothing (placed, or placed by nothing), not of waiting, queued or finished ones."""
+    def run(owner, gpus, claim=True):
+        r = repo.create_run(session, RunConfig().model_dump(mode="json"), queue="gpu", owner=owner, gpus=gpus)
+        if claim:
+            repo.claim_run(session, r.id, "w")
+        return r.id
+
+    placed, waiting = run("alice", 2), run("alice", 1)
+    repo.record_placement(session, placed, "w", waiting_for=None, placement={"cluster": "own", "gpu_ids": [["0", "1"]]})
+    repo.record_placement(session, waiting, "w", waiting_for="1 GPU(s): 0 of the Ray cluster's 2 free")
+    run("bob", 4), run(None, 0)  # an embedded GPU run without Ray (placed by nothing); a run from before users
+    bob_waits = run("bob", 8)
+    repo.record_placement(session, bob_waits, "w", waiting_for="8 GPU(s): 2 of the Ray cluster's 8 free")
+    done = run("carol", 3)
+    repo.mark_succeeded(session, done)
+    run("carol", 2, claim=False)  # queued
+    session.commit()
+    fams = {f.name: f for f in text_string_to_metric_families(client.get("/metrics").text)}
+    assert fams["aero_runs_waiting"].samples[0].value == 2 and fams["aero_queue_depth"].samples[0].value == 2
+    held = {s.labels["owner"]: s.value for s in fams["aero_gpus_held"].samples}
+    assert held == {"": 0, "alice": 2, "bob": 4}
+    assert fams["aero_gpus_held"].type == "gauge" and "owner" in fams["aero_gpus_held"].samples[0].labels
 
 
 def test_cached_answers_follow_new_steps_and_status(client, app, session, run_id):

@@ -76,6 +76,44 @@ def test_list_filters_and_pagination(client, auth, session):
         assert client.get("/api/runs" + bad).status_code == 422, bad
 
 
+def test_a_run_waiting_for_its_gpus_is_listed_as_waiting(client, auth, session):
+    """A claimed run that waits for its GPUs keeps status running; its state is 'waiting', with
+    what it waits for and since when, in the list and on its own; ?status=waiting lists those
+    (alone or with other statuses), ?status=running lists them too. Once placed it is running."""
+    ids = [_create(client, auth, config={**TINY, "seed": i})["id"] for i in range(3)]
+    for rid in ids[:2]:
+        repo.claim_run(session, rid, "w")
+    text = "2 GPU(s): 0 of the Ray cluster's 4 free"
+    assert repo.record_placement(session, ids[1], "w", waiting_for=text)
+    session.commit()
+    get = lambda q: client.get("/api/runs" + q).json()  # noqa: E731
+    listed = {r["id"]: r for r in get("")["data"]}
+    assert [listed[i]["state"] for i in ids] == ["running", "waiting", "queued"]
+    assert [listed[i]["status"] for i in ids] == ["running", "running", "queued"]
+    waiting = listed[ids[1]]
+    assert waiting["waiting_for"] == text and waiting["waiting_since"].endswith("Z")
+    assert waiting["waiting_since"] >= waiting["started_at"][:19]  # it began to wait once claimed
+    assert listed[ids[0]]["waiting_since"] is None and client.get(f"/api/runs/{ids[1]}").json() == waiting
+    page = get("?status=waiting")
+    assert ([r["id"] for r in page["data"]], page["count"]) == ([ids[1]], 1)
+    assert [r["id"] for r in get("?status=waiting&status=queued")["data"]] == [ids[2], ids[1]]
+    assert [r["id"] for r in get("?status=running")["data"]] == [ids[1], ids[0]]
+
+    assert repo.record_placement(session, ids[1], "w", waiting_for=None, placement={"cluster": "own", "gpu_ids": [["0", "1"]]})
+    session.commit()
+    placed = client.get(f"/api/runs/{ids[1]}").json()
+    assert (placed["state"], placed["waiting_for"], placed["waiting_since"], placed["gpus"]) == ("running", None, None, 2)
+    assert get("?status=waiting") == {"data": [], "count": 0, "limit": 50, "offset": 0}
+
+    doc = client.get("/openapi.json").json()
+    param = next(p for p in doc["paths"]["/api/runs"]["get"]["parameters"] if p["name"] == "status")
+    assert "waiting" in param["schema"]["anyOf"][0]["items"]["enum"] and "waiting" in param["description"]
+    props = doc["components"]["schemas"]["RunPublic"]["properties"]
+    assert props["state"]["enum"] == ["queued", "waiting", "running", "succeeded", "failed", "cancelled"]
+    assert props["status"]["enum"] == ["queued", "running", "succeeded", "failed", "cancelled"]  # the stored statuses
+    assert "waiting" in props["state"]["description"] and "began to wait" in props["waiting_since"]["description"]
+
+
 def test_patch_tags_and_notes(client, auth):
     run = _create(client, auth)
     r = client.patch(f"/api/runs/{run['id']}", json={"tags": ["best"], "notes": "n1"}, headers=auth)

@@ -260,3 +260,29 @@ def test_migration_0013_drops_the_code_block_from_stored_configs_of_other_tasks(
     assert got == {1: {"method": "aero"}, 2: {"method": "grpo", "task": "countdown"}, 3: code_run, 4: stored[4]}
     assert parse_run_config(got[1]).task == "arithmetic" and parse_run_config(got[2]).task == "countdown"
     assert parse_run_config(got[3]).code.memory_mb == 512
+
+
+def test_migration_0014_dates_a_waiting_run_from_its_start(empty_db_url):
+    """``waiting_since`` is new: a run waiting for its GPUs while 0014 runs is taken to wait since
+    it started (a run waits before its first step); every other run waits since nothing."""
+    from datetime import datetime
+
+    import sqlalchemy as sa
+    from sqlalchemy import select, update
+
+    from backend.db.models import Run
+
+    migrate(empty_db_url, "0013")
+    started = datetime(2026, 12, 5, 10, 0, 0)
+    with get_engine(empty_db_url).begin() as conn:
+        insert_queued_runs(conn, {1: {"method": "grpo"}, 2: {"method": "grpo"}, 3: {"method": "grpo"}})
+        sa_table = sa.table("runs", sa.column("id"), sa.column("status"), sa.column("started_at", sa.DateTime),
+                            sa.column("waiting_for"))
+        conn.execute(update(sa_table).where(sa_table.c.id.in_([1, 2])).values(status="running", started_at=started))
+        conn.execute(update(sa_table).where(sa_table.c.id == 1).values(waiting_for="1 GPU(s): 0 of the Ray cluster's 1 free"))
+    migrate(empty_db_url)
+    with get_engine(empty_db_url).connect() as conn:
+        runs = dict(conn.execute(select(Run.__table__.c.id, Run.__table__.c.waiting_since)).all())
+    assert runs == {1: started, 2: None, 3: None}
+    downgrade(empty_db_url, "0013")
+    assert "waiting_since" not in {c["name"] for c in inspect(get_engine(empty_db_url)).get_columns("runs")}

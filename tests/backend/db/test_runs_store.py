@@ -230,3 +230,47 @@ def test_delete_only_finished_runs(session):
 def test_runs_by_status_counts_every_status(session):
     _run(session), _run(session)
     assert repo.runs_by_status(session) == {"queued": 2, "running": 0, "succeeded": 0, "failed": 0, "cancelled": 0}
+
+
+def test_waiting_since_is_when_the_wait_began_and_goes_with_waiting_for(session):
+    """record_placement: the first waiting_for stamps waiting_since, a changed text (what is free
+    now) keeps it, the placement clears both; a waiting run that is cancelled, released to the
+    queue or fails waits for nothing either. Waiting runs are listed with status 'waiting' (and
+    'running'), counted by runs_waiting, and hold no GPUs in gpus_held until placed."""
+    runs = [repo.create_run(session, RunConfig(seed=i).model_dump(mode="json"), queue="gpu", owner="ann", gpus=2)
+            for i in range(4)]
+    ids = [r.id for r in runs]
+    session.commit()
+    for rid in ids:
+        repo.claim_run(session, rid, "w")
+    before = utcnow()
+    for rid in ids[1:]:
+        assert repo.record_placement(session, rid, "w", waiting_for="2 GPU(s): 0 of the Ray cluster's 2 free")
+    session.commit()
+    got = lambda rid: repo.get_run(session, rid, refresh=True)  # noqa: E731
+    since = got(ids[1]).waiting_since
+    assert got(ids[0]).waiting_since is None and since is not None
+    assert before - timedelta(seconds=1) <= since <= utcnow() + timedelta(seconds=1)
+    assert repo.runs_waiting(session) == 3 and repo.gpus_held(session) == {"ann": 2}
+    listed = lambda status: [r.id for r in repo.list_runs(session, status=status)[0]]  # noqa: E731
+    assert listed("waiting") == ids[:0:-1] and listed("running") == ids[::-1]
+    assert listed(["waiting", "queued"]) == ids[:0:-1]
+
+    session.execute(update(Run).where(Run.id == ids[1]).values(waiting_since=since - timedelta(minutes=5)))
+    assert repo.record_placement(session, ids[1], "w", waiting_for="2 GPU(s): 1 of the Ray cluster's 2 free")
+    session.commit()
+    assert got(ids[1]).waiting_since == since - timedelta(minutes=5)  # the same wait, a new text
+
+    assert repo.record_placement(session, ids[1], "w", waiting_for=None,
+                                 placement={"cluster": "own", "gpu_ids": [["0", "1"]]})
+    session.commit()
+    assert (got(ids[1]).waiting_for, got(ids[1]).waiting_since, got(ids[1]).gpus) == (None, None, 2)
+    assert repo.gpus_held(session) == {"ann": 4} and repo.runs_waiting(session) == 2
+
+    repo.request_cancel(session, ids[2])
+    assert repo.mark_cancelled(session, ids[2], "w")
+    assert repo.release_orphan(session, got(ids[3]), "w vanished", max_attempts=3) == "queued"
+    session.commit()
+    for rid in ids[2:]:
+        assert (got(rid).waiting_for, got(rid).waiting_since) == (None, None), got(rid).status
+    assert repo.runs_waiting(session) == 0 and listed("waiting") == []
