@@ -1,4 +1,4 @@
-"""What the fair-share claim costs a worker (backend/db/runs.py::claim_next), on a store with
+"""What the fair-share claim costs a worker (backend/db/fair_share.py::claim_next), on a store with
 FINISHED finished runs (spread over USERS users) and a QUEUED-run sweep of one user plus one
 queued run of each other user: the median and p95 of one claim (three grouped reads and the
 compare-and-set), over 50 claims. Throwaway databases (tests/stores.py).
@@ -14,7 +14,7 @@ from pathlib import Path
 from sqlalchemy import insert
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: tests.stores
-from backend.db import runs as repo  # noqa: E402
+from backend.db import fair_share  # noqa: E402
 from backend.db.migrate import migrate  # noqa: E402
 from backend.db.models import Run, utcnow  # noqa: E402
 from backend.db.session import get_engine, make_sessionmaker  # noqa: E402
@@ -45,7 +45,7 @@ with temp_database(kind, Path(tempfile.mkdtemp())) as url:
     for i in range(50):
         with Session() as s:
             t0 = time.perf_counter()
-            run = repo.claim_next(s, "cpu", f"w{i}", ticket=i + 1)
+            run = fair_share.claim_next(s, "cpu", f"w{i}", ticket=i + 1)
             s.commit()
             times.append(time.perf_counter() - t0)
     ms = sorted(1000 * t for t in times)

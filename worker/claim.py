@@ -7,7 +7,7 @@ not mistaken for the old owner; :func:`worker_identity`, :func:`owner_state`). E
 worker makes to its run is conditional on still owning it (worker/runner.py's ``RunControl``).
 
 Fair share: a task message is a *ticket*, not an order for one run. The task for run X claims
-the queued run that the fair-share rule picks on X's queue (``backend.db.runs.claim_next``:
+the queued run that the fair-share rule picks on X's queue (``backend.db.fair_share.claim_next``:
 round-robin across owners, the owner with the fewest running runs first, then the one served
 longest ago, each owner's oldest run first), which is X itself when X is the only one queued.
 Every queued run has one message behind it, so no run is left without one; a message that
@@ -34,6 +34,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Literal
 
+from backend.db import fair_share
 from backend.db import runs as repo
 from backend.db.models import FINISHED_STATUSES, Run, utcnow
 from backend.db.session import get_engine, make_sessionmaker, session_scope
@@ -151,7 +152,7 @@ def _claim_fair(url: str, ticket: int, me: str, queue: str | None, running_cap: 
     if queue is None:
         return None, f"run {ticket} does not exist and the message named no queue"
     with make_sessionmaker(get_engine(url))() as s:  # not session_scope: claim_next commits its reads itself
-        run = repo.claim_next(s, queue, me, ticket, running_cap, gpu_cap=gpu_cap)
+        run = fair_share.claim_next(s, queue, me, ticket, running_cap, gpu_cap=gpu_cap)
         s.commit()
     if run is None:
         return None, f"{note}no queued run on {queue} to take (ticket {ticket})"
@@ -173,7 +174,7 @@ def acquire(url: str, run_id: int, me: str, ws: WorkerSettings,
         # Read and write in separate transactions: on SQLite (WAL) a read transaction that then
         # writes fails at once if another process wrote in between. Every write is a CAS anyway.
         with session_scope(url) as s:
-            run = repo.run_of_ticket(s, run_id)
+            run = fair_share.run_of_ticket(s, run_id)
         if run is None:
             return _claim_fair(url, run_id, me, queue, running_cap, gpu_cap)
         age = _age_s(run.heartbeat_at, now())

@@ -1,4 +1,4 @@
-"""The workers' fair-share rule (backend/db/runs.py: fair_order, claim_next), pure and on both
+"""The workers' fair-share rule (backend/db/fair_share.py: fair_order, claim_next), pure and on both
 stores: round-robin across owners (fewest running first, then the owner served longest ago,
 each owner's oldest run first), owners at the running quota skipped, and a claim that two
 workers race for won by exactly one of them."""
@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import update
 
+from backend.db import fair_share
 from backend.db import runs as repo
 from backend.db.models import Run, utcnow
 from backend.db.session import get_engine, make_sessionmaker
@@ -21,13 +22,13 @@ T0 = datetime(2026, 1, 1)
 
 def test_fair_order_fewest_running_then_least_recently_served_then_oldest():
     heads = {"alice": 1, "bob": 50, "carol": 60}
-    assert repo.fair_order(heads, {}, {}) == [1, 50, 60]  # nobody running or served: oldest first
-    assert repo.fair_order(heads, {"alice": 1}, {}) == [50, 60, 1]  # alice runs one: the others first
+    assert fair_share.fair_order(heads, {}, {}) == [1, 50, 60]  # nobody running or served: oldest first
+    assert fair_share.fair_order(heads, {"alice": 1}, {}) == [50, 60, 1]  # alice runs one: the others first
     served = {"alice": T0, "bob": T0 + timedelta(minutes=5)}
-    assert repo.fair_order(heads, {}, served) == [60, 1, 50]  # carol never served, bob served last
-    assert repo.fair_order(heads, {"alice": 2, "bob": 1}, served, running_cap=2) == [60, 50]  # alice at the cap
-    assert repo.fair_order({None: 3, "bob": 4}, {None: 1}, {}) == [4, 3]  # runs without an owner: one more owner
-    assert repo.fair_order({}, {}, {}) == []
+    assert fair_share.fair_order(heads, {}, served) == [60, 1, 50]  # carol never served, bob served last
+    assert fair_share.fair_order(heads, {"alice": 2, "bob": 1}, served, running_cap=2) == [60, 50]  # alice at the cap
+    assert fair_share.fair_order({None: 3, "bob": 4}, {None: 1}, {}) == [4, 3]  # runs without an owner: one more owner
+    assert fair_share.fair_order({}, {}, {}) == []
 
 
 def _queue(session, owner: str, n: int) -> list[int]:
@@ -38,14 +39,14 @@ def _queue(session, owner: str, n: int) -> list[int]:
 
 def test_a_single_run_behind_a_big_sweep_is_next(session):
     sweep = _queue(session, "alice", 30)
-    assert repo.claim_next(session, "cpu", "w1", ticket=sweep[0]).id == sweep[0]
+    assert fair_share.claim_next(session, "cpu", "w1", ticket=sweep[0]).id == sweep[0]
     session.commit()
     (bobs,) = _queue(session, "bob", 1)
     # alice has one running: the next free worker takes bob's run, whatever message it got
-    run = repo.claim_next(session, "cpu", "w2", ticket=sweep[1])
+    run = fair_share.claim_next(session, "cpu", "w2", ticket=sweep[1])
     assert run.id == bobs and run.ticket == sweep[1] and run.owner == "bob"
     session.commit()
-    assert repo.claim_next(session, "cpu", "w3", ticket=sweep[2]).id == sweep[1]  # then alice's oldest again
+    assert fair_share.claim_next(session, "cpu", "w3", ticket=sweep[2]).id == sweep[1]  # then alice's oldest again
 
 
 def test_round_robin_when_nobody_runs(session):
@@ -53,13 +54,13 @@ def test_round_robin_when_nobody_runs(session):
     b = _queue(session, "bob", 3)
     order = []
     for i in range(6):  # each run finishes before the next is claimed (one worker)
-        run = repo.claim_next(session, "cpu", f"w{i}", ticket=i + 1)
+        run = fair_share.claim_next(session, "cpu", f"w{i}", ticket=i + 1)
         order.append(run.id)
         repo.mark_succeeded(session, run.id)
         session.execute(update(Run).where(Run.id == run.id).values(started_at=utcnow() + timedelta(seconds=i)))
         session.commit()
     assert order == [a[0], b[0], a[1], b[1], a[2], b[2]]
-    assert repo.claim_next(session, "cpu", "w", ticket=99) is None
+    assert fair_share.claim_next(session, "cpu", "w", ticket=99) is None
 
 
 def test_other_queues_and_cancel_requests_are_left_alone(session):
@@ -67,8 +68,8 @@ def test_other_queues_and_cancel_requests_are_left_alone(session):
     (a,) = _queue(session, "alice", 1)
     session.execute(update(Run).where(Run.id == a).values(cancel_requested=True))
     session.commit()
-    assert repo.claim_next(session, "cpu", "w", ticket=a) is None
-    assert repo.claim_next(session, "gpu", "w", ticket=gpu.id).id == gpu.id
+    assert fair_share.claim_next(session, "cpu", "w", ticket=a) is None
+    assert fair_share.claim_next(session, "gpu", "w", ticket=gpu.id).id == gpu.id
 
 
 def test_racing_workers_claim_distinct_runs(db, session):
@@ -79,7 +80,7 @@ def test_racing_workers_claim_distinct_runs(db, session):
     def worker(i: int) -> None:
         start.wait()
         with make_sessionmaker(get_engine(db))() as s:
-            run = repo.claim_next(s, "cpu", f"w{i}", ticket=i + 1)
+            run = fair_share.claim_next(s, "cpu", f"w{i}", ticket=i + 1)
             s.commit()
             rid = None if run is None else run.id
         with lock:
@@ -101,14 +102,14 @@ def test_the_gpu_quota_counts_gpus_held_not_runs(session):
     small = repo.create_run(session, CFG, queue="cpu", owner="alice", gpus=2)
     bobs = repo.create_run(session, CFG, queue="cpu", owner="bob", gpus=4)
     session.commit()
-    assert repo.claim_next(session, "cpu", "w1", ticket=big.id, gpu_cap=4).id == big.id
+    assert fair_share.claim_next(session, "cpu", "w1", ticket=big.id, gpu_cap=4).id == big.id
     session.commit()
     # alice holds 2: her next run (4 GPUs) would make 6, so bob's is next, and then nothing of hers fits
-    assert repo.claim_next(session, "cpu", "w2", ticket=huge.id, gpu_cap=4).id == bobs.id
+    assert fair_share.claim_next(session, "cpu", "w2", ticket=huge.id, gpu_cap=4).id == bobs.id
     session.commit()
-    assert repo.claim_next(session, "cpu", "w3", ticket=small.id, gpu_cap=4) is None
+    assert fair_share.claim_next(session, "cpu", "w3", ticket=small.id, gpu_cap=4) is None
     repo.mark_succeeded(session, big.id)
     session.commit()
-    assert repo.claim_next(session, "cpu", "w4", ticket=small.id, gpu_cap=4).id == huge.id  # 4 fits once 2 are free
+    assert fair_share.claim_next(session, "cpu", "w4", ticket=small.id, gpu_cap=4).id == huge.id  # 4 fits once 2 are free
     session.commit()
-    assert repo.claim_next(session, "cpu", "w5", ticket=small.id, gpu_cap=0).id == small.id  # 0 = no quota
+    assert fair_share.claim_next(session, "cpu", "w5", ticket=small.id, gpu_cap=0).id == small.id  # 0 = no quota
