@@ -45,6 +45,12 @@ class PlacementError(RuntimeError):
     """A run that can never be placed (not: one that waits)."""
 
 
+class NodeLost(RuntimeError):
+    """A node the run trained on left the Ray cluster mid-run (its ranks, rollout server and
+    checkpoints-in-progress with it). The run's checkpoints are on the shared run directory, so a
+    retry resumes from the last one: the platform's worker re-queues the run (worker/runner.py)."""
+
+
 def cluster_address(environ: dict[str, str] | None = None) -> str | None:
     """The operator's Ray cluster (``AERO_RAY_ADDRESS``, else ``RAY_ADDRESS``), or None: a Ray of the run's own."""
     env = os.environ if environ is None else environ

@@ -34,6 +34,7 @@ from backend.db.models import Run
 from backend.db.session import session_scope
 from backend.settings import Settings, get_settings
 from trainer.config import ConfigError, parse_run_config
+from trainer.placement import NodeLost
 from trainer.sinks import MultiSink
 from worker.alerts import AlertSink, early_stop_outcome
 from worker.claim import acquire, worker_identity
@@ -245,6 +246,30 @@ def reconcile_checkpoints(url: str, run: Run, steps: int, out_dir: Path, me: str
     return here
 
 
+def retry_after_node_loss(settings: Settings, run: Run, me: str, exc: BaseException) -> bool:
+    """Re-queue ``run`` after its attempt lost a node (:class:`trainer.placement.NodeLost`) and
+    send a new ticket: the next attempt resumes from the last checkpoint on the shared run
+    directory, and its placement waits, visibly, until the cluster has the nodes again. The run's
+    ``error`` says why while it is queued, and the audit log keeps a ``run.retry`` event per
+    attempt. False when the run is no longer this worker's or a cancel arrived (then it fails)."""
+    from backend.db import audit
+    from backend.queue import enqueue_run
+
+    why = f"attempt {run.attempts} lost a node: {str(exc).splitlines()[0]}"
+    with session_scope(settings.database_url) as s:
+        if not repo.requeue_retry(s, run.id, me, why):
+            return False
+        audit.record(s, "run.retry", user=None, role=None, target=f"run:{run.id}",
+                     before={"attempt": run.attempts, "worker": me, "error": why}, after={"status": "queued"})
+    log.warning("run %s: %s; re-queued for attempt %d", run.id, why, run.attempts + 1)
+    try:
+        enqueue_run(settings, run.id, run.queue)
+    except Exception:  # noqa: BLE001  (a ticket claims the fair pick of its queue, not its own run)
+        log.warning("run %s: could not send its retry's ticket now; the next ticket on queue %s claims it",
+                    run.id, run.queue, exc_info=True)
+    return True
+
+
 def _send_ticket(settings: Settings, queue: str) -> None:
     """With a running quota, a ticket that found only capped owners' runs did nothing: when a run
     ends (a slot frees), send one more ticket if runs are still queued there (an extra ticket
@@ -359,6 +384,11 @@ def _train(settings: Settings, ws: WorkerSettings, run: Run, why: str, me: str) 
         log.exception("run %s failed", run_id)
         if sink is not None:
             _flush_quietly(sink)  # the steps done before the error are real data
+        if isinstance(exc, NodeLost):  # the cluster's failure, not the run's: retried while attempts last
+            if run.attempts < ws.max_attempts and retry_after_node_loss(settings, run, me, exc):
+                return "retry"
+            exc = NodeLost(f"{exc} (the run lost a node on {run.attempts} attempt(s); AERO_MAX_ATTEMPTS="
+                           f"{ws.max_attempts})")
         with session_scope(url) as s:
             ok = repo.mark_failed(s, run_id, error_text(exc), worker=me)
         if ok and alerts is not None:

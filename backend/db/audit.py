@@ -2,7 +2,8 @@
 change that rolls back leaves no record and a committed one always has its record. A quota
 refusal stores nothing else, so it is recorded in a transaction of its own.
 
-Actions: ``run.create``, ``run.patch``, ``run.cancel``, ``run.delete``, ``sweep.create``,
+Actions: ``run.create``, ``run.patch``, ``run.cancel``, ``run.retry`` (a worker re-queued a run
+whose attempt lost a node; user None), ``run.delete``, ``sweep.create``,
 ``sweep.delete``, ``token.create``, ``token.revoke``, ``quota.refuse``. ``user``/``role`` are
 the caller's (None: the operator at the command line, ``aero token create``)."""
 
@@ -17,8 +18,8 @@ from sqlalchemy.orm import Session
 
 from backend.db.models import AuditEvent, Run
 
-Action = Literal["run.create", "run.patch", "run.cancel", "run.resume", "run.delete", "sweep.create", "sweep.delete",
-                 "token.create", "token.revoke", "quota.refuse"]
+Action = Literal["run.create", "run.patch", "run.cancel", "run.resume", "run.retry", "run.delete", "sweep.create",
+                 "sweep.delete", "token.create", "token.revoke", "quota.refuse"]
 ACTIONS: tuple[str, ...] = get_args(Action)
 
 

@@ -280,3 +280,14 @@ def test_the_mapping(monkeypatch, tmp_path):
     assert "in use" in what and "port" in hint
     what, hint = _explained(httpx.ConnectError("[Errno 111] refused", request=httpx.Request("GET", "http://h:1/api/runs")))
     assert what == "cannot reach the API at http://h:1: refused" and "AERO_API_URL" in hint
+
+
+def test_a_lost_node_and_an_unplaceable_run_are_operational_failures():
+    # `aero train` on a cluster: not "unexpected error: NodeLost", which reads as a bug to report
+    from trainer.placement import NodeLost, PlacementError
+
+    what, hint = _explained(NodeLost("node 10.0.0.2 (Ray node id ab) of the run's 2 nodes left the Ray cluster after "
+                                     "step 3; a retry resumes from its last checkpoint, step 3"))
+    assert what.startswith("a node of the run's Ray cluster was lost: node 10.0.0.2") and "resumes" in hint
+    what, hint = _explained(PlacementError("GLOO_SOCKET_IFNAME='nosuch0' matches no network interface on 10.0.0.2"))
+    assert what.startswith("the run cannot be placed: GLOO_SOCKET_IFNAME='nosuch0'") and hint

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from trainer.config import ConfigError, RunConfig, parse_run_config
+from trainer.placement import NodeLost
 from trainer.sinks import JsonlSink, MetricSink
 from trainer.trackers import verl_env
 
@@ -311,12 +312,6 @@ NODE_DEATH_S = 60.0  # after a Ray actor of the run died: how long Ray may take 
 # what a rank's error says when a peer process is gone (Ray's errors by name; gloo's socket errors)
 PEER_LOST = ("ActorDiedError", "NodeDiedError", "ActorUnavailableError", "Connection closed by peer",
              "Connection reset by peer")
-
-
-class NodeLost(RuntimeError):
-    """A node the run trained on left the Ray cluster mid-run (its ranks, rollout server and
-    checkpoints-in-progress with it). The run's checkpoints are on the shared run directory, so a
-    retry resumes from the last one."""
 
 
 def died(error: BaseException) -> bool:

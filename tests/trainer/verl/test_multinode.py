@@ -130,7 +130,8 @@ def where_ranks_are() -> dict:
 def test_two_nodes_a_lost_node_and_the_retry(cluster, tmp_path, monkeypatch):
     """One test, three run_verl calls on one run directory (tests/conftest.py spreads slow tests
     between fast ones of other modules, which would tear the cluster down between tests)."""
-    from trainer.verl.runner import NodeLost, run_verl
+    from trainer.placement import NodeLost
+    from trainer.verl.runner import run_verl
 
     out = tmp_path / "run"
     both = sorted([cluster["head_id"], cluster["node_id"]])

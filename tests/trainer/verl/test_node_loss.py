@@ -9,6 +9,7 @@ import pytest
 
 pytest.importorskip("ray")
 
+from trainer import placement  # noqa: E402
 from trainer.verl import runner  # noqa: E402
 
 
@@ -48,7 +49,7 @@ def test_a_lost_node_is_named_with_the_checkpoint_a_retry_resumes_from(monkeypat
     head, other = ("a" * 56, "10.0.0.1"), ("b" * 56, "10.0.0.2")
     monkeypatch.setattr(runner, "lost_nodes", lambda w: [other])
     relay = Relay(last_step=7)
-    with pytest.raises(runner.NodeLost) as err:
+    with pytest.raises(placement.NodeLost) as err:
         runner.check_nodes(where(head, other), config(tmp_path, 6), relay, cause=KeyError("x"))
     text = str(err.value)
     assert f"node 10.0.0.2 (Ray node id {'b' * 56}) of the run's 2 nodes left the Ray cluster after step 7" in text
@@ -59,7 +60,7 @@ def test_a_lost_node_is_named_with_the_checkpoint_a_retry_resumes_from(monkeypat
 
 def test_without_a_checkpoint_the_retry_starts_over(monkeypatch, tmp_path):
     monkeypatch.setattr(runner, "lost_nodes", lambda w: [("b" * 56, "10.0.0.2")])
-    with pytest.raises(runner.NodeLost, match="it has none yet, so from step 1"):
+    with pytest.raises(placement.NodeLost, match="it has none yet, so from step 1"):
         runner.check_nodes(where(("a" * 56, "10.0.0.1"), ("b" * 56, "10.0.0.2")), config(tmp_path, None), Relay(0))
 
 
