@@ -5,8 +5,9 @@
 # same accounting exactly, the loss to rounding, across a resume, and `aero train` with two ranks),
 # two Ray nodes (tests/trainer/verl/test_multinode.py: a rank on each, a killed node fails the run
 # naming it, the retry resumes), the installed real model (tests/trainer/verl/test_real_model.py: GRPO and
-# AERO on smollm2-135m) and a verl run through the platform (tests/worker/test_verl_e2e.py:
-# REST, a Celery worker, SIGKILL and resume, cancel), which needs PostgreSQL and Redis (scripts/services.sh).
+# AERO on smollm2-135m), a verl run through the platform (tests/worker/test_verl_e2e.py:
+# REST, a Celery worker, SIGKILL and resume, cancel) and a two-node run through the platform that loses
+# a node and is retried (tests/worker/test_verl_node_loss_e2e.py), which needs PostgreSQL and Redis (scripts/services.sh).
 # tests/trainer/verl is collected whole: a new test file there is in this list.
 #
 # verl 0.9.1 pins transformers < 5.11 and pulls ray, so it cannot share the main .venv
@@ -43,5 +44,6 @@ fi
 
 bash scripts/services.sh >/dev/null
 exec "$VENV/bin/python" -m pytest tests/trainer/verl tests/trainer/rollout/test_vllm.py tests/worker/test_verl_e2e.py \
+  tests/worker/test_verl_node_loss_e2e.py \
   tests/worker/test_verl_placement_e2e.py \
   -p no:cacheprovider -W ignore::UserWarning -W ignore::FutureWarning -q "$@"
