@@ -131,6 +131,30 @@ def test_gpu_reservation_on_the_gpu_workers_only():
         assert SERVICES[name]["build"]["args"]["TORCH_INDEX"] == "cpu"
 
 
+def test_the_gpu_image_has_the_verl_and_ray_extras():
+    """GPU workers run verl and place runs through Ray (docs/scale.md): their image installs those
+    extras, named as pyproject.toml names them."""
+    import tomllib
+
+    extras = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
+    assert re.search(r'^ARG EXTRAS=""$', (ROOT / "docker" / "Dockerfile").read_text(), re.M)
+    for name in GPU_WORKERS:
+        wanted = set(resolve_default(SERVICES[name]["build"]["args"]["EXTRAS"]).split(","))
+        assert {"verl", "ray"} <= wanted <= extras, (name, wanted)
+
+
+def gigabytes(size: str) -> float:
+    number, unit = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([kmg]?)b?", size.strip().lower()).groups()
+    return float(number) * {"": 1e-9, "k": 1e-6, "m": 1e-3, "g": 1.0}[unit]
+
+
+def test_workers_have_room_in_shared_memory():
+    """Docker gives a container 64 MiB of /dev/shm: too small for Ray's object store, NCCL and
+    torch's DataLoader workers. Every worker gets shm_size, at least 1 GB by default."""
+    for name in WORKERS:
+        assert gigabytes(resolve_default(SERVICES[name]["shm_size"])) >= 1, name
+
+
 def test_app_services_share_the_image_build_and_data_volume():
     dockerfile = ROOT / SERVICES["api"]["build"]["dockerfile"]
     assert dockerfile.exists()
