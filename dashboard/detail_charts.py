@@ -14,8 +14,8 @@ from dashboard.plotting import Curve, integer_steps, lines_figure
 SYSTEM_KEYS = {  # key -> (panel title, y axis)
     "system/cpu_percent": ("CPU, training process", "% of one core"),
     "system/rss_mb": ("Resident memory, training process", "MiB"),
-    "system/gpu_util_percent": ("GPU utilisation (mean over GPUs)", "%"),
-    "system/gpu_mem_used_mb": ("GPU memory used (all GPUs)", "MiB"),
+    "system/gpu_util_percent": ("GPU utilisation (mean over the run's GPUs)", "%"),
+    "system/gpu_mem_used_mb": ("GPU memory used (the run's GPUs)", "MiB"),
 }
 HISTOGRAM_TITLES = {"pass_rate": ("Per-prompt pass rate", "pass rate (correct / rollouts)"),
                     "length": ("Response length", "response tokens")}

@@ -238,3 +238,39 @@ def test_each_node_sees_the_forwarded_interface_and_a_bogus_one_is_named(cluster
                     assert all(f"node {n[:12]}" in str(e.value) for n in nodes), str(e.value)
             finally:
                 placement.release_groups(groups)
+
+
+def eight_gpus(head: str):
+    """A stand-in pynvml (RunGpus's test hook, shipped to each node's reader) of 8 GPUs: GPU i is
+    10*i % busy with i GiB of 8 used, and 1 % more busy when read off the head node ``head``."""
+    from types import SimpleNamespace
+
+    def util(h):
+        return SimpleNamespace(gpu=10 * h + (ray.get_runtime_context().get_node_id() != head))
+
+    return SimpleNamespace(nvmlInit=lambda: None, nvmlDeviceGetCount=lambda: 8, nvmlDeviceGetHandleByIndex=lambda i: i,
+                           nvmlDeviceGetUUID=lambda h: f"GPU-{h}", nvmlDeviceGetUtilizationRates=util,
+                           nvmlDeviceGetMemoryInfo=lambda h: SimpleNamespace(used=h << 30, total=8 << 30))
+
+
+def test_a_runs_gpu_metrics_are_read_on_each_of_its_nodes_and_cover_its_gpus_only(cluster, monkeypatch):
+    """A two-node run (one GPU on each node): a reader in each node's group reads that node's GPU
+    the run holds (the head's 3 or 5, the joined node's 0) there, and nothing else; without NVML
+    (this machine) the same read gives no GPU keys."""
+    from trainer.system_metrics import GPU_COUNT, GPU_UTIL, RunGpus, SystemMonitor
+
+    monkeypatch.setenv("AERO_RAY_ADDRESS", cluster)
+    with placement.ray_session():
+        head = ray.get_runtime_context().get_node_id()
+        groups = placement.node_groups(1, 2, should_stop=stop_after(60))
+        try:
+            nodes, _, gpu_ids = placement.describe_groups(groups)
+            gpus = RunGpus(groups, gpu_ids, nvml=eight_gpus(head), timeout_s=60)
+            m = SystemMonitor(gpus=gpus).gpu()
+            expect = [[(10.0 * int(i) + (node != head), int(i) << 30, 8 << 30) for i in ids]
+                      for node, ids in zip(nodes, gpu_ids)]
+            assert gpus.per_node == expect and sorted(sum(gpu_ids, [])) in (["0", "3"], ["0", "5"]), (gpus.per_node, gpu_ids)
+            assert m[GPU_COUNT] == 2 and m[GPU_UTIL] == sum(r[0] for n in expect for r in n) / 2
+            assert SystemMonitor(gpus=RunGpus(groups, gpu_ids, timeout_s=60)).gpu() == {}  # no nvidia-ml-py or driver
+        finally:
+            placement.release_groups(groups)

@@ -34,7 +34,7 @@ from trainer.operator_policy import RunPolicy
 from trainer.rollout.base import SamplingParams
 from trainer.rollout_sample import SampleRules
 from trainer.sinks import MetricSink
-from trainer.system_metrics import SystemMonitor
+from trainer.system_metrics import SystemMonitor, device_gpus
 
 
 def validate_lengths(cfg: RunConfig, model: torch.nn.Module) -> None:
@@ -125,7 +125,7 @@ def iter_training(cfg: RunConfig, out_dir: str | Path, sink: MetricSink,
         sink.truncate_after(state.step)  # steps past the checkpoint are re-run, and re-logged
     ctx = step_context(cfg, setup, state)
     ctx.sample_rules = SampleRules.from_policy(policy)  # the operator's rule for the stored rollout sample
-    monitor = SystemMonitor()  # system/* per step: CPU, RSS, GPU where present
+    monitor = SystemMonitor(gpus=device_gpus(setup.device))  # system/* per step: CPU, RSS, the run's own GPU
 
     def run_eval(step: int) -> dict:
         results = evaluate(setup.sampler, setup.task, eval_sampling(cfg), cfg.eval_n, cfg.eval_problems,

@@ -12,8 +12,9 @@ logs every step to ``sink`` (``log``/``log_eval``), resumes from OUT's latest ch
     ray_session (the run's own Ray job)
     node_groups: one placement group per
       node, waits while GPUs are taken
-    runner.run.remote(config, groups) -->  build datasets, PlatformTrainer, workers on the
-                                           held groups (held_pools); fit()
+    runner.run.remote(config, groups, -->  build datasets, PlatformTrainer, workers on the
+      gpu_ids)                             held groups (held_pools); fit(); each step's
+                                           system/gpu_* read on every node (RunGpus)
     relay OUT/verl/*.jsonl -> sink   <----  PlatformLogger -> JsonlSink(OUT/verl)
     should_stop() -> touch OUT/verl/STOP -> polled after each step: checkpoint, stop
     a node of the run dies -> NodeLost naming it (IP, node id) and the checkpoint a retry resumes from
@@ -127,7 +128,9 @@ def build_verl_config(cfg: RunConfig, out_dir: Path, device: str | None = None):
 class PlatformTaskRunner:
     """The Ray task runner (verl's main_ppo_v0.TaskRunner, building an PlatformTrainer)."""
 
-    def run(self, config, groups: list | None = None) -> dict[str, Any]:
+    def run(self, config, groups: list | None = None, gpu_ids: list[list[str]] | None = None) -> dict[str, Any]:
+        """Train ``config`` on the run's placement ``groups`` (one per node), whose Ray GPU ids are
+        ``gpu_ids`` (per group): the GPUs the step's system/gpu_* keys read, on every node."""
         from omegaconf import OmegaConf
         from verl.trainer.main_ppo_v0 import BaseTaskRunner
         from verl.trainer.ppo.utils import create_rl_dataset, create_rl_sampler
@@ -135,6 +138,7 @@ class PlatformTaskRunner:
         from verl.utils.dataset.rl_dataset import collate_fn
         from verl.workers.config import HFModelConfig
 
+        from trainer.system_metrics import NvmlGpus, RunGpus, SystemMonitor
         from trainer.verl.step_metrics import StopRequested, stop_file_flag
         from trainer.verl.trainer import PlatformTrainer
 
@@ -150,6 +154,12 @@ class PlatformTaskRunner:
         train_ds = create_rl_dataset(config.data.train_files, config.data, tokenizer, processor, is_train=True)
         val_ds = create_rl_dataset(config.data.val_files, config.data, tokenizer, processor, is_train=False)
         sink = JsonlSink(out_dir / "verl")
+        # the run's GPUs on each of its nodes (not this actor's node's); none known, or a run on the
+        # CPU (its GPUs are logical): no GPU keys, and no reader process per node
+        on_gpus = groups and gpu_ids and config.trainer.get("device", "cuda") != "cpu"
+        gpus = RunGpus(groups, gpu_ids) if on_gpus else NvmlGpus([])
+        if isinstance(gpus, RunGpus):
+            gpus.start()  # the readers start while verl builds its workers
         trainer = PlatformTrainer(
             config=config, tokenizer=tokenizer, processor=processor, role_worker_mapping=roles.role_worker_mapping,
             resource_pool_manager=held_pools(roles.init_resource_pool_mgr(config), groups),
@@ -157,7 +167,7 @@ class PlatformTaskRunner:
             train_dataset=train_ds, val_dataset=val_ds, collate_fn=collate_fn,
             train_sampler=create_rl_sampler(config.data, train_ds),
             run_cfg=run_cfg, sink=sink, should_stop=stop_file_flag(out_dir / "verl" / "STOP"),
-            model_shape=model_shape(config.actor_rollout_ref.model.path))
+            model_shape=model_shape(config.actor_rollout_ref.model.path), system=SystemMonitor(gpus=gpus))
         trainer.init_workers()
         try:
             trainer.fit()
@@ -284,7 +294,7 @@ def _fit(cfg: RunConfig, config, out_dir: Path, sink: MetricSink, groups: list, 
     runner = ray.remote(num_cpus=1)(PlatformTaskRunner).remote()
     seen, checked = 0, time.monotonic()
     try:
-        ref = runner.run.remote(config, groups)
+        ref = runner.run.remote(config, groups, where.gpu_ids if where is not None else None)
         while not ray.wait([ref], timeout=POLL_S)[0]:
             relay.pump()
             if progress is not None and relay.last_step > seen:

@@ -110,10 +110,11 @@ class PlatformTrainer(RayPPOTrainer):
 
     Extra keyword arguments: ``run_cfg`` (the platform RunConfig), ``sink`` (a MetricSink the
     PlatformLogger writes to), ``should_stop`` (polled after each step), ``model_shape``
-    (N parameters, layers, d_model) for FLOPs."""
+    (N parameters, layers, d_model) for FLOPs, ``system`` (the SystemMonitor sampled each step:
+    the runner's reads the GPUs of every node the run holds; by default the GPUs this actor sees)."""
 
     def __init__(self, *args: Any, run_cfg: RunConfig, sink, should_stop: Callable[[], bool],
-                 model_shape: tuple[int, int, int], **kw: Any):
+                 model_shape: tuple[int, int, int], system: SystemMonitor | None = None, **kw: Any):
         super().__init__(*args, **kw)
         self.run_cfg, self.model_shape = run_cfg, model_shape
         self._extra: dict[str, float] = {}
@@ -128,7 +129,7 @@ class PlatformTrainer(RayPPOTrainer):
         self._detail: dict | None = None
         self.platform_logger = PlatformLogger(sink, extra=self._pop_extra, pending_eval=self._pop_eval,
                                               should_stop=should_stop, on_stop=self._checkpoint_on_stop,
-                                              pending_detail=self._pop_detail, system=SystemMonitor())
+                                              pending_detail=self._pop_detail, system=system or SystemMonitor())
 
     @cached_property
     def _stop_ids(self) -> list[int]:
