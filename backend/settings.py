@@ -24,6 +24,8 @@ AERO_MAX_*             caps on a run config's sizes (steps, batch...)   see docs
 AERO_QUOTA_ACTIVE_RUNS  per user: queued + running runs (0 = no limit)  ``0``
 AERO_QUOTA_RUNNING_RUNS per user: runs running at once (0 = no limit)   ``0``
 AERO_QUOTA_RUN_WORK     per run: steps x batch_prompts x n_total        ``0`` (no limit)
+AERO_PRIORITY_MAX_ADMIN   highest run priority an admin may submit      ``10``
+AERO_PRIORITY_MAX_MEMBER  highest run priority a member may submit      ``5``
 =====================  ===============================================  =======================
 
 The run policy (``AERO_SANDBOX_*``, ``AERO_MAX_*``, ``AERO_DATA_ROOTS``; trainer/operator_policy.py) is
@@ -76,6 +78,12 @@ class Settings(BaseSettings):
     quota_running_runs: int = Field(0, ge=0, validation_alias=AliasChoices("AERO_QUOTA_RUNNING_RUNS", "quota_running_runs"))
     quota_run_work: int = Field(0, ge=0, validation_alias=AliasChoices("AERO_QUOTA_RUN_WORK", "quota_run_work"))
     quota_running_gpus: int = Field(0, ge=0, validation_alias=AliasChoices("AERO_QUOTA_RUNNING_GPUS", "quota_running_gpus"))
+    # The highest run priority (0..10) each role may submit (backend/services/priority.py); a viewer
+    # submits nothing. Above it, the submission answers 422 naming ``priority``.
+    priority_max_admin: int = Field(10, ge=0, le=10, validation_alias=AliasChoices("AERO_PRIORITY_MAX_ADMIN",
+                                                                                   "priority_max_admin"))
+    priority_max_member: int = Field(5, ge=0, le=10, validation_alias=AliasChoices("AERO_PRIORITY_MAX_MEMBER",
+                                                                                   "priority_max_member"))
     # The operator's run policy, from the AERO_SANDBOX_* / AERO_MAX_* / AERO_DATA_ROOTS variables
     # (trainer.operator_policy.ENV); tests pass ``policy=RunPolicy(...)``. Use ``run_policy``.
     policy: RunPolicy = Field(default_factory=RunPolicy.from_env, validation_alias=AliasChoices("policy"))

@@ -17,12 +17,15 @@ from trainer.methods.spec import method_names
 commands = typer.Typer()
 
 
-def submission(methods: list[str], seeds: list[int], sets: dict, name: str | None, tags: list[str]) -> tuple[str, dict]:
-    """(path, body): one run -> POST /runs; several methods or seeds -> POST /sweeps (a grid)."""
+def submission(methods: list[str], seeds: list[int], sets: dict, name: str | None, tags: list[str],
+               priority: int = 0) -> tuple[str, dict]:
+    """(path, body): one run -> POST /runs; several methods or seeds -> POST /sweeps (a grid).
+    ``priority`` (0 = the API's default, left out) goes to the run, or to every run of the sweep."""
+    extra: dict[str, Any] = {"priority": priority} if priority else {}
     if len(methods) == 1 and len(seeds) <= 1:
         config = {**sets, "method": methods[0], **({"seed": seeds[0]} if seeds else {})}
-        return "/runs", {"config": config, "tags": tags, **({"name": name} if name else {})}
-    body: dict[str, Any] = {"base": sets, "methods": methods, "tags": tags}
+        return "/runs", {"config": config, "tags": tags, **({"name": name} if name else {}), **extra}
+    body: dict[str, Any] = {"base": sets, "methods": methods, "tags": tags, **extra}
     if seeds:
         body["seeds"] = seeds
     if name:
@@ -55,6 +58,9 @@ def submit(
     webhook: Annotated[Optional[str], typer.Option("--webhook", help="URL the alerts are POSTed to (its host must be in the "
                                                    "operator's AERO_WEBHOOK_HOSTS).")] = None,
     tracker: Annotated[Optional[list[str]], typer.Option("--tracker", help="wandb | mlflow | tensorboard; repeatable.")] = None,
+    priority: Annotated[int, typer.Option("--priority", min=0, max=10, help=(
+        "0-10: the workers claim a queue's higher-priority runs first, before the fair share. The operator caps it per "
+        "role (a member: 5 by default; `GET /api/me` says yours); above it the API refuses the submission."))] = 0,
     api: ApiOpt = None,
     token: TokenOpt = None,
 ):
@@ -66,7 +72,7 @@ def submit(
         sets_.update(alert_and_tracker_sets(alert, webhook, tracker))
     except ValueError as e:
         raise typer.BadParameter(str(e), param_hint="--alert") from None
-    path, body = submission(methods, seed_list, sets_, name, tag or [])
+    path, body = submission(methods, seed_list, sets_, name, tag or [], priority)
     with client(api, token) as c:
         created = call(c, "POST", path, json=body)
     runs = [created] if path == "/runs" else created["runs"]

@@ -20,7 +20,9 @@ What a run holds (trainer/resources.py):
   heartbeats and checkpoints, and a killed owner frees it (its job's actors die with it).
 
 A request Ray cannot meet yet stays pending in Ray's queue; the run waits (``on_wait`` says for
-what), stays cancellable, and never fails for want of a free GPU.
+what), stays cancellable, and never fails for want of a free GPU. Ray keeps nothing for a pending
+request, so a multi-GPU run waiting past ``AERO_STARVATION_S`` makes smaller runs hold back until
+it is placed (trainer/reservations.py).
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
+
+from trainer.reservations import LIMIT_ENV, Reservation
 
 BUNDLE_CPUS = 3  # logical CPUs per GPU bundle: verl's ResourcePoolManager.max_colocate_count default
 POLL_S = 0.5  # how often a waiting run looks at should_stop and the cluster's free GPUs
@@ -158,9 +162,11 @@ def waiting_text(gpus_per_node: int, nodes: int, node_id: str | None = None) -> 
 
 def _wait(refs: list, gpus_per_node: int, nodes: int, should_stop: Callable[[], bool] | None,
           on_wait: Callable[[str | None], None] | None, give_up_s: float | None = None,
-          node_id: str | None = None) -> bool | None:
+          node_id: str | None = None, reservation: Reservation | None = None) -> bool | None:
     """Wait until every ref is ready: True; False when ``should_stop`` asked to stop; None when
-    some but not all were ready for ``give_up_s`` (a partial hold to let go of)."""
+    some but not all were ready for ``give_up_s`` (a partial hold to let go of), or when
+    ``reservation`` must hold back for a starving larger run (let go of the request, hold back,
+    ask again: trainer/reservations.py). Each poll renews a starving run's reservation."""
     import ray
 
     shown, partial_since = None, None
@@ -170,14 +176,34 @@ def _wait(refs: list, gpus_per_node: int, nodes: int, should_stop: Callable[[], 
             return True
         if should_stop is not None and should_stop():
             return False
+        if reservation is not None and reservation.blocker(waiting=True) is not None:
+            return None
         now = time.monotonic()
         partial_since = (partial_since or now) if ready else None
         if give_up_s is not None and partial_since is not None and now - partial_since > give_up_s:
             return None
-        text = waiting_text(gpus_per_node, nodes, node_id)
+        text = waiting_text(gpus_per_node, nodes, node_id) + (reservation.note() if reservation is not None else "")
         if on_wait is not None and text != shown:
             on_wait(text)
             shown = text
+
+
+def _hold_back(reservation: Reservation, gpus_per_node: int, nodes: int, should_stop: Callable[[], bool] | None,
+               on_wait: Callable[[str | None], None] | None, node_id: str | None = None) -> bool:
+    """Ask Ray for nothing while a starving larger run is registered (trainer/reservations.py): a
+    pending request of ours would take the GPUs it waits for as they free. True to go on and ask;
+    False when ``should_stop`` said stop. ``on_wait`` says whom it holds back for."""
+    shown = None
+    while (blocker := reservation.blocker()) is not None:
+        if should_stop is not None and should_stop():
+            return False
+        text = (waiting_text(gpus_per_node, nodes, node_id) + f"; held back for a run that has waited over "
+                f"{reservation.limit_s:g} s ({LIMIT_ENV}) for {blocker['gpus']} GPU(s)")
+        if on_wait is not None and text != shown:
+            on_wait(text)
+            shown = text
+        time.sleep(POLL_S)
+    return True
 
 
 # ---------------------------------------------------------------- verl: placement groups
@@ -185,7 +211,7 @@ def _wait(refs: list, gpus_per_node: int, nodes: int, should_stop: Callable[[], 
 
 def node_groups(gpus_per_node: int, nodes: int, should_stop: Callable[[], bool] | None = None,
                 on_wait: Callable[[str | None], None] | None = None,
-                bundle_cpus: int = BUNDLE_CPUS) -> list | None:
+                bundle_cpus: int = BUNDLE_CPUS, starvation_s: float | None = None) -> list | None:
     """One ready placement group per node, on ``nodes`` different nodes (``gpus_per_node`` bundles
     of ``{GPU: 1, CPU: bundle_cpus}`` each, STRICT_PACK: the pools verl's ResourcePoolManager makes),
     or None when ``should_stop`` said stop while waiting.
@@ -194,39 +220,65 @@ def node_groups(gpus_per_node: int, nodes: int, should_stop: Callable[[], bool] 
     never holds some nodes while it waits for the rest, so two runs cannot wait on each other),
     which is then exchanged for per-node groups pinned to the gate's nodes. If another run takes
     a GPU in that exchange, the run waits for it; one holding part of its nodes for
-    :data:`REGROUP_S` lets go and starts over after a random pause."""
+    :data:`REGROUP_S` lets go and starts over after a random pause.
+
+    No starvation (trainer/reservations.py): past ``starvation_s`` (None: the operator's
+    ``AERO_STARVATION_S``; 0: off) a multi-GPU request registers and smaller ones hold back for it,
+    before asking Ray and, by letting go of their pending request, while they wait."""
     from ray.util.placement_group import placement_group, remove_placement_group
 
     bundles = [{"GPU": 1, "CPU": bundle_cpus} for _ in range(gpus_per_node)]
-    name = f"aero-{os.getpid()}"
-    if nodes == 1:
-        group = placement_group(bundles, strategy="STRICT_PACK", name=f"{name}-0")
-        if _wait([group.ready()], gpus_per_node, 1, should_stop, on_wait):
-            return [group]
-        remove_placement_group(group)
-        return None
-    while True:
-        gate = placement_group([{"GPU": gpus_per_node, "CPU": gpus_per_node * bundle_cpus}] * nodes,
-                               strategy="STRICT_SPREAD", name=f"{name}-gate")
-        ready = _wait([gate.ready()], gpus_per_node, nodes, should_stop, on_wait)
-        if ready:
-            import ray
+    name = f"aero-{os.getpid()}-{random.getrandbits(24):06x}"  # one per request: a process may place several
+    reservation = Reservation.of(gpus_per_node, nodes, starvation_s, shared=cluster_address() is not None)
+    try:
+        while True:
+            if not _hold_back(reservation, gpus_per_node, nodes, should_stop, on_wait):
+                return None
+            if nodes == 1:
+                group = placement_group(bundles, strategy="STRICT_PACK", name=f"{name}-0")
+                ready = _wait([group.ready()], gpus_per_node, 1, should_stop, on_wait, reservation=reservation)
+                if ready:
+                    return [group]
+                remove_placement_group(group)
+                if ready is False:
+                    return None
+                continue  # held back for a starving larger run: ask again once it is placed
+            groups = _spread_groups(bundles, gpus_per_node, nodes, bundle_cpus, name, should_stop, on_wait, reservation)
+            if groups != []:
+                return groups
+    finally:
+        reservation.release()
 
-            chosen = list(dict.fromkeys(ray.util.placement_group_table(gate)["bundles_to_node_id"].values()))
-        remove_placement_group(gate)
-        if not ready:
-            return None
-        groups = [placement_group(bundles, strategy="STRICT_PACK", name=f"{name}-{i}",
-                                  bundle_label_selector=[{"ray.io/node-id": node}] * gpus_per_node)
-                  for i, node in enumerate(chosen)]
-        done = _wait([g.ready() for g in groups], gpus_per_node, nodes, should_stop, on_wait, give_up_s=REGROUP_S)
-        if done:
-            return groups
-        for g in groups:
-            remove_placement_group(g)
-        if done is False:
-            return None
-        time.sleep(random.uniform(1.0, 5.0))
+
+def _spread_groups(bundles: list[dict], gpus_per_node: int, nodes: int, bundle_cpus: int, name: str,
+                   should_stop: Callable[[], bool] | None, on_wait: Callable[[str | None], None] | None,
+                   reservation: Reservation) -> list | None:
+    """One try of a multi-node request (:func:`node_groups`): the ready per-node groups; None when
+    stopped; [] to try again (held back for a starving run, or a partial hold let go of)."""
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    gate = placement_group([{"GPU": gpus_per_node, "CPU": gpus_per_node * bundle_cpus}] * nodes,
+                           strategy="STRICT_SPREAD", name=f"{name}-gate")
+    ready = _wait([gate.ready()], gpus_per_node, nodes, should_stop, on_wait, reservation=reservation)
+    if ready:
+        chosen = list(dict.fromkeys(ray.util.placement_group_table(gate)["bundles_to_node_id"].values()))
+    remove_placement_group(gate)
+    if not ready:
+        return None if ready is False else []
+    groups = [placement_group(bundles, strategy="STRICT_PACK", name=f"{name}-{i}",
+                              bundle_label_selector=[{"ray.io/node-id": node}] * gpus_per_node)
+              for i, node in enumerate(chosen)]
+    done = _wait([g.ready() for g in groups], gpus_per_node, nodes, should_stop, on_wait, give_up_s=REGROUP_S,
+                 reservation=reservation)
+    if done:
+        return groups
+    for g in groups:
+        remove_placement_group(g)
+    if done is False:
+        return None
+    time.sleep(random.uniform(1.0, 5.0))
+    return []
 
 
 def describe_groups(groups: list) -> tuple[list[str], list[str], list[list[str]]]:
@@ -357,9 +409,10 @@ class GpuHolder:
 
 
 def hold_local_gpus(n: int, should_stop: Callable[[], bool] | None = None,
-                    on_wait: Callable[[str | None], None] | None = None) -> Any | None:
+                    on_wait: Callable[[str | None], None] | None = None, starvation_s: float | None = None) -> Any | None:
     """A ready :class:`GpuHolder` of ``n`` GPUs on this process's own Ray node (the run trains here),
-    or None when ``should_stop`` said stop while waiting."""
+    or None when ``should_stop`` said stop while waiting. It holds back for a starving larger run
+    as :func:`node_groups` does (``starvation_s``; trainer/reservations.py)."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -367,12 +420,21 @@ def hold_local_gpus(n: int, should_stop: Callable[[], bool] | None = None,
     if here is None:
         raise PlacementError("this worker is a Ray client with no Ray node on its host: an embedded run trains on its "
                              "worker's own GPU, so start the worker on a node of the cluster (docs/scale.md)")
-    holder = ray.remote(num_gpus=n, num_cpus=0)(GpuHolder).options(
-        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False)).remote()
-    if not _wait([holder.where.remote()], n, 1, should_stop, on_wait, node_id=here):
-        ray.kill(holder)
-        return None
-    return holder
+    reservation = Reservation.of(n, 1, starvation_s, shared=cluster_address() is not None, node_id=here)
+    try:
+        while True:
+            if not _hold_back(reservation, n, 1, should_stop, on_wait, node_id=here):
+                return None
+            holder = ray.remote(num_gpus=n, num_cpus=0)(GpuHolder).options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False)).remote()
+            ready = _wait([holder.where.remote()], n, 1, should_stop, on_wait, node_id=here, reservation=reservation)
+            if ready:
+                return holder
+            ray.kill(holder)
+            if ready is False:
+                return None
+    finally:
+        reservation.release()
 
 
 def local_cuda_index(ray_gpu_id: str, visible: str | None = None) -> int:

@@ -7,9 +7,10 @@ not mistaken for the old owner; :func:`worker_identity`, :func:`owner_state`). E
 worker makes to its run is conditional on still owning it (worker/runner.py's ``RunControl``).
 
 Fair share: a task message is a *ticket*, not an order for one run. The task for run X claims
-the queued run that the fair-share rule picks on X's queue (``backend.db.fair_share.claim_next``:
-round-robin across owners, the owner with the fewest running runs first, then the one served
-longest ago, each owner's oldest run first), which is X itself when X is the only one queued.
+the queued run that the claim rule picks on X's queue (``backend.db.fair_share.claim_next``: the
+highest priority first; then the fair share: the owner whose running runs hold the fewest GPUs
+first, then the fewest running runs, then the one served longest ago, each owner's oldest run
+first), which is X itself when X is the only one queued.
 Every queued run has one message behind it, so no run is left without one; a message that
 finds nothing to claim (its run was cancelled, another message took it) does nothing. The
 claimed run records the ticket (``runs.ticket``), so a redelivered message goes back to the run

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from trainer.reservations import starvation_limit
+
 
 def _float(name: str, default: float) -> float:
     try:
@@ -60,6 +62,10 @@ class WorkerSettings:
     # re-train silently, and "restart" otherwise (:func:`missing_checkpoint_mode`).
     missing_checkpoint: str = field(
         default_factory=lambda: os.environ.get("AERO_MISSING_CHECKPOINT", "auto").strip().lower())
+    # A run asking for several GPUs that has waited this long for them makes the runs asking for
+    # fewer hold back until it is placed (trainer/reservations.py, which reads it in the run's own
+    # process; parsed here too, so a bad value stops the worker at start naming it). 0 = off.
+    starvation_s: float = field(default_factory=starvation_limit)
 
     def missing_checkpoint_mode(self, nodes: int) -> str:
         """What a lost checkpoint does to a run on ``nodes`` nodes: "restart" or "fail"."""

@@ -113,6 +113,9 @@ class Run(Base):
     waiting_since: Mapped[datetime | None] = mapped_column(DateTime, default=None)
     # Where it trains: the Ray cluster, nodes and GPU ids it was given (trainer/placement.py).
     placement: Mapped[dict[str, Any] | None] = mapped_column(Json, default=None)
+    # The submitter's priority, 0..10 (capped by their role: backend/services/priority.py): the
+    # workers claim a queue's higher-priority runs first, before the fair share (backend/db/fair_share.py).
+    priority: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class StepMetric(Base):

@@ -257,9 +257,10 @@ def create_run(
     sweep_id: int | None = None,
     owner: str | None = None,
     gpus: int = 0,
+    priority: int = 0,
 ) -> Run:
-    """Insert a queued run of ``owner`` that will hold ``gpus`` GPUs. ``config`` is a validated
-    RunConfig as JSON (``model_dump(mode='json')``)."""
+    """Insert a queued run of ``owner`` that will hold ``gpus`` GPUs, claimed by ``priority`` first
+    (backend/db/fair_share.py). ``config`` is a validated RunConfig as JSON (``model_dump(mode='json')``)."""
     run = Run(
         name=name or config.get("name") or f"{config['method']}-seed{config['seed']}",
         method=config["method"],
@@ -273,6 +274,7 @@ def create_run(
         sweep_id=sweep_id,
         owner=owner,
         gpus=gpus,
+        priority=priority,
     )
     session.add(run)
     session.flush()

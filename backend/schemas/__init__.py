@@ -3,7 +3,7 @@ XPublic / XsPublic), one module per feature; this package re-exports them all, s
 import ``from backend.schemas import X``. Run configs are trainer.config.RunConfig, so the
 OpenAPI schema documents every hyperparameter with its paper default.
 
-- ``base``: the shared field types (Tag, Label, Notes, UserName, Role, RunStatus, RunState,
+- ``base``: the shared field types (Tag, Label, Notes, Priority, UserName, Role, RunStatus, RunState,
   UtcDatetime, Override) and ``InputModel``, the base of every request body (unknown fields are a 422);
   ``ConfigBody``, that of the bodies carrying run configs (it notes renamed config fields).
 - ``runs``, ``sweeps``: submitting, changing and listing runs and sweeps.
@@ -33,6 +33,7 @@ from backend.schemas.base import (
     Label,
     Notes,
     Override,
+    Priority,
     Role,
     RunState,
     RunStatus,
@@ -90,7 +91,7 @@ from backend.schemas.system import HealthPublic, Message
 
 __all__ = [
     # base
-    "InputModel", "Label", "Notes", "Override", "Role", "RunState", "RunStatus", "Tag", "UserName", "UtcDatetime",
+    "InputModel", "Label", "Notes", "Override", "Priority", "Role", "RunState", "RunStatus", "Tag", "UserName", "UtcDatetime",
     # runs, sweeps
     "RunCreate", "RunUpdate", "RunPublic", "RunsPublic",
     "SweepCreate", "SweepSummary", "SweepPublic", "SweepsPublic",

@@ -51,6 +51,8 @@ class MePublic(BaseModel):
     token: str = Field(description="The token's name.")
     may_submit: bool
     may_change_others: bool
+    max_priority: int = Field(0, description="The highest run priority this role may submit (the operator's "
+                              "AERO_PRIORITY_MAX_ADMIN / AERO_PRIORITY_MAX_MEMBER; 0 for a viewer).")
     quota: QuotaUsage
 
 

@@ -1,4 +1,4 @@
-"""What the request and response bodies share: the field types (labels, tags, notes, user names, roles, run
+"""What the request and response bodies share: the field types (labels, tags, notes, priorities, user names, roles, run
 statuses and states, UTC datetimes, sweep overrides) and InputModel, the base of every request body."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import (AfterValidator, BaseModel, ConfigDict, ModelWrapValidatorHandler, PrivateAttr, StringConstraints,
-                      model_validator)
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ModelWrapValidatorHandler, PrivateAttr,
+                      StringConstraints, model_validator)
 
 from trainer.config import RENAMED_FIELDS, no_control_chars  # no_control_chars: trainer.safetext's, re-exported
 from backend.services.configs import json_safety_issues, json_shape_issue, string_issue
@@ -46,6 +46,10 @@ Label = Annotated[str, StringConstraints(min_length=1, max_length=200), AfterVal
 Notes = Annotated[str, StringConstraints(max_length=10_000, pattern=r"^[^\x00]*$"), AfterValidator(_storable)]
 UserName = Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(no_control_chars), AfterValidator(_storable)]
 Role = Literal["admin", "member", "viewer"]
+# A run's priority (backend/services/priority.py): the operator caps it per role, 422 above the cap.
+Priority = Annotated[int, Field(ge=0, le=10, description="0..10, default 0: the workers claim a queue's higher-priority "
+                                "runs first, before the fair share. Capped by the submitter's role (the operator's "
+                                "AERO_PRIORITY_MAX_ADMIN, default 10, and AERO_PRIORITY_MAX_MEMBER, default 5).")]
 
 
 # The store keeps naive UTC; the API says so explicitly ("...Z").

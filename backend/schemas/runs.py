@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from trainer.config import RunConfig
-from backend.schemas.base import ConfigBody, InputModel, Label, Notes, RunState, RunStatus, Tag, UtcDatetime
+from backend.schemas.base import ConfigBody, InputModel, Label, Notes, Priority, RunState, RunStatus, Tag, UtcDatetime
 
 
 class RunCreate(ConfigBody):
@@ -17,6 +17,7 @@ class RunCreate(ConfigBody):
     name: Label | None = Field(None, description="Display name; default: config.name, else '<method>-seed<seed>'.")
     tags: list[Tag] = Field(default_factory=list, max_length=32)
     notes: Notes = ""
+    priority: Priority = 0
 
     @classmethod
     def raw_configs(cls, data: dict[str, Any]) -> list[Any]:
@@ -66,6 +67,8 @@ class RunPublic(BaseModel):
                                               "null once placed, and whenever waiting_for is null.")
     placement: dict[str, Any] | None = Field(None, description="Where it trains: the Ray cluster, its nodes and the GPU "
                                              "ids Ray gave it (null: placed by nothing, e.g. a CPU run).")
+    priority: int = Field(0, description="0..10: the workers claim a queue's higher-priority runs first, before the "
+                          "fair share.")
 
     @computed_field(description="The run as lists show it: status, except 'waiting' for a running run that waits for "
                     "its GPUs (waiting_for set). GET /api/runs?status=waiting lists those.")

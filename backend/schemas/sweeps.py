@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, Field
 
 from trainer.config import Method, SharedConfig
-from backend.schemas.base import ConfigBody, Label, Override, Tag, UtcDatetime
+from backend.schemas.base import ConfigBody, Label, Override, Priority, Tag, UtcDatetime
 from backend.schemas.runs import RunPublic
 
 
@@ -29,6 +29,7 @@ class SweepCreate(ConfigBody):
         '(each at most 8 levels deep and 256 keys and list items).',
     )
     tags: list[Tag] = Field(default_factory=list, max_length=32)
+    priority: Priority = 0
 
     @classmethod
     def raw_configs(cls, data: dict[str, Any]) -> list[Any]:

@@ -58,10 +58,11 @@ def enqueue_sweep(session: Session, enqueue: Enqueuer, sweep: Sweep, runs: list[
 def build_sweep(session: Session, *, name: str, base: SharedConfig, methods: list[str], seeds: list[int] | None,
                 overrides: list[dict[str, Any]], tags: list[str], cpu_queue: str = "cpu", gpu_queue: str = "gpu",
                 policy: RunPolicy | None = None, owner: str | None = None,
-                admit: Callable[[Sequence[RunConfig]], None] | None = None) -> tuple[Sweep, list[Run]]:
+                admit: Callable[[Sequence[RunConfig]], None] | None = None,
+                priority: int = 0) -> tuple[Sweep, list[Run]]:
     """Expand and validate the grid (all points, before writing anything), let ``admit`` refuse
     the whole grid (the caller's quotas: all or nothing), then insert the sweep and one queued
-    run per point, owned by ``owner``. The caller commits and enqueues."""
+    run per point, owned by ``owner``, each of ``priority``. The caller commits and enqueues."""
     seeds = seeds or [base.seed]
     n = len(methods) * len(seeds) * len(overrides)
     if n > MAX_RUNS_PER_SWEEP:
@@ -90,7 +91,7 @@ def build_sweep(session: Session, *, name: str, base: SharedConfig, methods: lis
     runs = [
         repo.create_run(session, cfg.model_dump(mode="json"), queue=queue_for(cfg, cpu_queue, gpu_queue),
                         name=run_name(name, p, len(overrides)), tags=tags, sweep_id=sweep.id, owner=owner,
-                        gpus=run_gpus(cfg))
+                        gpus=run_gpus(cfg), priority=priority)
         for p, cfg in zip(points, configs)
     ]
     return sweep, runs

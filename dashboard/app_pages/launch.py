@@ -99,7 +99,7 @@ def model_fields(choice: str, doc: dict) -> dict[str, Any]:
     return out
 
 
-def submit(methods: list[str], config: dict, seeds_text: str, name: str, tags_text: str) -> None:
+def submit(methods: list[str], config: dict, seeds_text: str, name: str, tags_text: str, priority: int = 0) -> None:
     errors: dict[str, str] = {}
     try:
         seeds = forms.parse_list(seeds_text, int)
@@ -112,6 +112,8 @@ def submit(methods: list[str], config: dict, seeds_text: str, name: str, tags_te
         st.session_state[ERRORS] = errors
         return
     kind, body = forms.submission(methods, seeds, config, name=name, tags=forms.parse_list(tags_text))
+    if priority:  # the run's (every run's of a sweep), not its config's; 0 is the API's default
+        body["priority"] = priority
     try:
         created = ui.client().create_run(body) if kind == "run" else ui.client().create_sweep(body)
     except ApiError as e:
@@ -165,20 +167,27 @@ def main() -> None:
                         config[spec.path] = forms.from_widget(spec, widget(launch_extras.with_default(spec, clone)))
         extras = launch_extras.inputs(clone)
         field_error("alerts.rules")
-        c1, c2, c3 = st.columns(3)
+        who = ui.me()
+        c1, c2, c3, c4 = st.columns([3, 3, 3, 2])
         seeds_text = c1.text_input("Seeds", value="0", help="Comma-separated; several seeds make a sweep.", key="f_seeds")
         with c1:
             field_error("seeds")
         name = c2.text_input("Name (optional)", key="f_name", help="Default: <method>-seed<seed>.")
         tags_text = c3.text_input("Tags", key="f_tags", help="Comma-separated labels to filter runs by.",
                                   value=", ".join(clone["tags"]) if clone else "")
+        cap = f" (yours: {who['max_priority']})" if who and "max_priority" in who else ""
+        priority = int(c4.number_input(
+            "Priority", min_value=0, max_value=10, step=1, value=int(clone.get("priority") or 0) if clone else 0,
+            key="f_priority", help="0-10: the workers start a queue's higher-priority runs first, before the fair share. "
+            f"The operator caps it per role{cap}."))
+        with c4:
+            field_error("priority")
         general = st.session_state.get(ERRORS, {})
         known = {s.path for specs in sections.values() for s in specs} | {"seeds", "methods", "model_path", "task",
-                                                                          "train_data", "alerts.rules"}
+                                                                          "train_data", "alerts.rules", "priority"}
         for path, msg in general.items():
             if path not in known:
                 st.error(ui.md(f"{path}: {msg}" if path else msg), icon=":material/error:")
-        who = ui.me()
         read_only = who is not None and not who.get("may_submit")  # a viewer token: no Launch (no token: the API says why)
         if read_only:
             st.caption(ui.access_note())
@@ -190,7 +199,7 @@ def main() -> None:
             st.session_state[ERRORS] = {"alerts.rules": str(e)}
         else:
             submit(methods, dotted.nest({**launch_extras.base_config(clone, menu, methods), **config}), seeds_text, name,
-                   tags_text)
+                   tags_text, priority)
         st.rerun()
     show_result()
 

@@ -44,6 +44,12 @@ def test_several_seeds_or_methods_is_a_sweep():
     assert path == "/sweeps" and body == {"base": {}, "methods": ["grpo", "aero"], "tags": [], "name": "s"}
 
 
+def test_a_priority_goes_into_the_run_or_sweep_body():
+    assert submission(["aero"], [], {}, None, [], priority=3)[1] == {"config": {"method": "aero"}, "tags": [], "priority": 3}
+    assert submission(["aero", "grpo"], [], {}, None, [], priority=2)[1]["priority"] == 2
+    assert "priority" not in submission(["aero"], [], {}, None, [])[1]  # 0: the API's default, not sent
+
+
 def test_demo_sweep_is_grpo_dapo_aero_on_tiny():
     body = demo_sweep()
     assert body["methods"] == ["grpo", "dapo", "aero"] and body["base"]["preset"] == "tiny" and body["base"]["steps"] == 60

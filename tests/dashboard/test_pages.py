@@ -155,6 +155,17 @@ def test_launch_submits_a_run_to_the_api(fresh_api, use_api):
     assert run["config"]["aero"]["n_explore"] == 8 and run["tags"] == ["smoke", "ui"]
 
 
+def test_launch_sends_the_runs_priority(fresh_api, use_api):
+    use_api(fresh_api)  # an admin token: priority up to 10 (AERO_PRIORITY_MAX_ADMIN)
+    at = open_page("launch")
+    assert "yours: 10" in at.number_input(key="f_priority").help
+    at.number_input(key="f_priority").set_value(7)
+    submit(at)
+    no_errors(at)
+    [(run_id, _)] = fresh_api.enqueued
+    assert httpx.get(f"{fresh_api.url}/api/runs/{run_id}").json()["priority"] == 7
+
+
 @pytest.mark.parametrize("typed,stored", [("", 0), ("0", 0), ("1", 1)])
 def test_launch_can_ask_for_zero_gpus_or_leave_the_count_to_the_platform(fresh_api, use_api, typed, stored):
     # empty = auto: the API resolves it once at submit (an embedded CPU run holds 0); 0 is a value of its own

@@ -22,6 +22,7 @@ from backend.schemas import (
     TokensPublic,
     UserName,
 )
+from backend.services.priority import priority_cap
 from backend.services.quotas import usage
 
 router = APIRouter(tags=["access"])
@@ -40,7 +41,8 @@ def me(session: SessionDep, settings: SettingsDep, who: AnyTokenDep):
     """The caller's user, role, what the role allows, and their quota usage (the dashboard hides
     the actions a token may not take from this)."""
     return MePublic(user=who.user, role=who.role, token=who.token_name, may_submit=who.may_write,
-                    may_change_others=who.is_admin, quota=_quota(session, settings, who.user))
+                    may_change_others=who.is_admin, max_priority=priority_cap(settings, who.role),
+                    quota=_quota(session, settings, who.user))
 
 
 def _token_public(tok, user: str) -> dict:

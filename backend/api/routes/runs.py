@@ -14,6 +14,7 @@ from backend.db import runs as repo
 from backend.db.models import Run
 from backend.schemas import RunCreate, RunPublic, RunsPublic, RunState, RunUpdate, Tag, UserName
 from backend.services.configs import queue_for, run_gpus, validate_config
+from backend.services.priority import check_priority
 from backend.services.quotas import Quotas, admit, run_work
 from backend.services.submit import enqueue_or_fail
 from trainer.config import ConfigError
@@ -34,17 +35,20 @@ def _changeable(session, run_id: int, who: Principal, verb: str) -> Run:
              responses={**FORBIDDEN, **QUOTA, 503: {"description": "Broker unreachable; the run is marked failed."}})
 def create_run(body: RunCreate, session: SessionDep, settings: SettingsDep, enqueue: EnqueueDep, who: TokenDep,
                response: Response):
-    """Validate the config (422 names each bad field), check the caller's quotas (429 names the
-    limit and the usage), store a queued run owned by the caller, enqueue it."""
+    """Validate the config (422 names each bad field) and the priority against the caller's role's
+    cap (422 naming ``priority``), check the caller's quotas (429 names the limit and the usage),
+    store a queued run owned by the caller, enqueue it."""
     warn_renamed(response, body.renamed)  # a renamed config field: stored under its new name, said in a header
     try:
         # cross-field rules and the operator's policy; per-field rules already ran on RunCreate
         cfg = validate_config(body.config, settings.run_policy)
     except ConfigError as e:
         raise config_validation_error(e, ["body", "config"]) from None
+    check_priority(body.priority, settings, who.role)
     admit(session, Quotas.of(settings), who.user, who.role, [run_work(cfg)], [run_gpus(cfg)])
     run = repo.create_run(session, cfg.model_dump(mode="json"), queue=queue_for(cfg, settings.cpu_queue, settings.gpu_queue),
-                          name=body.name, tags=body.tags, notes=body.notes, owner=who.user, gpus=run_gpus(cfg))
+                          name=body.name, tags=body.tags, notes=body.notes, owner=who.user, gpus=run_gpus(cfg),
+                          priority=body.priority)
     audit.record(session, "run.create", user=who.user, role=who.role, target=f"run:{run.id}", after=audit.run_state(run))
     session.commit()
     return enqueue_or_fail(session, enqueue, [run])[0]

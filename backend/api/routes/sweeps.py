@@ -17,6 +17,7 @@ from backend.db.models import RUN_STATUSES
 from backend.schemas import RunPublic, SweepCreate, SweepPublic, SweepsPublic, SweepSummary
 from backend.services.configs import MAX_JSON_DEPTH, json_shape_issue
 from backend.services.configs import run_gpus
+from backend.services.priority import check_priority
 from backend.services.quotas import Quotas, admit, run_work
 from backend.services.sweep_submit import SweepConfigError, SweepTooLarge, build_sweep, enqueue_sweep
 
@@ -50,10 +51,12 @@ def _public(sweep, runs) -> SweepPublic:
 def create_sweep(body: SweepCreate, session: SessionDep, settings: SettingsDep, enqueue: EnqueueDep, who: TokenDep,
                  response: Response):
     """One run per (override, method, seed), all or nothing: every config is validated before
-    anything is stored (422 names the field, under ``base`` or ``overrides[i]``), the whole grid
+    anything is stored (422 names the field, under ``base`` or ``overrides[i]``, or ``priority``
+    above the caller's role's cap; every run gets the sweep's priority), the whole grid
     is checked against the caller's quotas (429: none of it is stored), the sweep and its runs
     are one transaction, and if the broker refuses any task they are deleted (503)."""
     warn_renamed(response, body.renamed)  # a renamed config field: read as its new one, said in a header
+    check_priority(body.priority, settings, who.role)
     quotas = Quotas.of(settings)
 
     def admit_grid(configs) -> None:
@@ -62,7 +65,8 @@ def create_sweep(body: SweepCreate, session: SessionDep, settings: SettingsDep, 
     try:
         sweep, runs = build_sweep(session, name=body.name, base=body.base, methods=list(body.methods), seeds=body.seeds,
                                   overrides=body.overrides, tags=body.tags, cpu_queue=settings.cpu_queue, gpu_queue=settings.gpu_queue,
-                                  policy=settings.run_policy, owner=who.user, admit=admit_grid)
+                                  policy=settings.run_policy, owner=who.user, admit=admit_grid,
+                                  priority=body.priority)
     except SweepConfigError as e:
         raise config_validation_error(e.error, e.loc) from None
     except SweepTooLarge as e:

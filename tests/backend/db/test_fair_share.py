@@ -1,7 +1,8 @@
-"""The workers' fair-share rule (backend/db/fair_share.py: fair_order, claim_next), pure and on both
-stores: round-robin across owners (fewest running first, then the owner served longest ago,
-each owner's oldest run first), owners at the running quota skipped, and a claim that two
-workers race for won by exactly one of them."""
+"""The workers' claim rule (backend/db/fair_share.py: fair_order, claim_next), pure and on both
+stores: a higher priority first; then the fair share, weighted by the GPUs each owner's running
+runs hold (then fewest running, then the owner served longest ago, each owner's oldest run first);
+owners at the running quota skipped; and a claim that two workers race for won by exactly one of
+them."""
 
 from __future__ import annotations
 
@@ -22,17 +23,38 @@ T0 = datetime(2026, 1, 1)
 
 def test_fair_order_fewest_running_then_least_recently_served_then_oldest():
     heads = {"alice": 1, "bob": 50, "carol": 60}
-    assert fair_share.fair_order(heads, {}, {}) == [1, 50, 60]  # nobody running or served: oldest first
-    assert fair_share.fair_order(heads, {"alice": 1}, {}) == [50, 60, 1]  # alice runs one: the others first
+    assert fair_share.fair_order(heads, {}, {}, {}) == [1, 50, 60]  # nobody running or served: oldest first
+    assert fair_share.fair_order(heads, {}, {"alice": 1}, {}) == [50, 60, 1]  # alice runs one: the others first
     served = {"alice": T0, "bob": T0 + timedelta(minutes=5)}
-    assert fair_share.fair_order(heads, {}, served) == [60, 1, 50]  # carol never served, bob served last
-    assert fair_share.fair_order(heads, {"alice": 2, "bob": 1}, served, running_cap=2) == [60, 50]  # alice at the cap
-    assert fair_share.fair_order({None: 3, "bob": 4}, {None: 1}, {}) == [4, 3]  # runs without an owner: one more owner
-    assert fair_share.fair_order({}, {}, {}) == []
+    assert fair_share.fair_order(heads, {}, {}, served) == [60, 1, 50]  # carol never served, bob served last
+    assert fair_share.fair_order(heads, {}, {"alice": 2, "bob": 1}, served, running_cap=2) == [60, 50]  # alice at the cap
+    assert fair_share.fair_order({None: 3, "bob": 4}, {}, {None: 1}, {}) == [4, 3]  # runs without an owner: one more owner
+    assert fair_share.fair_order({}, {}, {}, {}) == []
 
 
-def _queue(session, owner: str, n: int) -> list[int]:
-    ids = [repo.create_run(session, CFG, queue="cpu", owner=owner).id for _ in range(n)]
+def test_fair_order_weighs_owners_by_the_gpus_they_hold_not_their_runs():
+    heads = {"alice": 1, "bob": 50, "carol": 60}
+    # alice runs one 4-GPU run, bob two 1-GPU runs, carol three CPU runs: by runs alice would go first
+    held, running = {"alice": 4, "bob": 2, "carol": 0}, {"alice": 1, "bob": 2, "carol": 3}
+    assert fair_share.fair_order(heads, held, running, {}) == [60, 50, 1]
+    # equal GPUs: fewer running runs first, then the owner served longest ago
+    assert fair_share.fair_order(heads, {"alice": 2, "bob": 2}, {"alice": 2, "bob": 1}, {}) == [60, 50, 1]
+    served = {"alice": T0, "bob": T0 + timedelta(minutes=5)}
+    assert fair_share.fair_order(heads, {"alice": 2, "bob": 2, "carol": 2}, {}, served) == [60, 1, 50]
+
+
+def test_fair_order_takes_a_higher_priority_first_whoever_holds_more():
+    heads = {"alice": 1, "bob": 50, "carol": 60}
+    held = {"alice": 8}
+    assert fair_share.fair_order(heads, held, {}, {}, priority={1: 5}) == [1, 50, 60]  # alice's priority 5 first
+    assert fair_share.fair_order(heads, held, {}, {}, priority={1: 5, 60: 7}) == [60, 1, 50]
+    assert fair_share.fair_order(heads, held, {}, {}, priority={1: 0, 50: 0}) == [50, 60, 1]  # all 0: the fair share
+    # the running quota still holds back an owner at it, whatever the priority
+    assert fair_share.fair_order(heads, held, {"alice": 1}, {}, running_cap=1, priority={1: 9}) == [50, 60]
+
+
+def _queue(session, owner: str, n: int, priority: int = 0) -> list[int]:
+    ids = [repo.create_run(session, CFG, queue="cpu", owner=owner, priority=priority).id for _ in range(n)]
     session.commit()
     return ids
 
@@ -113,3 +135,37 @@ def test_the_gpu_quota_counts_gpus_held_not_runs(session):
     assert fair_share.claim_next(session, "cpu", "w4", ticket=small.id, gpu_cap=4).id == huge.id  # 4 fits once 2 are free
     session.commit()
     assert fair_share.claim_next(session, "cpu", "w5", ticket=small.id, gpu_cap=0).id == small.id  # 0 = no quota
+
+
+def test_the_claim_weighs_gpus_held(session):
+    """alice's one 4-GPU run holds more than bob's two 1-GPU runs: bob's next run is claimed first,
+    though he runs more runs."""
+    a4 = repo.create_run(session, CFG, queue="cpu", owner="alice", gpus=4)
+    b1 = [repo.create_run(session, CFG, queue="cpu", owner="bob", gpus=1) for _ in range(2)]
+    session.commit()
+    for i, rid in enumerate([a4.id, *(r.id for r in b1)]):
+        assert repo.claim_run(session, rid, f"w{i}") is not None
+    session.commit()
+    (alices,) = _queue(session, "alice", 1)
+    (bobs,) = _queue(session, "bob", 1)
+    assert fair_share.claim_next(session, "cpu", "w9", ticket=alices).id == bobs
+    session.commit()
+    assert fair_share.claim_next(session, "cpu", "w10", ticket=bobs).id == alices
+
+
+def test_a_higher_priority_is_claimed_first_within_its_queue(session):
+    old = _queue(session, "alice", 2)
+    (bobs_low,) = _queue(session, "bob", 1)
+    (bobs_high,) = _queue(session, "bob", 1, priority=3)
+    gpu = repo.create_run(session, CFG, queue="gpu", owner="carol", priority=10)  # another queue: not a candidate
+    session.commit()
+    assert fair_share.queued_heads(session, "cpu") == ({"alice": old[0], "bob": bobs_high}, {old[0]: 0, bobs_high: 3})
+    order = []
+    for i in range(4):
+        run = fair_share.claim_next(session, "cpu", f"w{i}", ticket=old[0])
+        order.append(run.id)
+        session.execute(update(Run).where(Run.id == run.id).values(started_at=utcnow() + timedelta(seconds=i)))
+        session.commit()
+    # bob's priority-3 run first, although it is the newest; then the fair share (bob runs one, alice none)
+    assert order == [bobs_high, old[0], bobs_low, old[1]]
+    assert fair_share.claim_next(session, "gpu", "w", ticket=gpu.id).id == gpu.id
