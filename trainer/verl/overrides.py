@@ -162,6 +162,9 @@ def to_overrides(cfg: RunConfig, *, out_dir: str | Path, train_file: str | Path,
         "actor_rollout_ref.rollout.temperature": cfg.temperature,
         "actor_rollout_ref.rollout.top_p": cfg.top_p,
         "actor_rollout_ref.rollout.seed": cfg.seed,
+        # request ids det-<sample index>, routed to one replica: our HF server keys each sample's
+        # draws by them (trainer/verl/plugins/hf_rollout.py), so a seed gives the same tokens
+        "actor_rollout_ref.rollout.full_determinism": cfg.sampler == "hf",
         "actor_rollout_ref.rollout.tensor_model_parallel_size": tensor_parallel,
         "actor_rollout_ref.rollout.gpu_memory_utilization": gpu_memory_utilization,
         "actor_rollout_ref.rollout.agent.num_workers": agent_workers,

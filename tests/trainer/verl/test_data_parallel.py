@@ -2,11 +2,12 @@
 FSDP ranks (gloo processes on two logical Ray GPUs) and two rollout replicas, and trains what one
 rank trains.
 
-The comparison needs both runs to sample the same tokens. The shipped HF rollout server does not
-(one generator per replica, drawn in request-arrival order: two dp=1 runs of one seed already
-differ), so these runs use the order-independent server of aero_det_rollout.py (verl's
-``rollout.full_determinism``; each request's draws keyed on its sample index). Everything else
-is the shipped path: verl's RayPPOTrainer, FSDP2 over gloo, our trainer, checkpoints, resume.
+The comparison needs both runs to sample the same tokens: the shipped HF rollout server keys each
+sample's draws by its request (verl's ``rollout.full_determinism``: ``det-<sample index>``, the
+rollout seed and the step; trainer/verl/plugins/hf_rollout.py), so the tokens depend neither on
+the order requests arrive in nor on which of the two replicas serves them. Everything is the
+shipped path: verl's RayPPOTrainer, FSDP2 over gloo, our trainer and rollout server, checkpoints,
+resume.
 
 Per step, dp=2 equals dp=1 exactly in every count and accounting metric (rollouts and tokens
 generated and trained, FLOPs, rewards, strata, AERO's rescue and savings counts); the losses,
@@ -29,22 +30,22 @@ import pytest
 
 pytest.importorskip("verl")
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import aero_det_rollout  # noqa: E402
-
 from trainer.config import for_method, parse_run_config  # noqa: E402
 from trainer.sinks import MemorySink  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
 TINY = {"engine": "verl", "device": "cpu", "steps": 3, "batch_prompts": 8, "n_total": 8, "eval_every": 0,
-        "eval_problems": 8, "eval_n": 4, "checkpoint_every": 1, "aero": {"n_explore": 4}, "seed": 3}
+        "eval_problems": 8, "eval_n": 4, "checkpoint_every": 1, "keep_checkpoints": 3, "aero": {"n_explore": 4},
+        "seed": 3}
 REL, ABS = 1e-5, 1e-7
 # float results of the update: equal up to the ranks' reduction order
 CLOSE = ("loss/policy", "train/grad_norm", "train/entropy", "train/approx_kl", "train/clip_frac")
-# wall-clock (time/*, savings/*_s, system/*), verl's own names (its timings and throughput), and
-# train/pad_rows (the masked rows that even the update out over the ranks: dp-dependent by design)
+# wall-clock (time/*, savings/*_s, system/*) and verl's own names (its timings and throughput)
 SKIP_PREFIXES = ("time/", "system/", "verl/")
+# the masked rows that even the update out over the ranks, and the rollout servers' batched calls
+# (one server per rank; how requests bunch into batches is timing): dp-dependent by design
+DP_DEPENDENT = ("train/pad_rows", "rollout/engine_calls")
 TIMES: dict[str, float] = {}
 DIFFS: dict[str, float] = {}
 
@@ -54,11 +55,6 @@ def report():
     yield
     print("\n[verl dp] wall seconds per run: " + ", ".join(f"{k} {v:.0f}" for k, v in TIMES.items()))
     print("[verl dp] max |dp2 - dp1|: " + ", ".join(f"{k} {v:.2g}" for k, v in DIFFS.items()))
-
-
-@pytest.fixture
-def order_independent_rollouts(monkeypatch):
-    aero_det_rollout.enable(monkeypatch)
 
 
 def config(method: str, ranks: int):
@@ -102,7 +98,7 @@ def compare(ref: dict[int, dict], got: dict[int, dict], steps) -> None:
         assert set(a) == set(b), (s, set(a) ^ set(b))
         for k, va in a.items():
             vb = b[k]
-            if k.startswith(SKIP_PREFIXES) or k.endswith("_s") or k == "train/pad_rows":
+            if k.startswith(SKIP_PREFIXES) or k.endswith("_s") or k in DP_DEPENDENT:
                 continue
             if k in CLOSE:
                 DIFFS[k] = max(DIFFS.get(k, 0.0), abs(va - vb))
@@ -122,10 +118,9 @@ def assert_trained(run, method: str) -> None:
 
 def assert_two_ranks(run, out: Path, steps) -> None:
     """Ray's view while the run trained: one WorkerDict actor (verl's actor + rollout + ref) per
-    rank and one rollout replica per rank (this module's order-independent HF server); verl's own
+    rank and one rollout replica per rank (the shipped HF server); verl's own
     record: each checkpoint it wrote holds one model/optimizer shard per rank of a world of 2."""
-    assert run.workers.get("WorkerDict") == run.workers.get("OrderIndependentServer") == 2, run.workers
-    assert "HFRolloutServer" not in run.workers, run.workers
+    assert run.workers.get("WorkerDict") == run.workers.get("HFRolloutServer") == 2, run.workers
     assert sorted(map(tuple, run.summary["placement"]["gpu_ids"])) == [("0", "1")]
     for step in steps:
         actor = out / "verl_checkpoints" / f"global_step_{step}" / "actor"
@@ -138,17 +133,17 @@ def assert_two_ranks(run, out: Path, steps) -> None:
 # modules, which tears a module's fixtures down between its tests.
 
 
-def test_grpo_two_ranks_train_what_one_rank_trains(order_independent_rollouts, tmp_path):
+def test_grpo_two_ranks_train_what_one_rank_trains(tmp_path):
     ref = Run("grpo dp1", tmp_path / "dp1", config("grpo", 1))
     dp2 = Run("grpo dp2", tmp_path / "dp2", config("grpo", 2))
     assert_trained(ref, "grpo")
     assert_trained(dp2, "grpo")
     compare(ref.sink.steps, dp2.sink.steps, range(1, 4))
-    assert ref.workers.get("WorkerDict") == ref.workers.get("OrderIndependentServer") == 1, ref.workers
+    assert ref.workers.get("WorkerDict") == ref.workers.get("HFRolloutServer") == 1, ref.workers
     assert_two_ranks(dp2, tmp_path / "dp2", range(1, 4))
 
 
-def test_aero_two_ranks_train_what_one_rank_trains_across_a_resume(order_independent_rollouts, tmp_path):
+def test_aero_two_ranks_train_what_one_rank_trains_across_a_resume(tmp_path):
     """dp=2 stopped after its first step (a checkpoint) and resumed on the same directory to 3
     steps: the resume path GRPO's stock fit shares, plus the curation state AERO saves beside
     each checkpoint."""
@@ -177,8 +172,8 @@ def test_aero_two_ranks_train_what_one_rank_trains_across_a_resume(order_indepen
 
 
 def test_aero_train_cli_with_two_ranks(tmp_path):
-    """``aero train --engine verl --set resources.gpus_per_node=2`` (the shipped rollout server,
-    no test plugin): two ranks, every rollout trained, each step once, shards of a world of 2."""
+    """``aero train --engine verl --set resources.gpus_per_node=2``: two ranks, every rollout
+    trained, each step once, shards of a world of 2."""
     out = tmp_path / "cli"
     env = {k: v for k, v in os.environ.items()
            if k not in ("AERO_VERL_OVERRIDES", "VERL_USE_EXTERNAL_MODULES", "PYTHONPATH")}

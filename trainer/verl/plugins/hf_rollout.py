@@ -25,6 +25,15 @@ once as garbage samples. Sampling: temperature, top_p, greedy (temperature 0); t
 repetition penalties are refused (the platform never sets them). Log-probs are of the sampled
 token under the temperature-scaled full softmax (the embedded sampler's convention, which is
 vLLM's "processed_logprobs").
+
+Reproducible: with ``rollout.full_determinism`` (on for this server, trainer/verl/overrides.py)
+verl's agent loop names each request ``det-<its sample index in the generate call>`` and routes
+an id to the same replica every time. Each such request samples from its own key (trainer/
+rollout/keyed.py: counter-based draws), made of the rollout seed, the global step, the index and
+how many times this step served that id, so its tokens depend on neither the order requests
+arrive in, nor the batch they land in, nor the data-parallel size: two runs of one seed sample
+the same tokens. Requests are still batched (one prefill per distinct prompt, one decode). A
+request without such an id (another agent loop) draws from the replica's stream.
 """
 
 from __future__ import annotations
@@ -51,9 +60,24 @@ BATCH_WINDOW_S = 0.02  # a batch closes after this long without a new request
 @dataclass
 class _Request:
     prompt_ids: list[int]
-    key: tuple
+    key: tuple  # the sampling settings, and whether the request has a row key: one batch per key
     future: asyncio.Future
+    row_key: int | None = None  # its keyed draws (module docstring), or None: the replica's stream
     arrived: float = field(default_factory=time.perf_counter)
+
+
+DET_PREFIX = "det-"  # verl's request ids under rollout.full_determinism
+
+
+def request_key(seed: int, step: int, request_id: str, nth: int) -> int | None:
+    """The sampling key of a ``det-<index>`` request served for the ``nth`` time in ``step``, or None
+    for any other id: trainer/rollout/keyed.py's row key of (seed and step, index, nth)."""
+    from trainer.rollout.keyed import row_key, splitmix64_ref
+
+    index = str(request_id).removeprefix(DET_PREFIX)
+    if not str(request_id).startswith(DET_PREFIX) or not index.isdigit():
+        return None
+    return row_key(splitmix64_ref((int(seed) * 1_000_003 + int(step)) & ((1 << 64) - 1)), int(index), nth)
 
 
 def _sampling_key(params: dict[str, Any], response_length: int, prompt_len: int, max_model_len: int | None) -> tuple:
@@ -109,6 +133,7 @@ class HFRolloutServer:
         self.sampler = EmbeddedEngine(self.model, eos_id=stop_ids(path, tok), pad_id=pad, device=self.device,
                                       dtype=dtype)
         self.generator = torch.Generator(self.device).manual_seed(int(config.seed))
+        self.step, self.served = 0, {}  # the global step, and how often each det- id was served in it
         self.pending: list[_Request] = []
         self._worker: asyncio.Task | None = None
         self._arrival: asyncio.Event | None = None
@@ -125,8 +150,11 @@ class HFRolloutServer:
     async def generate(self, prompt_ids, sampling_params: dict[str, Any], request_id: str, **_: Any) -> TokenOutput:
         prompt = [int(t) for t in (prompt_ids.tolist() if hasattr(prompt_ids, "tolist") else prompt_ids)]
         key = _sampling_key(sampling_params, self.config.response_length, len(prompt), self.config.max_model_len)
+        nth = self.served.get(request_id, 0)
+        self.served[request_id] = nth + 1
+        row_key = request_key(int(self.config.seed), self.step, request_id, nth)
         loop = asyncio.get_running_loop()
-        req = _Request(prompt, key, loop.create_future())
+        req = _Request(prompt, (*key, row_key is not None), loop.create_future(), row_key)
         self.pending.append(req)
         if self._arrival is None:
             self._arrival = asyncio.Event()
@@ -149,8 +177,9 @@ class HFRolloutServer:
             batch = [r for r in self.pending if r.key == key][:cap]
             taken = set(map(id, batch))
             self.pending = [r for r in self.pending if id(r) not in taken]
+            keys = [r.row_key for r in batch] if key[-1] else None
             try:
-                outs = await asyncio.to_thread(self._sample, [r.prompt_ids for r in batch], key)
+                outs = await asyncio.to_thread(self._sample, [r.prompt_ids for r in batch], key[:-1], keys)
             except Exception as e:  # noqa: BLE001 (every waiting request gets the error, none hangs)
                 for r in batch:
                     r.future.set_exception(e)
@@ -158,13 +187,13 @@ class HFRolloutServer:
             for r, out in zip(batch, outs):
                 r.future.set_result(out)
 
-    def _sample(self, prompts: list[list[int]], key: tuple) -> list[TokenOutput]:
+    def _sample(self, prompts: list[list[int]], key: tuple, keys: list[int] | None = None) -> list[TokenOutput]:
         from trainer.rollout.base import SamplingParams
 
         temperature, top_p, max_new, logprobs = key
         t0 = time.perf_counter()
         rollouts = self.sampler.generate(prompts, 1, SamplingParams(temperature=temperature, top_p=top_p,
-                                                                   max_new_tokens=max_new), self.generator)
+                                                                   max_new_tokens=max_new), self.generator, keys=keys)
         self.generate_s += time.perf_counter() - t0
         self.calls += 1
         self.requests += len(prompts)
@@ -187,8 +216,10 @@ class HFRolloutServer:
                 "weight_syncs": self.weight_syncs}
 
     async def set_global_steps(self, global_steps: int) -> None:
-        """Reseed per step from (seed, step), so a resumed run samples fresh draws at its step."""
+        """Reseed per step from (seed, step), so a resumed run samples fresh draws at its step, and
+        key this step's det- requests by it."""
         self.generator.manual_seed(int(self.config.seed) * 1_000_003 + int(global_steps))
+        self.step, self.served = int(global_steps), {}
 
     # Memory management is the CUDA allocator's business in vLLM; here there is nothing to free.
     async def wake_up(self, tags: list[str] | None = None) -> None:
