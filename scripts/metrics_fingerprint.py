@@ -15,12 +15,13 @@ and 4. Wall-clock keys
 (``time/*``, ``system/*``, AERO's ``savings/*_s``) differ run to run and are left out; everything else (tokens, FLOPs,
 rewards, advantages, losses, Avg@k) must match to the last bit on the same machine.
 
-On the embedded engine a run is bit-reproducible, so any difference is the change's. verl's
-runs on the CPU are not: two runs of one revision on one seed already differ from step 1
-(measured 2026-12-04: grpo and aero, every sampled quantity), its rollout server's sampling
-is not seeded per request. ``--engines verl`` records what a run did, but two verl
-fingerprints do not show a change's effect; tests/trainer/verl/test_parity.py (scripted
-sampling, both engines) is the evidence there.
+On the embedded engine a run is bit-reproducible, so any difference is the change's. verl's runs
+were not before 2026-12-07 (its rollout server drew from one stream in request-arrival order: two
+runs of one seed differed from step 1); since then its HF rollout server keys each sample's draws
+by its request (trainer/verl/plugins/hf_rollout.py), and two runs of one seed store the same
+metrics but the server's batched-call count (benchmarks/verl_determinism.py), so ``--engines
+verl`` fingerprints from such revisions compare too; tests/trainer/verl/test_parity.py
+(scripted sampling, both engines) remains the evidence across engines.
 """
 
 from __future__ import annotations
