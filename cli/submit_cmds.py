@@ -94,8 +94,9 @@ def list_runs_cmd(
     api: ApiOpt = None,
     token: TokenOpt = None,
 ):
-    """List runs (newest first) as a table; a run waiting for its GPUs shows as waiting, for how
-    long and for what."""
+    """List runs (newest first) as a table.
+
+    A run waiting for its GPUs shows as waiting, for how long and for what."""
     params: dict[str, Any] = {"limit": limit}
     for key, val in (("status", status), ("method", method), ("tag", tag), ("sweep_id", sweep), ("owner", owner)):
         if val:
