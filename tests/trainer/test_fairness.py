@@ -12,7 +12,6 @@ expires (its run died) or is removed."""
 from __future__ import annotations
 
 import math
-import os
 import time
 
 import pytest
@@ -89,22 +88,18 @@ def four_gpus():
     from trainer import placement
     from worker import ray_head
 
-    saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "AERO_RAY_ADDRESS", "RAY_ADDRESS")}
-    os.environ.update(ray_head.auth_env())
-    reset_auth_token_state()
-    head, address = ray_head.start_head(["0", "1", "2", "3"])
-    try:
-        with placement.ray_session(address=address):
-            warm_board()  # its first start (seconds here) is not what the rounds measure
-            yield ray
-    finally:
-        ray_head.stop_head(head)
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    with pytest.MonkeyPatch.context() as env:  # the token, undone at the end
+        for k, v in ray_head.auth_env().items():
+            env.setenv(k, v)
         reset_auth_token_state()
+        head, address = ray_head.start_head(["0", "1", "2", "3"])
+        try:
+            with placement.ray_session(address=address):
+                warm_board()  # its first start (seconds here) is not what the rounds measure
+                yield ray
+        finally:
+            ray_head.stop_head(head)
+    reset_auth_token_state()
 
 
 @pytest.mark.slow
