@@ -2,7 +2,7 @@
 # `make test` runs the whole test suite. Both install into .venv on first use; only `make test`
 # also installs a browser (chromium, for the dashboard's browser tests). `make lint` runs ruff
 # and mypy (settings in pyproject.toml); CI runs it before the tests.
-.PHONY: install up lint test bench
+.PHONY: install up lint test test-fast bench
 
 .venv/.installed: pyproject.toml scripts/install.sh scripts/install_torch.sh
 	bash scripts/install.sh
@@ -30,6 +30,11 @@ test: .venv/.installed
 	bash scripts/services.sh
 	.venv/bin/python -m pytest -q -n 2 --maxschedchunk 1 -m "not timing"
 	.venv/bin/python -m pytest -q -m timing $(TIMING_FILES)
+
+# The unit tier alone (tests/conftest.py::tier_of: no process, service or training), for a quick
+# signal while editing; `make test` stays the whole suite.
+test-fast: .venv/.installed
+	.venv/bin/python -m pytest -q -n 2 -m unit
 
 bench: .venv/.installed
 	.venv/bin/aero bench --preset tiny --steps 60 --seed 0 --ablations --json runs/bench.json

@@ -66,7 +66,46 @@ def pytest_collection_modifyitems(config, items):
     if stray:
         raise pytest.UsageError("timing tests in files that do not say `mark.timing`, which `make test`'s timing pass "
                                 f"would not collect: {stray}; mark them with pytest.mark.timing in their file")
+    for item in items:
+        item.add_marker(tier_of(item))
     _spread_slow_tests(items)
+
+
+# Test tiers (`make test-fast` runs the unit tier; `pytest -m engine` / `-m platform` the others).
+# A test's tier follows from what it touches, so a new test needs no marker:
+#   platform  real processes, services or budgets: slow or timing tests, anything using the store,
+#             the API, a worker, Ray, the browser or the deploy recipes (the fixtures below, the folders);
+#   engine    training on a real architecture: the verl suite, the real model, the embedded
+#             engine's loops and the method and bench runs (the folders below);
+#   unit      the rest: pure functions, configs, parsers, scripted steps (seconds in all).
+PLATFORM_FIXTURES = frozenset({
+    "app", "auth", "client", "db", "db_url", "empty_api", "empty_db_url", "enqueued", "fresh_api", "make_run",
+    "make_settings", "page", "pg_url", "platform", "quota_client", "reach_groups", "seed_groups", "seeded",
+    "serve_api", "session", "sqlite_url", "token", "use_api", "cluster", "four_gpus", "two_nodes"})
+PLATFORM_DIRS = ("tests/worker/", "tests/deploy/", "tests/dashboard/", "tests/backend/api/", "tests/cli/",
+                 "tests/scripts/", "tests/backend/test_restore_new_machine.py", "tests/backend/test_backup.py",
+                 "tests/backend/test_queue.py")
+ENGINE_FIXTURES = frozenset({"smollm2", "tiny_hf_model"})
+ENGINE_DIRS = ("tests/trainer/verl/", "tests/trainer/models/", "tests/trainer/embedded/", "tests/trainer/methods/",
+               "tests/trainer/bench/", "tests/trainer/rollout/", "tests/trainer/core/", "tests/trainer/test_memory_loop.py",
+               "tests/trainer/test_arena_loop.py")
+TIERS = ("unit", "engine", "platform")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def tier_of(item) -> str:
+    """The item's tier (above): its own marker if it names one, else what it touches."""
+    named = [t for t in TIERS if item.get_closest_marker(t) is not None]
+    if named:
+        return named[0]
+    where = Path(str(item.path)).resolve().relative_to(ROOT).as_posix() if str(item.path).startswith(str(ROOT)) else ""
+    fixtures = set(getattr(item, "fixturenames", ()))
+    if item.get_closest_marker("slow") or item.get_closest_marker("timing") or fixtures & PLATFORM_FIXTURES \
+            or where.startswith(PLATFORM_DIRS):
+        return "platform"
+    if fixtures & ENGINE_FIXTURES or where.startswith(ENGINE_DIRS):
+        return "engine"
+    return "unit"
 
 
 def _spread_slow_tests(items) -> None:
