@@ -237,7 +237,8 @@ def run_verl(cfg: RunConfig, out_dir: str | Path, sink: MetricSink,
     stop_file.unlink(missing_ok=True)
     device = resolve_device(cfg)
     # verl's own trackers (trainer/trackers.py), and the operator's network settings for every rank
-    env = {**platform_env(device), **verl_env(cfg.trackers, out_dir), **forwarded_env()}
+    network = forwarded_env()
+    env = {**platform_env(device), **verl_env(cfg.trackers, out_dir), **network}
     os.environ.update(env)  # this process too: verl reads VERL_PLATFORM when it first asks for the platform
     from trainer.verl.plugins import register
 
@@ -259,7 +260,7 @@ def run_verl(cfg: RunConfig, out_dir: str | Path, sink: MetricSink,
             where = Placement(cluster, *describe_groups(groups), waited_s=time.monotonic() - t0)
             if len(set(where.nodes)) > 1:
                 check_shared_dir(groups, out_dir)
-            where.network = check_network(groups, {k: v for k, v in env.items() if k in forwarded_env()})
+            where.network = check_network(groups, network)
             if on_wait is not None:
                 on_wait(None)
             if on_placed is not None:
