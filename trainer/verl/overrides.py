@@ -195,8 +195,10 @@ def to_overrides(cfg: RunConfig, *, out_dir: str | Path, train_file: str | Path,
         "trainer.experiment_name": cfg.name or cfg.method,
         "trainer.default_local_dir": str(Path(out_dir) / "verl_checkpoints"),
         "trainer.save_freq": steps_or(cfg.checkpoint_every),
-        # verl deletes each older step's actor/ folder; PlatformTrainer the rest of it
-        "trainer.max_actor_ckpt_to_keep": cfg.keep_checkpoints,
+        # verl deletes each older step's actor/ folder; PlatformTrainer the rest of it. One more
+        # than kept: a new checkpoint is committed (and older ones pruned) only once its step is
+        # logged, and until then the resume falls back on the newest committed one
+        "trainer.max_actor_ckpt_to_keep": cfg.keep_checkpoints + 1,
         "trainer.test_freq": steps_or(cfg.eval_every),
         "trainer.val_before_train": cfg.eval_every > 0,
         "trainer.resume_mode": "auto",

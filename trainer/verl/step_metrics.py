@@ -158,15 +158,17 @@ class PlatformLogger:
     strata, savings); ``pending_eval()`` the per-benchmark results of a validation that just ran.
     ``should_stop()`` is polled after each logged training step; when it says stop,
     ``on_stop(step)`` runs (the trainer saves a checkpoint) and :class:`StopRequested` is raised.
+    ``on_logged(step)`` runs once a training step is written (the trainer commits its checkpoint).
     ``pending_detail()``: the step's rollout sample and histograms (``sink.log_detail``);
     ``system``: a trainer.system_metrics.SystemMonitor whose sample joins each step's metrics.
     """
 
     def __init__(self, sink, extra: Callable[[], dict] | None = None, pending_eval: Callable[[], dict | None] | None = None,
                  should_stop: Callable[[], bool] | None = None, on_stop: Callable[[int], None] | None = None,
-                 pending_detail: Callable[[], dict | None] | None = None, system=None):
+                 pending_detail: Callable[[], dict | None] | None = None, system=None,
+                 on_logged: Callable[[int], None] | None = None):
         self.sink, self.extra, self.pending_eval = sink, extra, pending_eval
-        self.should_stop, self.on_stop = should_stop, on_stop
+        self.should_stop, self.on_stop, self.on_logged = should_stop, on_stop, on_logged
         self.pending_detail, self.system = pending_detail, system
         self.last_step = 0
 
@@ -186,6 +188,8 @@ class PlatformLogger:
             if detail is not None:
                 self.sink.log_detail(int(step), detail)
             self.last_step = int(step)
+            if self.on_logged is not None:
+                self.on_logged(int(step))
             if self.should_stop is not None and self.should_stop():
                 if self.on_stop is not None:
                     self.on_stop(int(step))
@@ -214,7 +218,8 @@ class JsonlRelay:
     had, which a MetricSink takes idempotently (the later line for a step wins), so no step
     logged before a crash of the launcher is lost. A checkpoint is announced
     (``before_checkpoint`` then ``on_checkpoint``) only once every step it covers has been
-    forwarded: verl saves a step's checkpoint before it logs the step."""
+    forwarded: verl saves a step's checkpoint before it logs the step (the trainer writes the
+    checkpoint's line only once the step is logged; this guards a line from an older trainer)."""
 
     def __init__(self, directory: str | Path, sink):
         self.paths = {"metrics": Path(directory) / "metrics.jsonl", "evals": Path(directory) / "evals.jsonl",
@@ -279,3 +284,16 @@ def latest_checkpoint_step(checkpoint_dir: str | Path) -> int:
         return int(marker.read_text().strip())
     except (OSError, ValueError):
         return 0
+
+
+def write_checkpoint_marker(checkpoint_dir: str | Path, step: int) -> None:
+    """Name ``step`` in verl's marker under ``checkpoint_dir``, the checkpoint a resume loads;
+    step 0 removes the marker (a resume starts from scratch). Atomic: a reader sees the old step
+    or the new one."""
+    marker = Path(checkpoint_dir) / "latest_checkpointed_iteration.txt"
+    if step <= 0:
+        marker.unlink(missing_ok=True)
+        return
+    tmp = marker.with_name(marker.name + ".tmp")
+    tmp.write_text(str(int(step)))
+    os.replace(tmp, marker)

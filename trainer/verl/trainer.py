@@ -68,7 +68,8 @@ from trainer.rollout_sample import SampleRules
 from trainer.system_metrics import SystemMonitor
 from trainer.verl.rows import ADV_COLUMN, pad_for_update, real_rows, row_correct, unpad_masked
 from trainer.verl.step_detail import best_effort, curated_detail, stock_detail
-from trainer.verl.step_metrics import CHECKPOINTS_FILE, PlatformLogger, eval_results, step_accounting
+from trainer.verl.step_metrics import (CHECKPOINTS_FILE, PlatformLogger, eval_results, latest_checkpoint_step,
+                                       step_accounting, write_checkpoint_marker)
 
 STATE_FILE = "curation_state.json"  # the curation RNG and the method's state, beside each verl checkpoint
 LEGACY_STATE_FILE = "aero_state.json"  # its name in checkpoints written before; still read on resume
@@ -121,6 +122,7 @@ class PlatformTrainer(RayPPOTrainer):
         self._eval: dict | None = None
         self._layout = None  # the curated batch's mini-batch layout, for _update_actor
         self._saved_step = -1
+        self._pending_checkpoint: tuple[int, Path] | None = None  # (step, folder) saved, its step not yet logged
         self._server_seen: dict[str, float] | None = None
         self.curation_rng = np.random.default_rng(run_cfg.seed)  # as the embedded loop's; checkpointed
         self.method_state: dict = {}  # a method's plain data across steps (aero-mem's memory); checkpointed
@@ -129,6 +131,7 @@ class PlatformTrainer(RayPPOTrainer):
         self._detail: dict | None = None
         self.platform_logger = PlatformLogger(sink, extra=self._pop_extra, pending_eval=self._pop_eval,
                                               should_stop=should_stop, on_stop=self._checkpoint_on_stop,
+                                              on_logged=self._commit_checkpoint,
                                               pending_detail=self._pop_detail, system=system or SystemMonitor())
 
     @cached_property
@@ -165,17 +168,38 @@ class PlatformTrainer(RayPPOTrainer):
 
     def _save_checkpoint(self):
         """verl's checkpoint, plus the curation RNG and the method's state (:data:`STATE_FILE`
-        beside it) and a line in OUT/verl/checkpoints.jsonl that the launcher relays to the
-        platform's sink."""
+        beside it), left uncommitted until its step is logged (:meth:`_commit_checkpoint`).
+
+        verl's loops save a step's checkpoint before they validate and log it. A run that dies in
+        between (a node lost during the step's validation) would resume after a step whose metrics
+        no one stored. So verl's marker, which a resume reads, is put back to the last committed
+        step here, and moves to this one once the platform logger has written the step."""
+        root = Path(self.config.trainer.default_local_dir)
+        committed = latest_checkpoint_step(root)
         out = super()._save_checkpoint()
         self._saved_step = self.global_steps
         folder = self._step_folder()
         (folder / STATE_FILE).write_text(json.dumps({"curation_rng": numpy_rng_state(self.curation_rng),
                                                      "method_state": self.method_state}))
-        with (Path(self.config.aero_lab.out_dir) / "verl" / CHECKPOINTS_FILE).open("a") as f:
-            f.write(json.dumps({"step": int(self.global_steps), "path": str(folder)}) + "\n")
-        prune_verl_steps(folder.parent, int(self.config.trainer.max_actor_ckpt_to_keep or 0))
+        self._pending_checkpoint = (int(self.global_steps), folder)
+        if self.platform_logger.last_step >= self.global_steps:  # saved after its step was logged (a stop)
+            self._commit_checkpoint(int(self.global_steps))
+        else:
+            write_checkpoint_marker(root, committed)
         return out
+
+    def _commit_checkpoint(self, step: int) -> None:
+        """Once ``step`` is logged: name its pending checkpoint in verl's marker, announce it in
+        OUT/verl/checkpoints.jsonl (the launcher relays it to the platform's sink) and delete all
+        but the newest ``keep_checkpoints`` step folders."""
+        if self._pending_checkpoint is None or self._pending_checkpoint[0] > step:
+            return
+        saved, folder = self._pending_checkpoint
+        self._pending_checkpoint = None
+        write_checkpoint_marker(folder.parent, saved)
+        with (Path(self.config.aero_lab.out_dir) / "verl" / CHECKPOINTS_FILE).open("a") as f:
+            f.write(json.dumps({"step": saved, "path": str(folder)}) + "\n")
+        prune_verl_steps(folder.parent, self.run_cfg.keep_checkpoints)
 
     def _load_checkpoint(self):
         """verl's resume, plus the curation RNG and the method's state saved beside the checkpoint

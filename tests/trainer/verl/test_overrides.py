@@ -79,7 +79,7 @@ def test_shared_settings_follow_the_run_config():
     assert o["actor_rollout_ref.actor.use_kl_loss"] == "true" and o["actor_rollout_ref.actor.kl_loss_type"] == "low_var_kl"
     assert o["actor_rollout_ref.model.enable_gradient_checkpointing"] == "true"
     assert (o["trainer.test_freq"], o["trainer.val_before_train"], o["trainer.save_freq"]) == ("40", "false", "5")
-    assert o["trainer.max_actor_ckpt_to_keep"] == "3"
+    assert o["trainer.max_actor_ckpt_to_keep"] == "4"  # 3 committed + 1 whose step is not yet logged
     assert o["trainer.total_training_steps"] == "40" and o["trainer.n_gpus_per_node"] == "4"
     assert o["actor_rollout_ref.rollout.val_kwargs.n"] == "8" and o["actor_rollout_ref.rollout.val_kwargs.do_sample"] == "true"
 

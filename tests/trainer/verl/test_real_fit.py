@@ -144,3 +144,46 @@ def test_aero_mem_keeps_its_prompt_memory_across_steps_and_checkpoints(tmp_path)
     assert records[0] == cfg.batch_prompts and records[-1] == 12, records  # 8 prompts seen, then all 12
     assert [s["aero_mem"]["clock"] for s in saved] == [1, 2]
     assert sink.steps[1]["memory/known"] == 0 and sink.steps[2]["memory/known"] > 0  # step 2 revisits step 1's
+
+
+def test_a_run_killed_between_a_steps_checkpoint_and_its_log_trains_that_step_again(tmp_path):
+    """verl's loop saves a step's checkpoint, then validates, then logs the step. A run killed in
+    that window (its process group, Ray and all, as a lost node or a dead worker leaves it) must
+    not resume after a step no one stored: the checkpoint counts only once its step is logged, so
+    the resume loads the step before, trains the step again, and every step is logged once."""
+    import os
+    import signal
+
+    out = tmp_path / "grpo"
+    args = [str(Path(sys.executable).with_name("aero")), "train", "--engine", "verl", "--method", "grpo",
+            "--steps", "3", "--seed", "3", "--out", str(out), "--set", "device=cpu", "--set", "batch_prompts=8",
+            "--set", "n_total=8", "--set", "eval_every=2", "--set", "eval_problems=64", "--set", "eval_n=8",
+            "--set", "checkpoint_every=1"]
+    saved, logged = out / "verl_checkpoints" / "global_step_2" / "curation_state.json", out / "verl" / "metrics.jsonl"
+    marker = out / "verl_checkpoints" / "latest_checkpointed_iteration.txt"
+
+    def logged_steps() -> list[int]:
+        return [json.loads(line)["step"] for line in logged.read_text().splitlines()] if logged.is_file() else []
+
+    first = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    try:  # step 2's validation (64 problems x 8) runs after its checkpoint is saved and before it is logged
+        deadline = time.monotonic() + 600
+        while not saved.is_file() and first.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        in_window = saved.is_file() and 2 not in logged_steps()
+        pointed = marker.read_text().strip() if marker.is_file() else None
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait(timeout=60)
+    assert in_window, f"step 2 was logged before its checkpoint's state file was seen: {logged_steps()}"
+    assert pointed == "1", pointed  # step 2's checkpoint is on disk, but a resume loads step 1's
+    assert logged_steps() == [1]
+
+    t0 = time.monotonic()
+    done = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    TIMES["grpo killed mid-log, resumed (CLI)"] = time.monotonic() - t0
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "global_step_1" in done.stdout + done.stderr  # verl's "Resuming from" names the folder it loads
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3] and logged_steps() == [1, 2, 3]  # step 2 trained again, once
+    assert marker.read_text().strip() == "3"
