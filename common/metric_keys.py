@@ -18,6 +18,15 @@ ELAPSED_S = "time/elapsed_s"  # cumulative training seconds, resumed runs includ
 ROLLOUT_S = "time/rollout_s"
 REWARD_S = "time/reward_s"
 TRAIN_S = "time/train_s"
+# asynchronous training (offpolicy.max_staleness > 0): how long each side waited for the other
+SAMPLER_IDLE_S = "time/sampler_idle_s"  # the sampler thread, waiting for the version its step samples with
+TRAINER_IDLE_S = "time/trainer_idle_s"  # the trainer, waiting for the sampler's step
+
+# -- asynchronous training (trainer/core/importance.py) ------------------------------------------
+STALENESS_MEAN = "offpolicy/staleness_mean"  # versions between a trained row's sampler and the trainer
+STALENESS_MAX = "offpolicy/staleness_max"
+IS_WEIGHT_MEAN = "offpolicy/is_weight_mean"  # token mean of pi_old / mu before the cap
+IS_CAPPED_FRAC = "offpolicy/is_capped_frac"  # tokens whose weight exceeds the cap (tis truncates, mis masks)
 
 # -- compute -----------------------------------------------------------------------------------
 FLOPS_TOTAL = "flops/total"  # per step: rollout + train (readers sum it for cumulative curves)

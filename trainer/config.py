@@ -22,6 +22,7 @@ from trainer.alerts import AlertsConfig, rule_issues
 # (RENAMED_FIELDS, ConfigDeprecationWarning and renamed_fields: also the backend's and the CLI's, via this module)
 from trainer.config_renames import RENAMED_FIELDS, ConfigDeprecationWarning, read_renamed, renamed_fields  # noqa: F401
 from trainer.config_rules import method_issues, shape_issues
+from trainer.offpolicy import OffPolicyConfig, offpolicy_issues
 from trainer.config_types import Cap, Section, Strict
 from trainer.engines import ENGINE_NAMES, engine_issues
 from trainer.models.catalog import MODELS
@@ -194,6 +195,9 @@ class _RunFields(Strict):
     resources: ResourcesConfig = Field(default_factory=ResourcesConfig, description="GPUs per node, nodes and "
                                        "rollout tensor parallelism the run holds while it trains (trainer/resources.py): "
                                        "a run waits until they are free and never shares a GPU with another run.")
+    offpolicy: OffPolicyConfig = Field(default_factory=OffPolicyConfig, description="Asynchronous training "
+                                       "(trainer/offpolicy.py): the sampler runs up to max_staleness steps ahead of "
+                                       "the trainer, and the loss corrects for the stale rows.")
     alerts: AlertsConfig = Field(default_factory=AlertsConfig, description="Alert rules and early stopping "
                                  "(trainer/alerts.py): each rule notifies (recorded, posted to the webhook) and/or stops "
                                  "the run cleanly with a checkpoint.")
@@ -391,6 +395,7 @@ def cross_field_issues(cfg: RunConfig) -> list[tuple[str, str]]:
     issues += engine_issues(cfg)
     issues += resource_issues(cfg)
     issues += method_issues(cfg)
+    issues += offpolicy_issues(cfg)
     if cfg.train_size is not None and task.source != "generated":
         issues.append(("train_size", f"a finite training set is an option of the generated tasks; the {cfg.task} "
                        "task trains on its file" if task.source == "files" else

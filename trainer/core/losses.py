@@ -83,12 +83,17 @@ def clipped_surrogate(
     eps_low: float = 0.2,
     eps_high: float | None = None,
     agg: str | Aggregation = "seq-mean-token-mean",
+    weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """PPO-clip policy loss (paper §3.1; DAPO clip-higher with eps_high > eps_low).
 
         rho_{i,t} = exp(logp_{i,t} - old_logp_{i,t})
         l_{i,t}   = -min(rho A_i, clip(rho, 1 - eps_low, 1 + eps_high) A_i)
         loss      = aggregate(l, mask, agg)
+
+    With ``weights`` [N, T] (off-policy rows, trainer/core/importance.py), ``old_logp`` is the
+    proximal policy's and each token's term is scaled by its importance weight w_{i,t}
+    (decoupled PPO: l_{i,t} <- w_{i,t} l_{i,t}).
 
     Stats (detached, token-mean over the mask): ``clip_frac`` = fraction of tokens where the
     clipped term is the active (strictly smaller) one, so their gradient is zero;
@@ -109,6 +114,8 @@ def clipped_surrogate(
     unclipped = -A * ratio
     clipped = -A * torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)
     per_token = torch.maximum(unclipped, clipped)
+    if weights is not None:
+        per_token = weights * per_token
     loss = (agg if isinstance(agg, Aggregation) else Aggregation(agg))(per_token, mask)
     with torch.no_grad():
         m = mask.to(logp.dtype)

@@ -154,7 +154,10 @@ class TrainingState:
     data_pos: int = 0  # problems of the training stream consumed
     elapsed_s: float = 0.0  # training time summed over steps (timings survive a resume)
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self, sampler: dict[str, Any] | None = None) -> dict[str, Any]:
+        """``sampler``: the sampler thread's RNGs, method state and data position before the step
+        after this one (asynchronous training, trainer/embedded/pipeline.py), saved in place of
+        the shared objects, which that thread has moved on."""
         u = self.updater
         return {
             "model": u.model.state_dict(), "optimizer": u.optimizer.state_dict(), "scheduler": u.scheduler.state_dict(),
@@ -162,7 +165,7 @@ class TrainingState:
             "sampling_rng": self.sampling_rng.get_state(), "curation_rng": numpy_rng_state(self.curation_rng),
             "shuffle_rng": numpy_rng_state(u.shuffle) if u.shuffle is not None else None,
             "method_state": self.method_state, "data_pos": self.data_pos, "elapsed_s": self.elapsed_s,
-        }
+        } | (sampler or {})
 
     def load_state_dict(self, ckpt: dict[str, Any]) -> None:
         """Restore from a checkpoint's dict (this version's or an earlier one's, see the class doc)."""
@@ -180,9 +183,9 @@ class TrainingState:
         self.method_state.update(ckpt.get("method_state") or {})
         self.step, self.data_pos, self.elapsed_s = ckpt["step"], ckpt["data_pos"], ckpt.get("elapsed_s", 0.0)
 
-    def save(self, out_dir: str | Path, keep: int = 2) -> Path:
+    def save(self, out_dir: str | Path, keep: int = 2, sampler: dict[str, Any] | None = None) -> Path:
         """Checkpoint at ``self.step``, keeping the newest ``keep``; returns its directory."""
-        return save_checkpoint(out_dir, self.step, self.state_dict(), keep=keep)
+        return save_checkpoint(out_dir, self.step, self.state_dict(sampler), keep=keep)
 
     def resume(self, out_dir: str | Path) -> bool:
         """Load OUT/checkpoints/latest if there is one (global Python/torch RNGs too); whether it did."""

@@ -37,7 +37,9 @@ class TrainBatch:
     input_ids       [N, T] long   prompt + response, then pad_id
     attention_mask  [N, T] long   1 on prompt and response tokens
     response_mask   [N, T] float  1 on response tokens (EOS included), else 0
-    old_logprobs    [N, T] float  behaviour log-probs on response tokens, else 0
+    old_logprobs    [N, T] float  the PPO ratio's old log-probs on response tokens, else 0: the
+                                  behaviour policy's, or the proximal policy's for a row that has them
+    behaviour_logprobs [N, T] float  the behaviour policy's (the same values when no row has proximal ones)
     prompt_lengths, response_lengths, lengths  [N] long (lengths = prompt + response)
     prompt_index    [N] long      Rollout.prompt_index
     rewards         [N] float     Rollout.reward
@@ -47,6 +49,7 @@ class TrainBatch:
     attention_mask: torch.Tensor
     response_mask: torch.Tensor
     old_logprobs: torch.Tensor
+    behaviour_logprobs: torch.Tensor
     prompt_lengths: torch.Tensor
     response_lengths: torch.Tensor
     lengths: torch.Tensor
@@ -78,11 +81,13 @@ def collate(rollouts: list[Rollout], pad_id: int, device=None) -> TrainBatch:
     p_len = [len(r.prompt_ids) for r in rollouts]
     r_len = [len(r.response_ids) for r in rollouts]
     T = max(p + q for p, q in zip(p_len, r_len))
-    ids, old, resp = [], [], []
+    ids, old, behaviour, resp = [], [], [], []
     for r, p, q in zip(rollouts, p_len, r_len):
         tail = T - p - q
         ids.append(r.prompt_ids + r.response_ids + [pad_id] * tail)
-        old.append([0.0] * p + list(r.logprobs) + [0.0] * tail)
+        behaviour.append([0.0] * p + list(r.logprobs) + [0.0] * tail)
+        proximal = r.logprobs if r.proximal_logprobs is None else r.proximal_logprobs
+        old.append([0.0] * p + list(proximal) + [0.0] * tail)
         resp.append([0.0] * p + [1.0] * q + [0.0] * tail)
     lengths = torch.tensor([p + q for p, q in zip(p_len, r_len)], dtype=torch.long)
     batch = TrainBatch(
@@ -90,6 +95,7 @@ def collate(rollouts: list[Rollout], pad_id: int, device=None) -> TrainBatch:
         attention_mask=(torch.arange(T)[None, :] < lengths[:, None]).long(),
         response_mask=torch.tensor(resp, dtype=torch.float32),
         old_logprobs=torch.tensor(old, dtype=torch.float32),
+        behaviour_logprobs=torch.tensor(behaviour, dtype=torch.float32),
         prompt_lengths=torch.tensor(p_len, dtype=torch.long),
         response_lengths=torch.tensor(r_len, dtype=torch.long),
         lengths=lengths,

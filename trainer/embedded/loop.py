@@ -27,6 +27,7 @@ from trainer.config import ConfigError, RunConfig
 from trainer.embedded.checkpoint import TrainingState
 from trainer.embedded.collect import StepContext, collect, step_metrics
 from trainer.embedded.memory_plan import plan_memory
+from trainer.embedded.pipeline import AsyncSampler
 from trainer.embedded.presets import Setup, load_setup
 from trainer.embedded.update import Updater
 from trainer.evaluate import eval_sampling, eval_seed, evaluate
@@ -110,6 +111,35 @@ def train_step(cfg: RunConfig, setup: Setup, ctx: StepContext, state: TrainingSt
     return {**metrics, "optim/lr": state.updater.lr, mk.ELAPSED_S: state.elapsed_s}
 
 
+def train_step_async(cfg: RunConfig, setup: Setup, state: TrainingState, pipe: AsyncSampler, step: int
+                     ) -> dict[str, float]:
+    """One step of asynchronous training (trainer/embedded/pipeline.py): take the sampler's step,
+    weight its rows back to the current policy when they are stale (trainer/core/importance.py),
+    update, and publish the new version. The step's time is the trainer's wall clock: its wait
+    for the sampler plus the update."""
+    t0 = time.perf_counter()
+    sampled, waited = pipe.take(step)
+    collected, staleness = sampled.collected, step - 1 - sampled.version
+    state.data_pos = sampled.data_pos + collected.prompts_used
+    t1 = time.perf_counter()
+    rows, weights, extra_forwards = collected.train, {}, state.updater.extra_forwards
+    if rows and staleness > 0 and cfg.offpolicy.correction != "none":
+        rows, weights = state.updater.with_proximal(rows)
+        extra_forwards += 1  # the proximal forward over every trained token
+    train_stats = {}
+    if rows:
+        with setup.autocast():
+            train_stats = state.updater.step(rows, collected.advantages)
+    pipe.publish(step)
+    t2 = time.perf_counter()
+    state.elapsed_s += t2 - t0
+    metrics = step_metrics(cfg, setup, collected, train_stats, time_collect=t1 - t0, time_train=t2 - t1,
+                           extra_forwards=extra_forwards)
+    return {**metrics, **weights, "optim/lr": state.updater.lr, mk.ELAPSED_S: state.elapsed_s,
+            mk.STALENESS_MEAN: float(staleness), mk.STALENESS_MAX: float(staleness),
+            mk.SAMPLER_IDLE_S: sampled.waited_s, mk.TRAINER_IDLE_S: waited}
+
+
 def iter_training(cfg: RunConfig, out_dir: str | Path, sink: MetricSink,
                   should_stop: Callable[[], bool] | None = None,
                   policy: RunPolicy | None = None) -> Generator[tuple[int, int, dict], None, dict]:
@@ -134,21 +164,50 @@ def iter_training(cfg: RunConfig, out_dir: str | Path, sink: MetricSink,
             sink.log_eval(step, results)
         return results
 
+    start, status = state.step, "completed"
+    pipe = None
+    if cfg.offpolicy.max_staleness > 0 and start < cfg.steps:  # the sampler runs ahead (trainer/offpolicy.py)
+        pipe = AsyncSampler(ctx, state.updater.model, start=start, steps=cfg.steps, data_pos=state.data_pos,
+                            max_staleness=cfg.offpolicy.max_staleness)
+
     def checkpoint() -> None:
         sink.before_checkpoint(state.step)  # every step it covers is durable before it exists
-        sink.on_checkpoint(state.step, state.save(out_dir, keep=cfg.keep_checkpoints))
+        sampler = pipe.sampler_state(state.step) if pipe is not None else None
+        sink.on_checkpoint(state.step, state.save(out_dir, keep=cfg.keep_checkpoints, sampler=sampler))
 
-    start, status = state.step, "completed"
-    if start == 0 and cfg.eval_every > 0:
-        run_eval(0)
-    for step in range(start + 1, cfg.steps + 1):
+    try:
+        if start == 0 and cfg.eval_every > 0:
+            run_eval(0)
+        yield from _steps(cfg, setup, ctx, state, pipe, sink, should_stop, monitor, run_eval, checkpoint)
+        status = "stopped" if state.step < cfg.steps else "completed"
+    finally:
+        if pipe is not None:
+            pipe.close()
+    final_eval = run_eval(cfg.steps) if status == "completed" and start < cfg.steps else None
+    if status == "stopped" or not due(state.step, cfg.checkpoint_every):  # the end is always resumable
+        checkpoint()
+    sink.close()
+    return {"status": status, "last_step": state.step, "final_eval": final_eval, "n_params": setup.n_params,
+            "data_pos": state.data_pos}
+
+
+def _steps(cfg: RunConfig, setup: Setup, ctx: StepContext, state: TrainingState, pipe: AsyncSampler | None,
+           sink: MetricSink, should_stop, monitor: SystemMonitor, run_eval, checkpoint
+           ) -> Generator[tuple[int, int, dict], None, None]:
+    """The steps of :func:`iter_training`: train, log, evaluate, checkpoint; stops early when
+    ``should_stop()`` says so (``state.step`` then tells where)."""
+    for step in range(state.step + 1, cfg.steps + 1):
         if should_stop is not None and should_stop():
-            status = "stopped"
-            break
-        metrics = {**train_step(cfg, setup, ctx, state), **monitor.sample()}
+            return
+        if pipe is None:
+            metrics = {**train_step(cfg, setup, ctx, state), **monitor.sample()}
+            detail_of = ctx.detail
+        else:
+            metrics = {**train_step_async(cfg, setup, state, pipe, step), **monitor.sample()}
+            detail_of = pipe.last_detail
         state.step = step
         sink.log(step, metrics)
-        detail = ctx.detail() if ctx.detail is not None else None  # outside the step's timing
+        detail = detail_of() if detail_of is not None else None  # outside the step's timing
         if detail is not None:
             sink.log_detail(step, detail)
         if due(step, cfg.eval_every) and step != cfg.steps:  # the final eval runs below
@@ -156,9 +215,3 @@ def iter_training(cfg: RunConfig, out_dir: str | Path, sink: MetricSink,
         if due(step, cfg.checkpoint_every):
             checkpoint()
         yield step, cfg.steps, metrics
-    final_eval = run_eval(cfg.steps) if status == "completed" and start < cfg.steps else None
-    if status == "stopped" or not due(state.step, cfg.checkpoint_every):  # the end is always resumable
-        checkpoint()
-    sink.close()
-    return {"status": status, "last_step": state.step, "final_eval": final_eval, "n_params": setup.n_params,
-            "data_pos": state.data_pos}

@@ -15,6 +15,11 @@ each layer's input (4 h) stays, plus one layer recomputed at a time. The LM head
 more than one chunk of logits (trainer/embedded/forward.py::head_logprobs_and_entropy).
 Generation holds the KV cache, 2 x layers x kv_heads x head_dim x c per token, and float32
 sampling temporaries of ~16 bytes per vocabulary entry per row.
+
+Asynchronous training (``offpolicy.max_staleness = k > 0``, trainer/embedded/pipeline.py) adds
+the sampler's copy of the weights and up to k + 1 published versions (one weight's worth each),
+and generation runs while the update does: the memory left after the states is split, half for
+the update's micro-batch, half for the generate call.
 """
 
 from __future__ import annotations
@@ -99,7 +104,10 @@ def plan_memory(cfg: RunConfig, model: torch.nn.Module, device: torch.device, co
     cuda = device.type == "cuda"
     total = device_bytes(device, model) if total is None else total
     usable = int(USABLE * total)
-    static = n * (16 + (2 if cuda and c < 4 else 0)) + (n * 4 if cfg.kl_coef > 0 else 0)
+    k = cfg.offpolicy.max_staleness
+    weight = next(model.parameters()).element_size()
+    copies = n * weight * (k + 2) if k > 0 else 0  # the sampler's model + versions in flight
+    static = n * (16 + (2 if cuda and c < 4 else 0)) + (n * 4 if cfg.kl_coef > 0 else 0) + copies
     head = model.get_output_embeddings()
     vocab = head.weight.shape[0] if head is not None else mc.vocab_size
     fixed = chunk_elements(device) * 14  # bf16 logits + fp32 z, softmax and product of one chunk
@@ -110,7 +118,7 @@ def plan_memory(cfg: RunConfig, model: torch.nn.Module, device: torch.device, co
                             f"fp32 weights, gradients and AdamW states on {device.type} with {total / GIB:.1f} GiB "
                             "(the embedded engine keeps them on one device); use engine=verl (FSDP, optimizer "
                             "offload) or a smaller model")])
-    fits = (usable - static - fixed) // per_token
+    fits = (usable - static - fixed) // (2 if k > 0 else 1) // per_token  # async: generation runs beside it
     budget = cfg.micro_batch_tokens or int(min(fits, AUTO_BUDGET_CAP))
     if cfg.micro_batch_tokens == 0 and fits < row:
         hint = "" if cfg.gradient_checkpointing else "; gradient_checkpointing=true cuts activations ~10x"
@@ -119,7 +127,8 @@ def plan_memory(cfg: RunConfig, model: torch.nn.Module, device: torch.device, co
                             f"are left on {device.type} after the model's states{hint}")])
     kv = kv_bytes_per_token(mc, c)
     gen_static = n * (12 + (2 if cuda and c < 4 else 0)) + (n * 4 if cfg.kl_coef > 0 else 0)  # gradients are freed
-    rows = (usable - gen_static) // (row * kv + 16 * vocab)
+    gen_free = usable - gen_static if k == 0 else (usable - static - fixed) // 2  # async: beside the update
+    rows = gen_free // (row * kv + 16 * vocab)
     if rows < 1:
         raise ConfigError([("max_new_tokens", f"one generated row of {row} tokens needs "
                             f"{(row * kv + 16 * vocab) / GIB:.2f} GiB of KV cache; the device has none left")])

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from trainer.core.importance import importance_weights, weight_stats
 from trainer.core.losses import Aggregation, clipped_surrogate, kl_k3
 from trainer.embedded.forward import TrainBatch, collate, head_logprobs_and_entropy, lm_parts, sequence_logprobs
 from trainer.embedded.model import is_gradient_checkpointing
@@ -198,6 +199,8 @@ class UpdateSettings:
     device: Any = "cpu"
     micro_batch_tokens: int = 0  # tokens of one forward (padded: rows x longest); 0 = the whole mini-batch at once
     packed: bool = False  # micro-batches packed into one row, no padding (trainer/embedded/packing.py)
+    correction: str = "none"  # off-policy rows' importance weights (trainer/core/importance.py): none | tis | mis
+    is_cap: float = 2.0  # their cap C
 
     @classmethod
     def from_config(cls, cfg: RunConfig, pad_id: int, device: Any = "cpu", micro_batch_tokens: int | None = None
@@ -212,7 +215,7 @@ class UpdateSettings:
                    entropy_coef=cfg.entropy_coef, kl_coef=cfg.kl_coef, grad_clip=cfg.optim.grad_clip,
                    epochs=cfg.ppo_epochs, mini_batches=cfg.mini_batches, device=device,
                    micro_batch_tokens=cfg.micro_batch_tokens if micro_batch_tokens is None else micro_batch_tokens,
-                   packed=packs_update(cfg))
+                   packed=packs_update(cfg), correction=cfg.offpolicy.correction, is_cap=cfg.offpolicy.is_cap)
 
 
 def packs_update(cfg: RunConfig) -> bool:
@@ -328,6 +331,26 @@ class Updater:
         means = torch.stack(stats).mean(0).tolist()
         return dict(zip(STAT_KEYS, means))
 
+    def with_proximal(self, rollouts: list[Rollout]) -> tuple[list[Rollout], dict[str, float]]:
+        """Off-policy rows (sampled by an older version) with their log-probs under the weights
+        the update starts from, the proximal policy of decoupled PPO (trainer/core/importance.py):
+        one no-grad forward, micro-batched like the update. Returns the rows (copies) and the
+        importance weights' token means (``offpolicy/is_weight_mean``, ``offpolicy/is_capped_frac``)."""
+        s = self.settings
+        out: list[Rollout] = [replace(r) for r in rollouts]
+        self.model.train()  # the mode the update's forwards run in, so an on-policy ratio starts at 1
+        with torch.no_grad():
+            for part in self.micro_batches(out):
+                sub = [out[i] for i in part]
+                mb = collate(sub, s.pad_id).to(s.device, non_blocking=True)
+                packed = pack_rows(sub).to(s.device) if self.packing() else None
+                logp, _ = policy_logprobs(self.model, sub, mb, s.temperature, s.pad_id, with_entropy=False, packed=packed)
+                for r, row, p in zip(sub, logp.float().cpu(), mb.prompt_lengths.tolist()):
+                    r.proximal_logprobs = row[p:p + len(r.response_ids)].tolist()
+        mb = collate(out, s.pad_id)
+        stats = weight_stats(mb.old_logprobs, mb.behaviour_logprobs, mb.response_mask, s.is_cap)
+        return out, {f"offpolicy/{k}": v for k, v in stats.items()}
+
     def mini_batch_step(self, rows: list[Rollout], advantages: torch.Tensor, agg: Aggregation) -> torch.Tensor:
         """Loss and backward per micro-batch (the gradients add up), then clip, one AdamW step
         and one LR-schedule step. Every micro-batch's loss is normalised by the whole
@@ -374,8 +397,11 @@ class Updater:
         mb = collate(rows, s.pad_id).to(s.device, non_blocking=True)
         packed = pack_rows(rows).to(s.device) if self.packing() else None
         logp, entropy = policy_logprobs(self.model, rows, mb, s.temperature, s.pad_id, packed=packed)
+        weights = None
+        if any(r.proximal_logprobs is not None for r in rows):  # stale rows: decoupled PPO (trainer/core/importance.py)
+            weights, _ = importance_weights(mb.old_logprobs, mb.behaviour_logprobs, s.is_cap, s.correction)
         pg_loss, pg_stats = clipped_surrogate(logp, mb.old_logprobs, advantages, mb.response_mask,
-                                              s.eps_low, s.eps_high, agg)
+                                              s.eps_low, s.eps_high, agg, weights=weights)
         ent = agg(entropy, mb.response_mask)
         loss = pg_loss - s.entropy_coef * ent
         kl = torch.zeros((), device=logp.device)

@@ -72,10 +72,15 @@ class Needs:
     method (default the embedded engine only: a method runs on verl once it says so, and a
     config naming an engine it did not declare is refused at submit, naming the method);
     prompt_ids: it keys state by a stable prompt id, so the arithmetic task must draw a finite
-    training set (``train_size``)."""
+    training set (``train_size``); off_policy: its step can train rows sampled by an older policy
+    (``offpolicy.max_staleness > 0``, trainer/offpolicy.py). Every step runs whole on the sampler's
+    side with one policy version, its state (histories, memories) updated in sampling order, so
+    the built-in methods all can; a method whose step reads the trainer's current policy says
+    False and is refused at submit."""
 
     engines: tuple[str, ...] = ("embedded",)
     prompt_ids: bool = False
+    off_policy: bool = True
 
 
 @dataclass(frozen=True)

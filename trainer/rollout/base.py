@@ -35,6 +35,10 @@ class Rollout:
     round: int = 0  # generation round within the step (0 = first call)
     reward: float = 0.0
     meta: dict = field(default_factory=dict)
+    version: int = 0  # the policy version (training steps done) that sampled it: ``logprobs`` are that policy's
+    # log-probs under the policy the update starts from, when that is a newer one (asynchronous
+    # training with a correction, trainer/core/importance.py); None: the behaviour policy is it
+    proximal_logprobs: list[float] | None = None
 
     @property
     def length(self) -> int:

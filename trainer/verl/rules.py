@@ -45,6 +45,11 @@ def verl_issues(cfg: RunConfig) -> list[tuple[str, str]]:
     if cfg.sampler_rng != "stream":
         issues.append(("sampler_rng", "verl's rollout servers draw from their own generators: sampler_rng=stream on "
                        "verl (per-row keys, and with them aero.schedule=continuous, are the embedded engine's)"))
+    if cfg.offpolicy.max_staleness > 0:
+        issues.append(("offpolicy.max_staleness", "asynchronous training is the embedded engine's: verl 0.9.1's "
+                       "one_step_off_policy and fully_async_policy trainers split the GPUs into a rollout pool and a "
+                       "training pool and run verl's own loop, not the methods' curated steps (docs/engines.md): set "
+                       "offpolicy.max_staleness=0 on verl, or engine=embedded"))
     if cfg.device == "cpu" and cfg.sampler == "vllm":
         issues.append(("sampler", "vLLM needs CUDA; on the CPU the verl engine rolls out with 'hf' "
                        "(docs/engines.md)"))

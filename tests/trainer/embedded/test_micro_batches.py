@@ -176,3 +176,16 @@ def test_update_memory_does_not_grow_with_the_rows_at_the_real_vocab():
         growth[rows] = json.loads(proc.stdout.strip().splitlines()[-1])["growth_mb"]
     assert growth[3] < growth[1] + 100, growth  # one row's full-vocab logits alone would be ~1.2 GB in fp32
     assert growth[1] < 1500, growth
+
+
+def test_an_asynchronous_plan_counts_the_samplers_weights_and_shares_the_rest():
+    """k = 2: the sampler's copy and up to three versions in flight (4 bytes each per fp32
+    parameter) join the states, and the update and the generate call each get half of the rest."""
+    model = build_model(tiny_qwen2_config(V, BOS, EOS, PAD, **SMALL), seed=0)
+    n = sum(p.numel() for p in model.parameters())
+    sync = parse_run_config({"preset": "tiny", "micro_batch_tokens": 0})
+    async_ = sync.model_copy(update={"offpolicy": sync.offpolicy.model_copy(update={"max_staleness": 2})})
+    a = plan_memory(sync, model, torch.device("cpu"), torch.float32, total=1 << 30)
+    b = plan_memory(async_, model, torch.device("cpu"), torch.float32, total=1 << 30)
+    assert b.static_bytes - a.static_bytes == 4 * n * 4
+    assert b.micro_batch_tokens < a.micro_batch_tokens and b.generate_rows < a.generate_rows
