@@ -24,12 +24,14 @@ from benchmarks.soak.record import TERMINAL, Follow, Record, Window, now
 
 
 def tiny_config(method: str, steps: int, batch_prompts: int, seed: int = 0) -> dict:
-    """A run of a few seconds: the tiny preset, a small rollout budget, a checkpoint every step."""
+    """A run of a few seconds: the tiny preset, a small rollout budget, a checkpoint every step.
+    A third of the seeds train asynchronously (the sampler one step ahead), so the invariants
+    cover runs with steps in flight at a kill."""
     from trainer.config import RunConfig, for_method
 
     cfg = dict(method=method, preset="tiny", steps=steps, batch_prompts=batch_prompts, n_total=4, max_new_tokens=8,
                eval_every=0, eval_problems=4, eval_n=2, checkpoint_every=1, device="cpu", seed=seed,
-               aero=dict(n_explore=2, n_max=4, k_max=1))
+               aero=dict(n_explore=2, n_max=4, k_max=1), offpolicy=dict(max_staleness=1 if seed % 3 == 2 else 0))
     return RunConfig(**for_method(cfg, method)).model_dump(mode="json")
 
 

@@ -113,17 +113,18 @@ def test_submit_train_stream_compare(broker, platform, request):
     print(f"\n[{broker}] worker ready in {t_worker:.1f}s; two {STEPS}-step runs done in {time.monotonic() - t0:.1f}s")
 
 
-def _crash_and_resume(p, db_url: str, recover, lose_run_dir: bool = False) -> dict:
+def _crash_and_resume(p, db_url: str, recover, lose_run_dir: bool = False, **config) -> dict:
     """Submit a 16-step run (checkpoint every 2), SIGKILL the worker's process group after step 3,
     call ``recover(p)`` (start a worker, maybe the reaper), wait for the run to succeed. 16 steps,
     not 6: a tiny step takes ~0.4 s, and a 6-step run once finished before the kill landed.
     ``lose_run_dir``: delete the run directory after the kill, as a worker on another host that
-    does not share it sees it (AERO_MISSING_CHECKPOINT=restart: the run restarts from step 0)."""
+    does not share it sees it (AERO_MISSING_CHECKPOINT=restart: the run restarts from step 0).
+    ``config``: more of the run's config."""
     steps = 16
     p.start_api()
     w1 = p.start_worker("worker1")
     with p.client() as c:
-        rid = p.submit(c, method="aero", steps=steps, checkpoint_every=2)
+        rid = p.submit(c, **{"method": "aero", "steps": steps, "checkpoint_every": 2, **config})
         p.wait(lambda: run_row(db_url, rid).current_step >= 3, 90, "step 3", w1, every=0.05)
         first_owner = run_row(db_url, rid).worker
         p.kill(w1)
@@ -159,6 +160,14 @@ def test_sigkill_mid_run_redelivered_over_redis(platform, pg_url):
     p = platform(pg_url, "redis", AERO_VISIBILITY_TIMEOUT_S=3, AERO_STALE_AFTER_S=600)
     timing = _crash_and_resume(p, pg_url, lambda p: p.start_worker("worker2"))
     print(f"\n[redis crash] {timing}")
+
+
+def test_sigkill_mid_asynchronous_run_resumes_with_each_step_once(platform, pg_url):
+    # the sampler runs two steps ahead (offpolicy.max_staleness=2): the steps in flight at the
+    # kill are re-sampled from the checkpoint's sampler state, and every step is stored once
+    p = platform(pg_url, "redis", AERO_VISIBILITY_TIMEOUT_S=3, AERO_STALE_AFTER_S=600)
+    timing = _crash_and_resume(p, pg_url, lambda p: p.start_worker("worker2"), offpolicy={"max_staleness": 2})
+    print(f"\n[redis crash, asynchronous run] {timing}")
 
 
 def test_sigkill_then_resumed_on_a_host_without_the_run_directory_restarts_as_one_attempt(platform, pg_url):
@@ -213,7 +222,7 @@ def test_frozen_worker_stale_heartbeat_is_requeued_by_the_reaper(platform, pg_ur
     p.start_api()
     w1, w2 = p.start_worker("worker1"), p.start_worker("worker2")
     with p.client() as c:
-        rid = p.submit(c, method="aero", steps=steps, checkpoint_every=2)
+        rid = p.submit(c, **{"method": "aero", "steps": steps, "checkpoint_every": 2, **config})
         p.wait(lambda: run_row(pg_url, rid).current_step >= 2, 90, "step 2", every=0.05)
         owner_pid = int(run_row(pg_url, rid).worker.split(":")[1])
         frozen = next(w for w in (w1, w2) if os.getpgid(owner_pid) == w.pid)

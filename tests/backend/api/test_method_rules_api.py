@@ -21,3 +21,17 @@ def test_methods_api_serves_the_new_spec_fields(client):
     assert by["aero-mem"]["engines"] == ["embedded", "verl"] and by["aero-mem"]["needs_prompt_ids"] is True
     assert [sec["name"] for sec in by["aero-mem"]["sections"]] == ["aero", "aero_mem"]
     assert by["aero"]["needs_prompt_ids"] is False
+
+
+def test_asynchronous_training_is_refused_at_submit_naming_the_field(client, auth, enqueued):
+    for config, field in [({"engine": "verl", "method": "grpo", "offpolicy": {"max_staleness": 1}}, "max_staleness"),
+                          ({"offpolicy": {"max_staleness": 1}, "sampler": "vllm"}, "max_staleness"),
+                          ({"offpolicy": {"correction": "clip"}}, "correction"),
+                          ({"offpolicy": {"is_cap": 0.5}}, "is_cap")]:
+        r = client.post("/api/runs", json={"config": {**T, **config}}, headers=auth)
+        assert r.status_code == 422, r.text
+        assert ["body", "config", "offpolicy", field] in [d["loc"] for d in r.json()["detail"]], r.json()
+    assert client.get("/api/runs").json()["count"] == 0 and enqueued.sent == []
+    ok = client.post("/api/runs", json={"config": {**T, "offpolicy": {"max_staleness": 2}}}, headers=auth)
+    assert ok.status_code in (200, 201), ok.text
+    assert ok.json()["config"]["offpolicy"] == {"max_staleness": 2, "correction": "tis", "is_cap": 2.0}
