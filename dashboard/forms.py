@@ -86,6 +86,14 @@ ADVANCED_FIELDS: tuple[tuple[str, str], ...] = (
     ("checkpoint_every", "checkpoint every (steps)"), ("entropy_coef", "entropy coef"), ("kl_coef", "KL coef"),
     ("device", "device"),
 )
+# asynchronous training (trainer/offpolicy.py); every method the API accepts off-policy shows it,
+# and the API refuses, naming the field, what cannot run it (verl, the vLLM sampler)
+OFFPOLICY_FIELDS: tuple[tuple[str, str], ...] = (
+    ("offpolicy.max_staleness", "max staleness k (steps ahead)"), ("offpolicy.correction", "off-policy correction"),
+    ("offpolicy.is_cap", "importance weight cap C"),
+)
+OFFPOLICY_SECTION = "Asynchronous training"
+COLLAPSED = frozenset({"Resources", OFFPOLICY_SECTION, "Advanced"})  # sections whose defaults rarely change
 RESOURCE_FIELDS: tuple[tuple[str, str], ...] = (
     ("resources.gpus_per_node", "GPUs per node (empty = auto)"), ("resources.nodes", "nodes"),
     ("resources.rollout_tp", "rollout tensor parallelism"),
@@ -103,7 +111,8 @@ FALLBACK_HELP: dict[str, str] = {  # for fields whose schema has no description
 def sections_for(menu: MethodMenu, methods: Sequence[str]) -> dict[str, tuple[tuple[str, str], ...]]:
     """Form sections to show for the chosen method(s), from their specs in ``menu`` (GET
     /api/methods): each config section a chosen method reads, with the inputs its method module
-    declares, once, in method order; the PPO clip for a symmetric clip."""
+    declares, once, in method order; the PPO clip for a symmetric clip; then asynchronous
+    training, resources and the advanced fields."""
     specs = [menu.specs.get(m, {}) for m in methods]
     out: dict[str, tuple[tuple[str, str], ...]] = {"Training": COMMON_FIELDS}
     for spec in specs:
@@ -111,6 +120,7 @@ def sections_for(menu: MethodMenu, methods: Sequence[str]) -> dict[str, tuple[tu
             out.setdefault(str(sec["title"]), tuple((str(path), str(label)) for path, label in sec["form"]))
     if any(s.get("clip", "symmetric") == "symmetric" for s in specs):
         out["Policy update"] = CLIP_FIELDS
+    out[OFFPOLICY_SECTION] = OFFPOLICY_FIELDS
     out["Resources"] = RESOURCE_FIELDS
     out["Advanced"] = ADVANCED_FIELDS
     return out
@@ -185,17 +195,32 @@ def parse_list(text: str, cast=str) -> list:
     return [cast(x.strip()) for x in (text or "").replace(";", ",").split(",") if x.strip()]
 
 
+STALENESS_SWEEP = "offpolicy.max_staleness"  # the one config field the Launch form sweeps besides methods and seeds
+
+
+def swept(config: Mapping[str, Any], path: str, values: Sequence[Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(flat config, sweep overrides) for ``values`` of the dotted field ``path``: none leaves the
+    config as it is; one value is set in the config (a single run stays a run); several become
+    one override each (``[{"offpolicy.max_staleness": 0}, {...: 1}]``), the form's value of the
+    field then being the sweep base's."""
+    if len(values) == 1:
+        return {**config, path: values[0]}, []
+    return dict(config), [{path: v} for v in values]
+
+
 def submission(methods: Sequence[str], seeds: Sequence[int], config: Mapping[str, Any], *, name: str = "",
-               tags: Sequence[str] = ()) -> tuple[str, dict[str, Any]]:
-    """("run", body for POST /runs) for one method and at most one seed, else ("sweep", body
-    for POST /sweeps) over methods x seeds (the same rule as ``aero submit``)."""
+               tags: Sequence[str] = (), overrides: Sequence[Mapping[str, Any]] = ()) -> tuple[str, dict[str, Any]]:
+    """("run", body for POST /runs) for one method, at most one seed and no overrides, else
+    ("sweep", body for POST /sweeps) over overrides x methods x seeds (the same rule as ``aero submit``)."""
     name = name.strip()
-    if len(methods) == 1 and len(seeds) <= 1:
+    if len(methods) == 1 and len(seeds) <= 1 and not overrides:
         cfg = {**config, "method": methods[0], **({"seed": seeds[0]} if seeds else {})}
         return "run", {"config": cfg, "tags": list(tags), **({"name": name} if name else {})}
     body: dict[str, Any] = {"base": dict(config), "methods": list(methods), "tags": list(tags)}
     if seeds:
         body["seeds"] = list(seeds)
+    if overrides:
+        body["overrides"] = [dict(o) for o in overrides]
     if name:
         body["name"] = name
     return "sweep", body

@@ -1,6 +1,7 @@
-"""The Launch form's additions: cloning a run (``?clone=ID`` pre-fills the form with its config)
-and the alert and tracker inputs. Values go to the API, which validates them (422 naming the
-field); the rule text is common/alert_rules.py's, as in ``aero submit --alert``."""
+"""The Launch form's additions: cloning a run (``?clone=ID`` pre-fills the form with its config),
+the staleness values a sweep runs, and the alert and tracker inputs. Values go to the API, which
+validates them (422 naming the field); the rule text is common/alert_rules.py's, as in ``aero
+submit --alert``."""
 
 from __future__ import annotations
 
@@ -11,13 +12,14 @@ import streamlit as st
 
 from common.alert_rules import format_rule, parse_rules
 from common.dotted import flatten
-from dashboard import forms, run_extras, ui
+from dashboard import forms, run_extras, tables, ui
 
 TRACKERS = ("wandb", "mlflow", "tensorboard")
 RULES_HELP = ("One rule per line: KIND[=VALUE][@BENCHMARK][:ACTION]. Kinds: failed, finished, nan_loss, "
               "grad_norm_above=X, entropy_below=X, eval_target=T (held-out Avg@k), no_improvement=N (evaluations). "
               "Actions: notify (default: shown on Run detail and posted to the webhook), stop (end the run cleanly "
               "with a checkpoint), notify_stop.")
+STALENESS_SWEEP_ERROR = "offpolicy.sweep"  # where the form shows what is wrong with the staleness values
 
 
 def cloned_run() -> dict | None:
@@ -37,6 +39,32 @@ def with_default(spec: forms.FieldSpec, run: dict | None) -> forms.FieldSpec:
         return spec
     flat = flatten(run["config"])
     return dataclasses.replace(spec, default=flat[spec.path]) if spec.path in flat else spec
+
+
+def async_clone(section: str, run: dict | None) -> bool:
+    """True for the asynchronous-training section of a cloned asynchronous run: opened, so the
+    clone's staleness is in sight."""
+    return section == forms.OFFPOLICY_SECTION and bool(tables.staleness_tag((run or {}).get("config")))
+
+
+def staleness_sweep_input() -> str:
+    """The staleness values to sweep, as typed ('' = none: the field above decides)."""
+    return st.text_input("sweep k over (optional)", placeholder="0, 1, 2", key="f_offpolicy_sweep",
+                         help="Comma-separated values of max staleness: one run per value x method x seed (a sweep, "
+                              "the runs' seed groups then differ by k on the Compare page). One value sets the field; "
+                              "empty: the field above.")
+
+
+def sweep_errors(errors: dict[str, str]) -> dict[str, str]:
+    """The API's 422 on a sweep override (``overrides.1.offpolicy.max_staleness``) shown under the
+    staleness values, the only overrides the form sends; other fields as they are."""
+    out: dict[str, str] = {}
+    for path, msg in errors.items():
+        parts = path.split(".")
+        if parts[0] == "overrides":
+            path, msg = STALENESS_SWEEP_ERROR, f"{'.'.join(parts[2:]) or 'value'}: {msg}"
+        out[path] = f"{out[path]}; {msg}" if path in out else msg
+    return out
 
 
 def inputs(run: dict | None) -> tuple[str, str, list[str]]:

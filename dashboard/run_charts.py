@@ -1,5 +1,5 @@
 """One run's figures (the Run detail page): training reward, held-out accuracy, zero-accuracy,
-prompt strata, rollouts, time and FLOPs per step, optimisation health. Each takes the run's
+prompt strata, rollouts, time and FLOPs per step, optimisation health, asynchronous training. Each takes the run's
 steps and its metric series (keys of docs/metrics.md) as the API returns them, and draws the
 run in its method's colour from ``style``. Pure functions, no Streamlit and no HTTP."""
 
@@ -116,4 +116,40 @@ def health_figure(steps: Sequence[int], s: Series, method: str, *, style: Method
     title = "Optimisation health" if kl else subtitled("Optimisation health", "KL off (kl_coef = 0): no KL panel")
     fig.update_layout(title={"text": title, "x": 0, "font": {"size": 15}}, height=300,
                       margin={"l": 50, "r": 20, "t": 70, "b": 40}, template="plotly_white")
+    return fig
+
+
+OFFPOLICY_KEYS = (mk.STALENESS_MEAN, mk.STALENESS_MAX, mk.IS_WEIGHT_MEAN, mk.IS_CAPPED_FRAC, mk.SAMPLER_IDLE_S,
+                  mk.TRAINER_IDLE_S)  # logged by asynchronous runs only (offpolicy.max_staleness > 0)
+
+
+def offpolicy_figure(steps: Sequence[int], s: Series, method: str, *, style: MethodStyle) -> go.Figure:
+    """Asynchronous training, one panel each: how stale the trained rows were (mean, max; in
+    policy versions), the importance weights pi_old / mu (token mean before the cap, and the share
+    of tokens past the cap that tis truncated or mis masked), and how long each side waited for
+    the other. Weights are logged only on steps that trained stale rows with a correction (a
+    run's first k steps are on-policy), so their lines have gaps, not zeros, elsewhere. The idle
+    lines take the sampler's and the trainer's colours of *Time per step* (rollout, train)."""
+    n, own = len(steps), style.color(method)
+    panels = (
+        ("staleness (versions)", ((mk.STALENESS_MEAN, "staleness mean", own, "solid"),
+                                  (mk.STALENESS_MAX, "staleness max", own, "dash"))),
+        ("importance weights", ((mk.IS_WEIGHT_MEAN, "weight mean (before cap)", own, "solid"),
+                                (mk.IS_CAPPED_FRAC, "fraction past the cap", own, "dot"))),
+        ("idle seconds per step", ((mk.SAMPLER_IDLE_S, "sampler idle", PHASE_COLORS["rollout"], "solid"),
+                                   (mk.TRAINER_IDLE_S, "trainer idle", PHASE_COLORS["train"], "solid"))),
+    )
+    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=[p[0] for p in panels], horizontal_spacing=0.08)
+    for i, (_, lines) in enumerate(panels, start=1):
+        for key, name, color, dash in lines:
+            fig.add_trace(go.Scatter(x=list(steps), y=column(s, key, n), name=name, mode="lines",
+                                     line={"color": color, "dash": dash, "width": 2}), row=1, col=i)
+        fig.update_xaxes(title_text="step", row=1, col=i)
+        steady_y(fig, [v for line in lines for v in column(s, line[0], n)], counts=i == 1, row=1, col=i)
+    fig.update_yaxes(rangemode="tozero", row=1, col=3)  # seconds waited: 0 is the point of reference
+    integer_steps(fig, steps)
+    fig.update_layout(title={"text": subtitled("Asynchronous training", "the sampler runs up to k steps ahead"), "x": 0,
+                             "font": {"size": 15}}, height=330, margin={"l": 50, "r": 20, "t": 100, "b": 40},
+                      template="plotly_white", hovermode="x unified",
+                      legend={"orientation": "h", "yanchor": "bottom", "y": 1.14, "xanchor": "left", "x": 0, "font": {"size": 11}})
     return fig

@@ -22,9 +22,19 @@ LATEST_KEYS: tuple[str, ...] = (mk.STEP_S, mk.REWARD_MEAN, mk.ZERO_ACC_AFTER_RES
 # ---------------------------------------------------------------- runs
 
 
+def staleness_tag(config: Mapping[str, Any] | None) -> str:
+    """'k=2' for an asynchronous run (``offpolicy.max_staleness`` = 2), '' for a synchronous one
+    (0, or a config stored before the field existed): what tells runs of one method apart when
+    a comparison spans staleness."""
+    k = ((config or {}).get("offpolicy") or {}).get("max_staleness") or 0
+    return f"k={k}" if k > 0 else ""
+
+
 def run_label(run: Mapping[str, Any], style: MethodStyle) -> str:
-    """'#3 aero-seed0 (AERO, running)'; a run that waits for its GPUs reads 'waiting'."""
-    return f"#{run['id']} {run['name']} ({style.label(run['method'])}, {state_of(run)})"
+    """'#3 aero-seed0 (AERO, running)'; 'waiting' for a run that waits for its GPUs; an
+    asynchronous run's staleness after its method ('AERO, k=2')."""
+    k = staleness_tag(run.get("config"))
+    return f"#{run['id']} {run['name']} ({style.label(run['method'])}{', ' + k if k else ''}, {state_of(run)})"
 
 
 def status_text(run: Mapping[str, Any]) -> str:

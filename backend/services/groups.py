@@ -2,8 +2,9 @@
 
 A sweep creates them (one group per override x method); /compare/groups forms them from any
 list of runs, or takes explicit groups and checks that each differs only by seed. Groups are
-keyed by a short hash of the seed-less config and labelled by method plus whatever sets them
-apart from the other groups of that method ("aero · aero.n_explore=4").
+keyed by a short hash of the seed-less config and labelled by method, staleness when asynchronous
+(``k=2``), plus whatever sets them apart from the other groups of that method
+("aero · k=2, aero.n_explore=4").
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from trainer.methods.spec import baseline_method
 NOT_GROUPED = ("seed", "name")  # config fields a seed group may differ in
 NOT_GROUPED_PREFIXES = ("alerts", "trackers")  # observing a run does not change what it trains
 MAX_LABEL_FIELDS = 3
+STALENESS = "offpolicy.max_staleness"  # shown as "k=2" on every asynchronous group, whatever else differs
 
 
 class GroupError(ValueError):
@@ -73,14 +75,17 @@ def _short(v: Any) -> str:
 
 
 def label_groups(groups: Sequence[Group]) -> None:
-    """Label each group by its method, plus the fields that tell it from its method's other groups."""
+    """Label each group by its method, its staleness when asynchronous (``k=2``: comparisons
+    across methods are read by staleness too, so it is shown even where the method's other
+    groups share it), plus the fields that tell it from its method's other groups."""
     by_method: dict[str, list[Group]] = {}
     for g in groups:
         by_method.setdefault(g.method, []).append(g)
     for same in by_method.values():
-        fields = differing([g.config for g in same]) if len(same) > 1 else []
+        fields = [f for f in differing([g.config for g in same]) if f != STALENESS] if len(same) > 1 else []
         for g in same:
-            extra = ", ".join(f"{k}={_short(g.config.get(k))}" for k in fields[:MAX_LABEL_FIELDS])
+            k = g.config.get(STALENESS) or 0
+            extra = ", ".join([f"k={k}"] * (k > 0) + [f"{f}={_short(g.config.get(f))}" for f in fields[:MAX_LABEL_FIELDS]])
             more = " …" if len(fields) > MAX_LABEL_FIELDS else ""
             g.label = g.method + (f" · {extra}{more}" if extra else "")
 

@@ -84,8 +84,9 @@ def choose_runs(style: MethodStyle) -> list[dict]:
 
 
 def run_name(r: dict, style: MethodStyle) -> str:
-    seed = r.get("config", {}).get("seed")
-    return f"#{r['id']} {style.label(r['method'])}" + (f" s{seed}" if seed is not None else "")
+    """'#3 AERO s0', and 'k=2' after it for an asynchronous run (runs are compared by staleness too)."""
+    seed, k = r.get("config", {}).get("seed"), tables.staleness_tag(r.get("config"))
+    return f"#{r['id']} {style.label(r['method'])}" + (f" s{seed}" if seed is not None else "") + (f" {k}" if k else "")
 
 
 def dashes(runs: list[dict], style: MethodStyle) -> dict[int, str]:

@@ -99,7 +99,8 @@ def model_fields(choice: str, doc: dict) -> dict[str, Any]:
     return out
 
 
-def submit(methods: list[str], config: dict, seeds_text: str, name: str, tags_text: str, priority: int = 0) -> None:
+def submit(methods: list[str], config: dict, seeds_text: str, name: str, tags_text: str, priority: int = 0,
+           overrides: list[dict] | None = None) -> None:
     errors: dict[str, str] = {}
     try:
         seeds = forms.parse_list(seeds_text, int)
@@ -111,13 +112,14 @@ def submit(methods: list[str], config: dict, seeds_text: str, name: str, tags_te
     if errors:
         st.session_state[ERRORS] = errors
         return
-    kind, body = forms.submission(methods, seeds, config, name=name, tags=forms.parse_list(tags_text))
+    kind, body = forms.submission(methods, seeds, config, name=name, tags=forms.parse_list(tags_text),
+                                  overrides=overrides or ())
     if priority:  # the run's (every run's of a sweep), not its config's; 0 is the API's default
         body["priority"] = priority
     try:
         created = ui.client().create_run(body) if kind == "run" else ui.client().create_sweep(body)
     except ApiError as e:
-        st.session_state[ERRORS] = e.field_errors or {"": e.message}  # shown on the rerun, under the fields
+        st.session_state[ERRORS] = launch_extras.sweep_errors(e.field_errors) or {"": e.message}  # shown under the fields
         return
     st.session_state[ERRORS] = {}
     st.session_state[RESULT] = (kind, created)
@@ -157,14 +159,18 @@ def main() -> None:
     with st.form("launch_form"):
         config: dict[str, Any] = model_fields(model, doc)
         sections = forms.form_specs(doc, menu, methods)
+        staleness_text = ""
         for section, specs in sections.items():
-            with st.expander(section, expanded=section not in ("Advanced", "Resources")):
+            with st.expander(section, expanded=section not in forms.COLLAPSED or launch_extras.async_clone(section, clone)):
                 cols = st.columns(3)
                 for i, spec in enumerate(specs):
                     with cols[i % 3]:
                         if spec.path in preset_values:
                             spec = dataclasses.replace(spec, default=preset_values[spec.path])
                         config[spec.path] = forms.from_widget(spec, widget(launch_extras.with_default(spec, clone)))
+                if section == forms.OFFPOLICY_SECTION:
+                    staleness_text = launch_extras.staleness_sweep_input()
+                    field_error(launch_extras.STALENESS_SWEEP_ERROR)
         extras = launch_extras.inputs(clone)
         field_error("alerts.rules")
         who = ui.me()
@@ -184,7 +190,8 @@ def main() -> None:
             field_error("priority")
         general = st.session_state.get(ERRORS, {})
         known = {s.path for specs in sections.values() for s in specs} | {"seeds", "methods", "model_path", "task",
-                                                                          "train_data", "alerts.rules", "priority"}
+                                                                          "train_data", "alerts.rules", "priority",
+                                                                          launch_extras.STALENESS_SWEEP_ERROR}
         for path, msg in general.items():
             if path not in known:
                 st.error(ui.md(f"{path}: {msg}" if path else msg), icon=":material/error:")
@@ -198,8 +205,14 @@ def main() -> None:
         except ValueError as e:
             st.session_state[ERRORS] = {"alerts.rules": str(e)}
         else:
-            submit(methods, dotted.nest({**launch_extras.base_config(clone, menu, methods), **config}), seeds_text, name,
-                   tags_text, priority)
+            try:
+                config, overrides = forms.swept(config, forms.STALENESS_SWEEP, forms.parse_list(staleness_text, int))
+            except ValueError:
+                st.session_state[ERRORS] = {launch_extras.STALENESS_SWEEP_ERROR: "the staleness values to sweep must "
+                                            "be whole numbers separated by commas, e.g. 0, 1, 2"}
+            else:
+                submit(methods, dotted.nest({**launch_extras.base_config(clone, menu, methods), **config}), seeds_text,
+                       name, tags_text, priority, overrides)
         st.rerun()
     show_result()
 

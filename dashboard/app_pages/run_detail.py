@@ -19,6 +19,7 @@ KEYS = (
     mk.STRATA_RESCUE, mk.STRATA_LOW, mk.STRATA_HIGH, mk.ROLLOUTS_GENERATED, mk.ROLLOUTS_TRAINED,
     mk.STEP_S, mk.ROLLOUT_S, mk.REWARD_S, mk.TRAIN_S, mk.ELAPSED_S,
     mk.FLOPS_ROLLOUT, mk.FLOPS_TRAIN, mk.FLOPS_TOTAL, mk.TRAIN_GRAD_NORM, mk.TRAIN_ENTROPY, mk.TRAIN_KL,
+    *run_charts.OFFPOLICY_KEYS,
 )
 MAX_POINTS = 600  # per curve; the API decimates (the last step is always kept)
 REFRESH_S = 2
@@ -144,6 +145,8 @@ def curves(run: dict, m: dict, rows: list[dict], style: MethodStyle) -> None:
             with col:
                 ui.plot(fig)
     ui.plot(run_charts.health_figure(steps, s, method, style=style, kl=kl_on(run)))
+    if has_any(s, *run_charts.OFFPOLICY_KEYS):  # an asynchronous run (offpolicy.max_staleness > 0)
+        ui.plot(run_charts.offpolicy_figure(steps, s, method, style=style))
 
 
 def eval_section(run: dict, rows: list[dict]) -> None:

@@ -33,8 +33,14 @@ def test_key_builders():
     assert len(set(constants().values())) == len(constants())  # no two names for one key
 
 
+# logged by asynchronous runs only (offpolicy.max_staleness > 0; docs/metrics.md "Asynchronous training")
+ASYNC_ONLY = {mk.STALENESS_MEAN, mk.STALENESS_MAX, mk.IS_WEIGHT_MEAN, mk.IS_CAPPED_FRAC, mk.SAMPLER_IDLE_S,
+              mk.TRAINER_IDLE_S}
+
+
 def test_the_trainer_logs_the_shared_keys(tmp_path):
-    """One tiny AERO step through the real loop logs every shared per-step key (KL only with kl_coef > 0)."""
+    """One tiny synchronous AERO step through the real loop logs every shared per-step key (KL
+    only with kl_coef > 0) and none of asynchronous training's."""
     from trainer.config import parse_run_config
     from trainer.engines import run_training
     from trainer.sinks import MemorySink
@@ -45,5 +51,11 @@ def test_the_trainer_logs_the_shared_keys(tmp_path):
     sink = MemorySink()
     run_training(cfg, tmp_path, sink)
     logged = set(sink.steps[1])
-    expected = {v for v in constants().values() if not v.startswith(mk.EVAL_PREFIX)} - {mk.TRAIN_KL}
+    expected = {v for v in constants().values() if not v.startswith(mk.EVAL_PREFIX)} - {mk.TRAIN_KL} - ASYNC_ONLY
     assert expected - logged == set(), sorted(expected - logged)
+    assert not ASYNC_ONLY & logged
+    # one step off-policy: the second step trains stale rows and logs every asynchronous key too
+    cfg = cfg.model_copy(update={"steps": 2, "offpolicy": cfg.offpolicy.model_copy(update={"max_staleness": 1})})
+    sink = MemorySink()
+    run_training(cfg, tmp_path / "async", sink)
+    assert expected | ASYNC_ONLY <= set(sink.steps[2]), sorted((expected | ASYNC_ONLY) - set(sink.steps[2]))

@@ -26,7 +26,7 @@ def doc(seeded) -> dict:
 def test_aero_mem_section_follows_the_spec(doc, seeded):
     menu = forms.MethodMenu.from_specs(AeroClient(seeded.url).methods())
     assert list(forms.form_specs(doc, menu, ["aero-mem-d"])) == ["Training", "AERO sampling (paper defaults)", MEM,
-                                                                   "Policy update", "Resources", "Advanced"]
+                                                                   "Policy update", "Asynchronous training", "Resources", "Advanced"]
     assert MEM not in forms.form_specs(doc, menu, ["aero"])
     fields = {s.path: s for s in forms.form_specs(doc, menu, ["grpo", "aero-mem"])[MEM]}
     assert set(fields) == {p for p, _ in AERO_MEM_SECTION.form}  # every field is in the schema

@@ -14,6 +14,9 @@ from dashboard.client import AeroClient, ApiError, api_url_from_env, field_error
 from trainer.methods.spec import specs
 
 
+TAIL = ["Asynchronous training", "Resources", "Advanced"]  # after every method's sections
+
+
 @pytest.fixture(scope="module")
 def doc(seeded) -> dict:
     return httpx.get(f"{seeded.url}/openapi.json").json()
@@ -35,7 +38,8 @@ def test_field_specs_carry_paper_defaults_and_help(doc):
 
 def test_every_form_field_exists_in_the_schema(doc):
     sections = tuple(sec.form for s in specs() for sec in s.sections)  # each method module's form inputs
-    for fields in (forms.COMMON_FIELDS, forms.CLIP_FIELDS, forms.ADVANCED_FIELDS, forms.RESOURCE_FIELDS, *sections):
+    shared = (forms.COMMON_FIELDS, forms.CLIP_FIELDS, forms.OFFPOLICY_FIELDS, forms.RESOURCE_FIELDS, forms.ADVANCED_FIELDS)
+    for fields in (*shared, *sections):
         for path, _ in fields:
             assert forms.field_schema(doc, path) is not None, path
 
@@ -44,11 +48,23 @@ def test_sections_follow_the_method(doc, seeded):
     menu = forms.MethodMenu.from_specs(AeroClient(seeded.url).methods())  # the specs over HTTP, as the app reads them
     assert list(menu.choices)[:5] == ["grpo", "dapo", "aero", "aero-s1", "aero-s1s2"]
     assert menu.names == tuple(menu.choices) and menu.text("aero") == menu.choices["aero"] and menu.text("x") == "x"
-    assert list(forms.form_specs(doc, menu, ["grpo"])) == ["Training", "Policy update", "Resources", "Advanced"]
-    assert list(forms.form_specs(doc, menu, ["dapo"])) == ["Training", "DAPO", "Resources", "Advanced"]
+    assert list(forms.form_specs(doc, menu, ["grpo"])) == ["Training", "Policy update", *TAIL]
+    assert list(forms.form_specs(doc, menu, ["dapo"])) == ["Training", "DAPO", *TAIL]
     assert list(forms.form_specs(doc, menu, ["aero-s1", "dapo"])) == ["Training", "AERO sampling (paper defaults)", "DAPO",
-                                                                       "Policy update", "Resources", "Advanced"]
+                                                                       "Policy update", *TAIL]
 
+
+def test_offpolicy_fields_carry_the_schemas_defaults_bounds_and_anchors(doc):
+    """The asynchronous-training inputs read trainer/offpolicy.py's defaults (synchronous, tis,
+    C = 2) and help texts, which name the other frameworks' settings."""
+    specs_ = {s.path: s for s in forms.form_specs(doc, forms.NO_MENU, ["grpo"])[forms.OFFPOLICY_SECTION]}
+    assert list(specs_) == [p for p, _ in forms.OFFPOLICY_FIELDS]
+    k, corr, cap = specs_["offpolicy.max_staleness"], specs_["offpolicy.correction"], specs_["offpolicy.is_cap"]
+    assert (k.type, k.default) == ("integer", 0) and "AReaL" in k.help and "max_head_offpolicyness" in k.help
+    assert (corr.type, corr.default, corr.choices) == ("choice", "tis", ("none", "tis", "mis")) and "is_cap" in corr.help
+    assert (cap.type, cap.default) == ("number", 2.0) and cap.help
+    assert forms.field_schema(doc, "offpolicy.max_staleness")["maximum"] == 8
+    assert forms.OFFPOLICY_SECTION in forms.COLLAPSED  # synchronous by default: the section starts closed
 
 def _spec(name: str, description: str, sections: tuple[str, ...] = (), clip: str = "symmetric") -> dict:
     return {"name": name, "description": description, "clip": clip,
@@ -63,19 +79,19 @@ def test_menus_from_different_specs_do_not_affect_each_other():
     menu_b = forms.MethodMenu.from_specs([_spec("aero", "AERO", ("aero",)), _spec("grpo", "GRPO (b)")])
     assert dict(menu_a.choices) == {"grpo": "GRPO", "dapo": "DAPO"} and menu_a.names == ("grpo", "dapo")
     assert dict(menu_b.choices) == {"aero": "AERO", "grpo": "GRPO (b)"} and menu_b.names == ("aero", "grpo")
-    assert list(forms.sections_for(menu_a, ["dapo"])) == ["Training", "DAPO", "Resources", "Advanced"]
-    assert list(forms.sections_for(menu_b, ["dapo"])) == ["Training", "Policy update", "Resources", "Advanced"]  # b has no dapo
-    assert list(forms.sections_for(menu_b, ["aero"])) == ["Training", "AERO", "Policy update", "Resources", "Advanced"]
-    assert list(forms.sections_for(menu_a, ["aero"])) == ["Training", "Policy update", "Resources", "Advanced"]
+    assert list(forms.sections_for(menu_a, ["dapo"])) == ["Training", "DAPO", *TAIL]
+    assert list(forms.sections_for(menu_b, ["dapo"])) == ["Training", "Policy update", *TAIL]  # b has no dapo
+    assert list(forms.sections_for(menu_b, ["aero"])) == ["Training", "AERO", "Policy update", *TAIL]
+    assert list(forms.sections_for(menu_a, ["aero"])) == ["Training", "Policy update", *TAIL]
     specs_a[1]["sections"].clear()  # the caller's specs change later: the menu built from them does not
     specs_a.append(_spec("aero", "AERO"))
-    assert menu_a.names == ("grpo", "dapo") and list(forms.sections_for(menu_a, ["dapo"])) == ["Training", "DAPO", "Resources", "Advanced"]
+    assert menu_a.names == ("grpo", "dapo") and list(forms.sections_for(menu_a, ["dapo"])) == ["Training", "DAPO", *TAIL]
     with pytest.raises(dataclasses.FrozenInstanceError):
         menu_a.choices = {}  # type: ignore[misc]
     with pytest.raises(TypeError):
         menu_a.choices["x"] = "X"  # type: ignore[index]
     assert forms.NO_MENU.names == () and not forms.NO_MENU.specs  # untouched by every menu built above
-    assert list(forms.sections_for(forms.NO_MENU, ["aero"])) == ["Training", "Policy update", "Resources", "Advanced"]
+    assert list(forms.sections_for(forms.NO_MENU, ["aero"])) == ["Training", "Policy update", *TAIL]
 
 
 def test_nest_and_submission_bodies():
@@ -87,6 +103,15 @@ def test_nest_and_submission_bodies():
     assert kind == "sweep" and body == {"base": cfg, "methods": ["grpo", "aero"], "tags": [], "seeds": [0, 1]}
     assert forms.submission(["aero"], [0, 1], cfg)[0] == "sweep"
     assert forms.parse_list("0, 1;2,", int) == [0, 1, 2]
+    # a staleness sweep: several values become one override each (then a sweep even for one run); one sets the field
+    flat = {"steps": 3, "offpolicy.max_staleness": 0}
+    config, overrides = forms.swept(flat, forms.STALENESS_SWEEP, [0, 1, 2])
+    assert config == flat and overrides == [{"offpolicy.max_staleness": k} for k in (0, 1, 2)]
+    assert forms.swept(flat, forms.STALENESS_SWEEP, [2]) == ({"steps": 3, "offpolicy.max_staleness": 2}, [])
+    assert forms.swept(flat, forms.STALENESS_SWEEP, []) == (flat, [])
+    kind, body = forms.submission(["aero"], [0], cfg, overrides=overrides)
+    assert kind == "sweep" and body["overrides"] == overrides and body["methods"] == ["aero"] and body["seeds"] == [0]
+    assert "overrides" not in forms.submission(["grpo", "aero"], [0], cfg)[1]
     with pytest.raises(ValueError):
         forms.parse_list("1, x", int)
 

@@ -8,6 +8,7 @@ import pytest
 from backend.db import runs as repo
 from backend.db.metrics import upsert_eval_results, upsert_step_metrics
 from backend.db.sweeps import create_sweep
+from backend.services.groups import STALENESS, Group, label_groups
 from trainer.config import RunConfig
 
 T975_2 = 4.302652730  # Student-t 0.975 quantile, 2 degrees of freedom
@@ -116,6 +117,29 @@ def test_explicit_groups_and_baseline(client, seeded):
     out = client.get(f"/api/compare/groups?groups={_ids(g[:2])}&run_ids={g[2]}&baseline={g[2]}").json()
     assert [x["run_ids"] for x in out["groups"]] == [g[:2], [g[2]]]
     assert [x["label"] for x in out["groups"]] == ["grpo", "grpo (2)"] and out["baseline"] == out["groups"][1]["key"]
+
+
+def test_groups_of_asynchronous_runs_are_labelled_by_their_staleness(client, session):
+    """Runs that differ in offpolicy.max_staleness form a group per k; an asynchronous group
+    reads "k=2" even beside another method's groups, a synchronous one reads as before, and the
+    other differing fields follow."""
+    def add(method, seed, k, lr=3e-5):
+        cfg = RunConfig(method=method, seed=seed, optim={"lr": lr}, offpolicy={"max_staleness": k}).model_dump(mode="json")
+        run = repo.create_run(session, cfg, queue="cpu")
+        upsert_step_metrics(session, run.id, {1: {"time/step_s": 1.0, "flops/total": 1.0}})
+        return run.id
+
+    ids = [add("aero", 0, 0), add("aero", 1, 0), add("aero", 0, 2), add("aero", 1, 2), add("grpo", 0, 1), add("grpo", 1, 1),
+           add("aero", 0, 2, lr=1e-5), add("grpo", 0, 0)]
+    session.commit()
+    out = client.get(f"/api/compare/groups?run_ids={_ids(ids)}").json()
+    assert [(g["label"], g["run_ids"]) for g in out["groups"]] == [
+        ("aero · optim.lr=3e-05", ids[:2]), ("aero · k=2, optim.lr=3e-05", ids[2:4]), ("grpo · k=1", ids[4:6]),
+        ("aero · k=2, optim.lr=1e-05", ids[6:7]), ("grpo", ids[7:])]
+    # a config stored before the field existed has no staleness: synchronous, no k in its label
+    old, new = Group("a", "aero", [], config={"steps": 3}), Group("b", "aero", [], config={"steps": 3, STALENESS: 1})
+    label_groups([old, new])
+    assert (old.label, new.label) == ("aero", "aero · k=1")
 
 
 @pytest.mark.parametrize("query, field, words", [

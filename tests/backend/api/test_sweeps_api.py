@@ -107,3 +107,23 @@ def test_list_sweeps_newest_first_with_status_counts(client, auth, enqueued):
     rest = client.get("/api/sweeps?limit=1&offset=1").json()
     assert [s["name"] for s in rest["data"]] == ["first"]
     assert client.get("/api/sweeps?limit=0").status_code == 422
+
+
+def test_a_sweep_over_staleness_makes_one_run_per_k_and_refuses_a_bad_k_by_field(client, auth, enqueued):
+    """offpolicy.max_staleness is an ordinary swept key: dotted or nested, each point validated
+    (bounds, and the cross-field rules: the vLLM sampler runs no stale rows) before anything is stored."""
+    body = {"name": "async", "base": BASE, "methods": ["grpo", "aero"], "seeds": [0],
+            "overrides": [{"offpolicy.max_staleness": 0}, {"offpolicy.max_staleness": 1},
+                          {"offpolicy": {"max_staleness": 2, "correction": "mis"}}]}
+    r = client.post("/api/sweeps", json=body, headers=auth)
+    assert r.status_code == 201, r.text
+    got = [(x["method"], x["config"]["offpolicy"]) for x in r.json()["runs"]]
+    assert got == [(m, {"max_staleness": k, "correction": c, "is_cap": 2.0})
+                   for k, c in ((0, "tis"), (1, "tis"), (2, "mis")) for m in ("grpo", "aero")]
+    for override, loc, why in (({"offpolicy.max_staleness": 9}, ["offpolicy", "max_staleness"], "less than or equal to 8"),
+                               ({"offpolicy.max_staleness": 1, "sampler": "vllm"}, ["offpolicy", "max_staleness"], "sampler=hf")):
+        r = client.post("/api/sweeps", json={**body, "overrides": [{}, override]}, headers=auth)
+        assert r.status_code == 422, override
+        detail = r.json()["detail"][0]
+        assert detail["loc"] == ["body", "overrides", 1, *loc] and why in detail["msg"], detail
+    assert client.get("/api/runs").json()["count"] == 6 and len(enqueued.sent) == 6  # only the first sweep's

@@ -286,3 +286,29 @@ def test_migration_0014_dates_a_waiting_run_from_its_start(empty_db_url):
     assert runs == {1: started, 2: None, 3: None}
     downgrade(empty_db_url, "0013")
     assert "waiting_since" not in {c["name"] for c in inspect(get_engine(empty_db_url)).get_columns("runs")}
+
+
+def test_migration_0016_writes_the_synchronous_offpolicy_block_into_whole_stored_configs(empty_db_url):
+    """A run stored whole before asynchronous training existed trained synchronously: 0016 writes
+    the block's defaults into it, so it groups with a new synchronous run of the same config; a
+    partial config is left for parsing to fill; downgrade drops the block."""
+    from sqlalchemy import select
+
+    from backend.db.models import Run
+    from trainer.config import parse_run_config
+
+    migrate(empty_db_url, "0015")
+    whole = parse_run_config({"method": "aero"}).model_dump(mode="json")
+    whole.pop("offpolicy")
+    stored = {1: whole, 2: {"method": "grpo"}}
+    with get_engine(empty_db_url).begin() as conn:
+        insert_queued_runs(conn, stored)
+    migrate(empty_db_url)
+    with get_engine(empty_db_url).connect() as conn:
+        got = dict(conn.execute(select(Run.__table__.c.id, Run.__table__.c.config)).all())
+    assert got[1] == parse_run_config({"method": "aero"}).model_dump(mode="json")  # as a new run stores it
+    assert got[2] == {"method": "grpo"}
+    downgrade(empty_db_url, "0015")
+    with get_engine(empty_db_url).connect() as conn:
+        got = dict(conn.execute(select(Run.__table__.c.id, Run.__table__.c.config)).all())
+    assert got == stored
