@@ -222,7 +222,7 @@ def test_frozen_worker_stale_heartbeat_is_requeued_by_the_reaper(platform, pg_ur
     p.start_api()
     w1, w2 = p.start_worker("worker1"), p.start_worker("worker2")
     with p.client() as c:
-        rid = p.submit(c, **{"method": "aero", "steps": steps, "checkpoint_every": 2, **config})
+        rid = p.submit(c, method="aero", steps=steps, checkpoint_every=2)
         p.wait(lambda: run_row(pg_url, rid).current_step >= 2, 90, "step 2", every=0.05)
         owner_pid = int(run_row(pg_url, rid).worker.split(":")[1])
         frozen = next(w for w in (w1, w2) if os.getpgid(owner_pid) == w.pid)
