@@ -44,7 +44,8 @@ def name_of(method: str, k: int) -> str:
 
 
 def run_one(base: dict[str, Any], method: str, k: int, seed: int, out: Path) -> dict[str, Any]:
-    cfg = parse_run_config(for_method({**base, "seed": seed, "offpolicy": {"max_staleness": k}}, method))
+    offpolicy = {**base.get("offpolicy", {}), "max_staleness": k}  # --set offpolicy.correction=... kept
+    cfg = parse_run_config(for_method({**base, "seed": seed, "offpolicy": offpolicy}, method))
     sink = MemorySink()
     t0 = time.perf_counter()
     for _ in iter_training(cfg, out / f"seed{seed}" / name_of(method, k), sink):
