@@ -23,15 +23,15 @@ from benchmarks.soak.options import Options
 from benchmarks.soak.record import TERMINAL, Follow, Record, Window, now
 
 
-def tiny_config(method: str, steps: int, batch_prompts: int, seed: int = 0) -> dict:
-    """A run of a few seconds: the tiny preset, a small rollout budget, a checkpoint every step.
-    A third of the seeds train asynchronously (the sampler one step ahead), so the invariants
+def tiny_config(method: str, steps: int, batch_prompts: int, seed: int = 0, max_staleness: int = 0) -> dict:
+    """A run of a few seconds: the tiny preset, a small rollout budget, a checkpoint every step;
+    ``max_staleness`` 1 trains asynchronously (the sampler one step ahead), so the invariants
     cover runs with steps in flight at a kill."""
     from trainer.config import RunConfig, for_method
 
     cfg = dict(method=method, preset="tiny", steps=steps, batch_prompts=batch_prompts, n_total=4, max_new_tokens=8,
                eval_every=0, eval_problems=4, eval_n=2, checkpoint_every=1, device="cpu", seed=seed,
-               aero=dict(n_explore=2, n_max=4, k_max=1), offpolicy=dict(max_staleness=1 if seed % 3 == 2 else 0))
+               aero=dict(n_explore=2, n_max=4, k_max=1), offpolicy=dict(max_staleness=max_staleness))
     return RunConfig(**for_method(cfg, method)).model_dump(mode="json")
 
 
@@ -80,7 +80,7 @@ class Load:
         for fair share to order), the rest spread over the soak's duration."""
         await asyncio.sleep(delay)
         end = self.rec.t0 + 0.85 * self.opts.duration()
-        done, seed = 0, 0
+        done, seed, submitted = 0, 0, 0
         async with httpx.AsyncClient(base_url=f"{self.api}/api", headers=self.auth(token), timeout=30) as c:
             while done < share and not self.rec.stop:
                 left = share - done
@@ -94,14 +94,16 @@ class Load:
                     k = max(1, min(rng.randint(1, 3), left // len(methods)))
                     seeds = list(range(seed, seed + k))
                 n = len(methods) * len(seeds)
+                stale = submitted % 2  # every other submission of a user trains asynchronously
+                submitted += 1
                 try:
                     if n == 1:
-                        body = {"config": tiny_config(methods[0], self.opts.steps, self.opts.batch_prompts, seed)}
+                        body = {"config": tiny_config(methods[0], self.opts.steps, self.opts.batch_prompts, seed, stale)}
                         r = await c.post("/runs", json=body)
                         ids = [r.json()["id"]] if r.status_code == 201 else []
                     else:
                         # the last method's config (AERO's when both: its section; GRPO's runs drop it)
-                        base = tiny_config(methods[-1], self.opts.steps, self.opts.batch_prompts)
+                        base = tiny_config(methods[-1], self.opts.steps, self.opts.batch_prompts, max_staleness=stale)
                         r = await c.post("/sweeps", json={"name": f"soak-{user}", "base": base, "methods": methods,
                                                           "seeds": seeds})
                         ids = [x["id"] for x in r.json()["runs"]] if r.status_code == 201 else []
@@ -110,6 +112,8 @@ class Load:
                     status, ids = type(e).__name__, []
                 self.rec.submissions[f"{'run' if n == 1 else 'sweep'} {status}"] += 1
                 if ids:
+                    if stale:
+                        self.rec.submissions["asynchronous runs"] += len(ids)
                     t = now()
                     for rid in ids:
                         self.rec.accepted[rid] = {"user": user, "t": t}

@@ -1,6 +1,6 @@
 """The soak harness (benchmarks/soak/), short: its own API, reaper, two Celery workers and its
 own Redis on a private PostgreSQL schema; two users submit eight 4-step runs as sweeps and single
-runs while SSE clients follow them and pollers read their metrics; a worker is SIGKILLed and
+runs (every other submission trains asynchronously, one step off-policy) while SSE clients follow them and pollers read their metrics; a worker is SIGKILLed and
 replaced, the API is SIGKILLed and restarted, Redis is SIGKILLed and restarted (append-only file,
 fsync always), and a user floods the API. Then every invariant the harness checks must hold:
 every run terminal, each succeeded run's steps exactly once (step log, columnar copy, run row,
@@ -39,6 +39,7 @@ def test_short_soak_with_a_worker_kill_an_api_restart_and_a_redis_restart_loses_
     inv = {i["name"]: i for i in report["invariants"]}
     assert inv["terminal"]["checked"] >= 9  # 8 runs + the flooder's (+ any a fault submitted for itself)
     assert inv["succeeded_steps_once"]["checked"] >= 8
+    assert report["runs"]["submissions"].get("asynchronous runs", 0) >= 1  # every other submission: k = 1
     assert {"worker_kill", "api_kill", "redis_restart", "flood"} <= set(report["fault_counts"]), report["faults"]
     assert report["flood"]["by_status"].get("429") and report["flood"]["by_status"].get("413")
     # the API ran as compose runs it (2 processes) and told its own time on every read
