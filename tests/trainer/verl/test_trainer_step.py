@@ -172,14 +172,18 @@ def test_grpo_accounting_and_per_benchmark_eval(vr, tmp_path):
 def test_checkpoint_saves_and_restores_the_curation_rng(vr, tmp_path, monkeypatch):
     """The curation RNG (S3's random draws) goes into curation_state.json beside verl's checkpoint and
     comes back on load, so a resumed run draws what an uninterrupted one would; each save is
-    listed for the launcher's relay. verl's own save/load (which need the workers) stand aside."""
+    listed for the launcher's relay, and named in verl's marker, once its step is logged (a run
+    lost between the save and the log resumes from the step before). verl's own save/load (which
+    need the workers) stand aside."""
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
     from trainer.verl.step_metrics import CHECKPOINTS_FILE
 
     tr, _, _ = make_trainer(vr, tmp_path)
     (tmp_path / "verl").mkdir()
-    monkeypatch.setattr(RayPPOTrainer, "_save_checkpoint", lambda self: None)
+    marker = tmp_path / "verl_checkpoints" / "latest_checkpointed_iteration.txt"
+    # verl's own save ends by naming its step in the marker
+    monkeypatch.setattr(RayPPOTrainer, "_save_checkpoint", lambda self: marker.write_text(str(self.global_steps)))
     monkeypatch.setattr(RayPPOTrainer, "_load_checkpoint", lambda self: None)
     tr.global_steps = 3
     (tmp_path / "verl_checkpoints" / "global_step_3").mkdir(parents=True)
@@ -188,6 +192,11 @@ def test_checkpoint_saves_and_restores_the_curation_rng(vr, tmp_path, monkeypatc
     tr._save_checkpoint()
     folder = tmp_path / "verl_checkpoints" / "global_step_3"
     assert sorted(p.name for p in folder.iterdir()) == ["curation_state.json"]
+    assert not marker.exists() and not (tmp_path / "verl" / CHECKPOINTS_FILE).exists()  # step 3 not logged yet
+    tr._commit_checkpoint(2)  # an earlier step's log commits nothing
+    assert not marker.exists()
+    tr._commit_checkpoint(3)  # the platform logger wrote step 3
+    assert marker.read_text() == "3"
     expected, saved_state = tr.curation_rng.random(4), json.loads(json.dumps(tr.method_state))
     tr.curation_rng = np.random.default_rng(123)  # a fresh process
     state = tr.method_state
