@@ -67,7 +67,11 @@ class TrainBatch:
     def to(self, device, non_blocking: bool = False) -> "TrainBatch":
         """``non_blocking`` for a host-to-device copy that need not wait for the device (never
         for device-to-host: the host could read the tensors before they arrive)."""
-        return TrainBatch(**{f.name: getattr(self, f.name).to(device, non_blocking=non_blocking) for f in fields(self)})
+        moved = {f.name: getattr(self, f.name).to(device, non_blocking=non_blocking) for f in fields(self)
+                 if f.name != "behaviour_logprobs"}
+        shared = self.behaviour_logprobs is self.old_logprobs  # one copy when no row is stale
+        behaviour = moved["old_logprobs"] if shared else self.behaviour_logprobs.to(device, non_blocking=non_blocking)
+        return TrainBatch(**moved, behaviour_logprobs=behaviour)
 
 
 def collate(rollouts: list[Rollout], pad_id: int, device=None) -> TrainBatch:
@@ -82,20 +86,22 @@ def collate(rollouts: list[Rollout], pad_id: int, device=None) -> TrainBatch:
     r_len = [len(r.response_ids) for r in rollouts]
     T = max(p + q for p, q in zip(p_len, r_len))
     ids, old, behaviour, resp = [], [], [], []
+    stale = any(r.proximal_logprobs is not None for r in rollouts)  # else one tensor serves both
     for r, p, q in zip(rollouts, p_len, r_len):
         tail = T - p - q
         ids.append(r.prompt_ids + r.response_ids + [pad_id] * tail)
-        behaviour.append([0.0] * p + list(r.logprobs) + [0.0] * tail)
-        proximal = r.logprobs if r.proximal_logprobs is None else r.proximal_logprobs
-        old.append([0.0] * p + list(proximal) + [0.0] * tail)
+        old.append([0.0] * p + list(r.logprobs if r.proximal_logprobs is None else r.proximal_logprobs) + [0.0] * tail)
+        if stale:
+            behaviour.append([0.0] * p + list(r.logprobs) + [0.0] * tail)
         resp.append([0.0] * p + [1.0] * q + [0.0] * tail)
+    old_t = torch.tensor(old, dtype=torch.float32)
     lengths = torch.tensor([p + q for p, q in zip(p_len, r_len)], dtype=torch.long)
     batch = TrainBatch(
         input_ids=torch.tensor(ids, dtype=torch.long),
         attention_mask=(torch.arange(T)[None, :] < lengths[:, None]).long(),
         response_mask=torch.tensor(resp, dtype=torch.float32),
-        old_logprobs=torch.tensor(old, dtype=torch.float32),
-        behaviour_logprobs=torch.tensor(behaviour, dtype=torch.float32),
+        old_logprobs=old_t,
+        behaviour_logprobs=torch.tensor(behaviour, dtype=torch.float32) if stale else old_t,
         prompt_lengths=torch.tensor(p_len, dtype=torch.long),
         response_lengths=torch.tensor(r_len, dtype=torch.long),
         lengths=lengths,
