@@ -30,11 +30,12 @@ def num(value, fmt: str = ".3g") -> str:
 
 def summary_table(rows: list[dict]) -> Table:
     t = Table()
-    for col in ("#", "group", "stage", "stratum", "reward", "advantage", "length", "truncated"):
-        t.add_column(col, justify="right" if col in ("#", "group", "reward", "advantage", "length") else "left")
+    for col in ("#", "group", "stage", "stratum", "version", "reward", "advantage", "length", "truncated"):
+        t.add_column(col, justify="right" if col in ("#", "group", "version", "reward", "advantage", "length") else "left")
     for i, r in enumerate(rows):
-        t.add_row(str(i + 1), str(r["group"]), safe(r["stage"]), safe(r["stratum"]), num(r["reward"]), num(r["advantage"], "+.3f"),
-                  str(r["length"]), "yes" if r["truncated"] else "")
+        version = r.get("version")  # absent from rows stored before it was recorded
+        t.add_row(str(i + 1), str(r["group"]), safe(r["stage"]), safe(r["stratum"]), "-" if version is None else str(int(version)),
+                  num(r["reward"]), num(r["advantage"], "+.3f"), str(r["length"]), "yes" if r["truncated"] else "")
     return t
 
 

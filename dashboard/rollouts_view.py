@@ -31,12 +31,17 @@ def prompt_tail(text: str) -> str:
     return text if len(text) <= PROMPT_TAIL else "…" + text[-PROMPT_TAIL:]
 
 
+COLUMNS = ["group", "stage", "stratum", "version", "reward", "advantage", "length", "truncated", "prompt", "response"]
+
+
 def rollout_frame(rows: list[dict]) -> pd.DataFrame:
-    """The table of one page: one row per rollout, text columns last."""
-    return pd.DataFrame([{"group": r["group"], "stage": r["stage"], "stratum": r["stratum"], "reward": r["reward"],
-                          "advantage": r["advantage"], "length": r["length"], "truncated": r["truncated"],
-                          "prompt": prompt_tail(r["prompt"]), "response": r["response"]} for r in rows],
-                        columns=["group", "stage", "stratum", "reward", "advantage", "length", "truncated", "prompt", "response"])
+    """The table of one page: one row per rollout, text columns last. ``version`` is the policy
+    (training steps done) that sampled the row: older than the step before on an asynchronous
+    run; blank for rows stored before rows carried it."""
+    return pd.DataFrame([{"group": r["group"], "stage": r["stage"], "stratum": r["stratum"], "version": r.get("version"),
+                          "reward": r["reward"], "advantage": r["advantage"], "length": r["length"],
+                          "truncated": r["truncated"], "prompt": prompt_tail(r["prompt"]), "response": r["response"]}
+                         for r in rows], columns=COLUMNS)
 
 
 def filters() -> tuple:

@@ -63,7 +63,9 @@ class StepRows:
     group: int[N] the prompt group (distinct per prompt drawn in the step, DAPO's later batches
     included); round_: int[N] the generation round (0 = the first call); reward: float[N];
     correct: bool[N]; length: int[N] response tokens; truncated: bool[N] cut at max_new_tokens;
-    prompt_text / response_text: row id -> text, decoded only for the rows sampled."""
+    prompt_text / response_text: row id -> text, decoded only for the rows sampled; version:
+    int[N] the policy version (training steps done) that sampled each row: the step before on a
+    synchronous run, up to ``offpolicy.max_staleness`` older on an asynchronous one."""
 
     group: np.ndarray
     round_: np.ndarray
@@ -73,6 +75,7 @@ class StepRows:
     truncated: np.ndarray
     prompt_text: Callable[[int], str]
     response_text: Callable[[int], str]
+    version: np.ndarray
 
 
 def clip_text(text: str, limit: int) -> tuple[str, bool]:
@@ -137,7 +140,7 @@ def rollout_records(rows: StepRows, picked: list[int], advantage: dict[int, floa
             out.append({"group": g, "row": i, "prompt": prompt, "response": response,
                         "reward": float(rows.reward[i]), "correct": bool(rows.correct[i]),
                         "advantage": advantage[i] if kept else None, "stratum": STRATUM_NAMES[strata[g]],
-                        "round": int(rows.round_[i]), "stage": stage_of(int(rows.round_[i]), kept, strata[g]),
+                        "round": int(rows.round_[i]), "version": int(rows.version[i]), "stage": stage_of(int(rows.round_[i]), kept, strata[g]),
                         "length": int(rows.length[i]), "truncated": bool(rows.truncated[i]),
                         "clipped": p_clip or r_clip})
     return out

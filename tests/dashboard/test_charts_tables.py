@@ -619,3 +619,5 @@ def test_the_rollouts_table_shows_a_long_prompts_end():
     assert prompt_tail("37+85=") == "37+85="  # a char preset's prompt is shown whole
     frame = rollout_frame(chat_detail(1)["rollouts"])
     assert set(frame["prompt"]) == {shown}
+    rows = chat_detail(1)["rollouts"]
+    assert rollout_frame([{**rows[0], "version": 3}, rows[1]])["version"].tolist()[0] == 3  # blank before rows carried it

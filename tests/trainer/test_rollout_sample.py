@@ -25,7 +25,8 @@ def aero_like_step() -> StepRows:
     n = len(group)
     return StepRows(group=np.array(group), round_=np.array(round_), reward=np.array(correct, dtype=float),
                     correct=np.array(correct, dtype=bool), length=np.arange(n) % 9, truncated=np.arange(n) % 5 == 0,
-                    prompt_text=lambda i: f"prompt of row {i}", response_text=lambda i: f"response {i}")
+                    prompt_text=lambda i: f"prompt of row {i}", response_text=lambda i: f"response {i}",
+                    version=np.full(n, 2))
 
 
 def test_strata_from_each_groups_exploration():
@@ -58,7 +59,8 @@ def test_detail_records_every_field_and_stage():
     assert by_row[0]["stage"] == "curated out" and by_row[0]["advantage"] is None  # explored, not trained
     assert by_row[0]["stratum"] == "rescue" and by_row[0]["prompt"] == "prompt of row 0"
     assert set(by_row[0]) == {"group", "row", "prompt", "response", "reward", "correct", "advantage", "stratum", "round",
-                              "stage", "length", "truncated", "clipped"}
+                              "version", "stage", "length", "truncated", "clipped"}
+    assert {r["version"] for r in d["rollouts"]} == {2}
     json.dumps(d)  # plain data
     # reproducible: the same step draws the same random prompts; another step may not
     again = step_detail(rows, train, adv, cfg=cfg, rules=SampleRules(prompts=1, max_rows=64, text_chars=100), seed_key=3)

@@ -207,7 +207,8 @@ class EmbeddedSampler:
                         reward=np.array([r.reward for r in rs]), correct=is_correct([r.reward for r in rs]),
                         length=np.array([r.length for r in rs], dtype=np.int64),
                         truncated=np.array([not r.finished for r in rs], dtype=bool),
-                        prompt_text=lambda i: decode(rs[i].prompt_ids), response_text=lambda i: decode(rs[i].response_ids))
+                        prompt_text=lambda i: decode(rs[i].prompt_ids), response_text=lambda i: decode(rs[i].response_ids),
+                        version=np.array([r.version for r in rs], dtype=np.int64))
 
 
 def sample_detail(ctx: StepContext, sampler: EmbeddedSampler, res: StepResult, data_pos: int) -> dict | None:

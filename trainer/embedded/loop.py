@@ -97,6 +97,8 @@ def train_step(cfg: RunConfig, setup: Setup, ctx: StepContext, state: TrainingSt
     step is logged). Returns the step's metrics."""
     t0 = time.perf_counter()
     collected = collect(ctx, state.data_pos)
+    for r in collected.generated:  # every row was sampled by the policy after state.step updates
+        r.version = state.step
     state.data_pos += collected.prompts_used
     t1 = time.perf_counter()
     train_stats = {}

@@ -34,9 +34,10 @@ def row_rewards(out) -> np.ndarray:
     return out.batch[key].sum(-1).float().cpu().numpy()
 
 
-def verl_rows(out, groups: np.ndarray, rounds: np.ndarray, tokenizer, max_new_tokens: int) -> StepRows:
-    """StepRows of a generated DataProto (``prompts`` left-padded, ``responses`` right-padded,
-    ``attention_mask`` over both); ``groups``/``rounds`` per row, in row order."""
+def verl_rows(out, groups: np.ndarray, rounds: np.ndarray, tokenizer, max_new_tokens: int, step: int) -> StepRows:
+    """StepRows of step ``step``'s generated DataProto (``prompts`` left-padded, ``responses``
+    right-padded, ``attention_mask`` over both); ``groups``/``rounds`` per row, in row order. verl
+    trains synchronously here: every row was sampled by version ``step - 1``."""
     lengths = response_lengths(out)
     prompts, responses = out.batch["prompts"], out.batch["responses"]
     prompt_mask = out.batch["attention_mask"][:, :prompts.shape[1]].bool()
@@ -49,12 +50,13 @@ def verl_rows(out, groups: np.ndarray, rounds: np.ndarray, tokenizer, max_new_to
 
     return StepRows(group=np.asarray(groups, dtype=np.int64), round_=np.asarray(rounds, dtype=np.int64),
                     reward=row_rewards(out), correct=row_correct(out), length=lengths,
-                    truncated=lengths >= max_new_tokens, prompt_text=prompt_text, response_text=response_text)
+                    truncated=lengths >= max_new_tokens, prompt_text=prompt_text, response_text=response_text,
+                    version=np.full(len(lengths), step - 1, dtype=np.int64))
 
 
 def curated_detail(col, cfg, tokenizer, rules: SampleRules, step: int) -> dict[str, Any]:
     """The detail of a curated step (trainer/verl/collect.py's ``VerlCollected``)."""
-    rows = verl_rows(col.generated, col.groups, col.rounds, tokenizer, cfg.max_new_tokens)
+    rows = verl_rows(col.generated, col.groups, col.rounds, tokenizer, cfg.max_new_tokens, step)
     return step_detail(rows, col.train_rows, col.advantages, cfg=cfg, rules=rules, seed_key=step)
 
 
@@ -71,5 +73,5 @@ def stock_detail(batch, cfg, tokenizer, rules: SampleRules, step: int) -> dict[s
     uids = batch.non_tensor_batch["uid"]
     index = {u: g for g, u in enumerate(dict.fromkeys(uids.tolist()))}
     groups = np.array([index[u] for u in uids.tolist()], dtype=np.int64)
-    rows = verl_rows(batch, groups, np.zeros(len(groups), dtype=np.int64), tokenizer, cfg.max_new_tokens)
+    rows = verl_rows(batch, groups, np.zeros(len(groups), dtype=np.int64), tokenizer, cfg.max_new_tokens, step)
     return step_detail(rows, np.arange(len(groups)), sequence_advantages(batch), cfg=cfg, rules=rules, seed_key=step)

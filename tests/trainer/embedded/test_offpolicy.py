@@ -117,6 +117,8 @@ def test_asynchronous_runs_never_exceed_the_staleness_and_reproduce_from_their_s
         assert m["rollout/generated"] <= TINY["batch_prompts"] * TINY["n_total"] or method == "dapo"
     if method == "aero":  # the rescue budget is the synchronous one
         assert all(m["rollout/gen_calls"] == 1 + m["rescue/calls"] for m in sink.steps.values())
+    for j, detail in sink.details.items():  # each stored row says which version sampled it
+        assert detail["rollouts"] and {r["version"] for r in detail["rollouts"]} == {sampling_version(j, 0, k)}, j
     _, sink2 = run(tmp_path / "b", method, offpolicy={"max_staleness": k})
     for j in sink.steps:  # the schedule is fixed, not a race between the threads
         assert untimed(sink2.steps[j]) == untimed(sink.steps[j]), j
@@ -126,6 +128,7 @@ def test_a_zero_staleness_ignores_the_correction_settings(tmp_path):
     _, plain = run(tmp_path / "a", "aero", steps=3)
     _, set_ = run(tmp_path / "b", "aero", steps=3, offpolicy={"max_staleness": 0, "correction": "mis", "is_cap": 1.01})
     assert not any(key.startswith("offpolicy/") for key in plain.steps[1])
+    assert all({r["version"] for r in d["rollouts"]} == {j - 1} for j, d in plain.details.items())  # on-policy
     for j in plain.steps:
         assert untimed(set_.steps[j]) == untimed(plain.steps[j])
 

@@ -53,7 +53,7 @@ def batch(prompts: list[list[int]], responses: list[list[int]], rewards: list[fl
 
 def test_rows_decode_prompt_and_response_within_their_masks():
     out = batch([[1, 2], [3]], [[4, 5, 6, 7, 8], [9]], [1.0, 0.0])
-    rows = verl_rows(out, np.array([0, 1]), np.array([0, 0]), CharTokenizer(), max_new_tokens=T_R)
+    rows = verl_rows(out, np.array([0, 1]), np.array([0, 0]), CharTokenizer(), max_new_tokens=T_R, step=1)
     assert (rows.prompt_text(0), rows.response_text(0), rows.prompt_text(1), rows.response_text(1)) == ("ab", "defgh", "c", "i")
     assert rows.length.tolist() == [5, 1] and rows.truncated.tolist() == [True, False]
     assert rows.reward.tolist() == [1.0, 0.0] and rows.correct.tolist() == [True, False]
@@ -106,5 +106,5 @@ def test_verl_rows_on_a_real_dataproto():
 
     fake = batch([[1, 2]], [[3, 4]], [1.0])
     out = DataProto.from_single_dict({**fake.batch, "uid": fake.non_tensor_batch["uid"]})
-    rows = verl_rows(out, np.array([0]), np.array([0]), CharTokenizer(), max_new_tokens=T_R)
+    rows = verl_rows(out, np.array([0]), np.array([0]), CharTokenizer(), max_new_tokens=T_R, step=1)
     assert (rows.prompt_text(0), rows.response_text(0), rows.length.tolist()) == ("ab", "cd", [2])
