@@ -53,14 +53,14 @@ def rss_mb() -> float:
 def make_runner(point: dict, seed: int = 0):
     """Our GRPO step (benchmarks/trl_compare.py) at ``point``; with ``forced`` the sampler never stops early."""
     from benchmarks.trl_compare import OursStep, tiny_config
-    from trainer.rollout.embedded import EmbeddedEngine
+    from trainer.rollout.embedded import HFSampler
 
     args = argparse.Namespace(prompts=point["prompts"], n=point["n"], max_new_tokens=point["max_new_tokens"],
                               lr=1e-4, entropy_coef=1e-3, seed=seed)
     runner = OursStep(tiny_config(args))
     if point["forced"]:
         s = runner.setup
-        s.sampler = EmbeddedEngine(s.model, eos_id=s.model.config.vocab_size, pad_id=s.task.tokenizer.pad_id)
+        s.sampler = HFSampler(s.model, eos_id=s.model.config.vocab_size, pad_id=s.task.tokenizer.pad_id)
     return runner
 
 

@@ -44,7 +44,7 @@ from trainer.embedded.shapes import shape_config, shape_parameters  # noqa: E402
 from trainer.flops import rollout_flops, train_flops  # noqa: E402
 from trainer.methods.sampler import Samples  # noqa: E402
 from trainer.methods.spec import baseline_method, get_step  # noqa: E402
-from trainer.tasks.strata import MEAN_RESPONSE_TOKENS, StrataTask  # noqa: E402
+from trainer.tasks.scripted import MEAN_RESPONSE_TOKENS, StrataTask  # noqa: E402
 
 METHODS = ("grpo", "dapo", "aero")
 N_TOTAL, MAX_NEW, MAX_PROMPT = 16, 1536, 1024

@@ -6,7 +6,7 @@ registry, checkpoint or metric sink, but no re-implementation either: each move 
 function the embedded engine calls, so the loss printed here is the engine's loss on the same
 batch (tests/test_examples.py checks it). Where each move lives in the real engine:
 
-  1. sample     EmbeddedEngine.generate (trainer/rollout/embedded.py), driven by the method's
+  1. sample     HFSampler.generate (trainer/rollout/embedded.py), driven by the method's
                 step (trainer/methods/grpo.py) through trainer/embedded/collect.py
   2. score      the task's verifier (trainer/tasks/arithmetic.py: exact match, 1 or 0), which
                 the engine calls through trainer/tasks/verify.py::score_batch (timeouts)

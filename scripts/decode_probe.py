@@ -38,10 +38,10 @@ import torch  # noqa: E402
 from trainer.embedded.shapes import build_shape_model  # noqa: E402
 from trainer.rollout.attention import use_packed_gqa  # noqa: E402
 from trainer.rollout.base import SamplingParams  # noqa: E402
-from trainer.rollout.embedded import EmbeddedEngine  # noqa: E402
+from trainer.rollout.embedded import HFSampler  # noqa: E402
 
 
-def timed_generate(engine: EmbeddedEngine, prompts, counts, sampling: SamplingParams, device,
+def timed_generate(engine: HFSampler, prompts, counts, sampling: SamplingParams, device,
                    keys: list[int] | None = None) -> tuple[list, dict]:
     """One warm-up call, then the timed call from seed 0 (or per-row ``keys``): (rollouts, seconds and rates)."""
     cuda = device.type == "cuda"
@@ -89,9 +89,9 @@ def main(argv: list[str] | None = None) -> dict:
     out: dict = {"shape": a.shape, "device": torch.cuda.get_device_name() if cuda else "cpu", "rows": sum(counts),
                  "tokens": a.tokens, "torch": torch.__version__}
 
-    def engine(decode: str = "dynamic") -> EmbeddedEngine:
-        return EmbeddedEngine(model, eos_id=eos, pad_id=0, dtype=torch.bfloat16 if cuda else None, decode=decode,
-                              sync_every=a.sync_every)
+    def engine(decode: str = "dynamic") -> HFSampler:
+        return HFSampler(model, eos_id=eos, pad_id=0, dtype=torch.bfloat16 if cuda else None, decode=decode,
+                         sync_every=a.sync_every)
 
     results = {}
     for name in ("sdpa", "packed"):

@@ -50,7 +50,7 @@ from trainer.embedded.collect import StepContext, collect  # noqa: E402
 from trainer.embedded.model import build_model, count_parameters, tiny_qwen2_config  # noqa: E402
 from trainer.embedded.pretrain import cosine_lr, measure_strata, sft_batch  # noqa: E402
 from trainer.rollout.base import SamplingParams  # noqa: E402
-from trainer.rollout.embedded import EmbeddedEngine  # noqa: E402
+from trainer.rollout.embedded import HFSampler  # noqa: E402
 from trainer.tasks.arithmetic import WARM_START_WEIGHTS, ArithmeticTask  # noqa: E402
 from trainer.core.losses import Aggregation  # noqa: E402
 from trainer.embedded.update import Updater, UpdateSettings, warmup_constant_lr  # noqa: E402
@@ -111,8 +111,8 @@ def warm_start(model, task, device, steps: int, batch: int, autocast) -> float:
 def run_method(name: str, cfg, base_model, task, device, steps: int, autocast, lr: float) -> list[dict]:
     """``steps`` RL steps of ``cfg.method`` from a copy of ``base_model``; per-step timings."""
     model = copy.deepcopy(base_model)
-    engine = EmbeddedEngine(model, eos_id=task.tokenizer.eos_id, pad_id=task.tokenizer.pad_id, device=device,
-                            dtype=torch.bfloat16 if device.type == "cuda" else None)
+    engine = HFSampler(model, eos_id=task.tokenizer.eos_id, pad_id=task.tokenizer.pad_id, device=device,
+                       dtype=torch.bfloat16 if device.type == "cuda" else None)
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_constant_lr(s, 0))
     # one epoch, one mini-batch, no reference model (kl_coef 0), mini-batches in order (no shuffle RNG)

@@ -301,7 +301,7 @@ def run_decode(a: argparse.Namespace) -> dict:
     from trainer.embedded.shapes import build_shape_model
     from trainer.rollout.attention import use_packed_gqa
     from trainer.rollout.base import SamplingParams
-    from trainer.rollout.embedded import EmbeddedEngine
+    from trainer.rollout.embedded import HFSampler
 
     out: dict[str, Any] = {"decode": a.child, "alloc_conf": {k: os.environ.get(k) for k in ALLOC_ENV},
                            "import_s": time.perf_counter() - t0, "torch": torch.__version__}
@@ -323,8 +323,8 @@ def run_decode(a: argparse.Namespace) -> dict:
     out["packed_gqa"] = use_packed_gqa(model) if cuda else False  # as a run on CUDA (presets.load_setup)
     config: Any = model.config
     eos = a.eos_id if a.eos_id is not None else int(config.vocab_size) - 1
-    engine = EmbeddedEngine(model, eos_id=eos, pad_id=0, dtype=torch.bfloat16 if cuda else None, decode=a.child,
-                            sync_every=a.sync_every)
+    engine = HFSampler(model, eos_id=eos, pad_id=0, dtype=torch.bfloat16 if cuda else None, decode=a.child,
+                       sync_every=a.sync_every)
     prompts, counts = probe_rows(a.rows)
     out["rows"] = sum(counts)
     sampling = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=a.tokens)

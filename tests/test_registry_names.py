@@ -7,11 +7,14 @@ alone or in a literal tuple/list/set, is a decision that belongs to the registry
 - tasks (trainer/tasks/registry.py ``TaskSpec``: ``source``, ``section``, ``build``, ``engines``...),
   outside trainer/tasks/;
 - training engines (trainer/engines.py ``EngineSpec``: ``distributed``, ``model_shapes``, ``uses_ray``...),
-  outside the engine's own package (trainer/<engine>/) and the registry.
+  outside the engine's own package (trainer/<engine>/) and the registry;
+- samplers (trainer/sampler_registry.py ``SamplerSpec``: ``decodes``, ``keyed``, ``stream``,
+  ``tensor_parallel``, ``devices``, ``runs_ahead``, ``verl_rollout``...), outside trainer/rollout/ and
+  the registry.
 
 Choosing names to run (a demo's list, a menu's default) is data, not a comparison, and is not
-flagged. Migrations are frozen history and are skipped. benchmarks/ is scanned for methods and
-tasks; for engines it is not, because a benchmark that compares two named engines chooses them."""
+flagged. Migrations are frozen history and are skipped. benchmarks/ is scanned for methods,
+tasks and samplers; for engines it is not, because a benchmark that compares two named engines chooses them."""
 
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ import pytest
 
 from trainer.engines import ENGINE_NAMES
 from trainer.methods.spec import method_names
+from trainer.sampler_registry import SAMPLER_NAMES
 from trainer.tasks.registry import TASK_NAMES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,6 +38,8 @@ REGISTRIES = {
     "engine": (frozenset(ENGINE_NAMES), tuple(p for p in ALL if p != "benchmarks"),
                (ROOT / "trainer" / "engines.py", *(ROOT / "trainer" / e for e in ENGINE_NAMES)),
                "the engine's entry (trainer/engines.py)"),
+    "sampler": (frozenset(SAMPLER_NAMES), ALL, (ROOT / "trainer" / "sampler_registry.py", ROOT / "trainer" / "rollout"),
+                "the sampler's spec (trainer/sampler_registry.py)"),
 }
 
 
@@ -61,6 +67,8 @@ def test_the_scan_finds_what_it_looks_for():
     code = 'a = cfg.task == "strata"\nb = cfg.engine != "embedded"\nc = t in ("code", "math")\nd = {"code": 1}'
     assert name_comparisons(ast.parse(code), REGISTRIES["task"][0]) == [(1, "strata"), (3, "code"), (3, "math")]
     assert name_comparisons(ast.parse(code), REGISTRIES["engine"][0]) == [(2, "embedded")]
+    code = 'a = cfg.sampler == "hf"\nb = cfg.sampler != "vllm"\nc = {"hf": 1}\nd = make_sampler("vllm")'
+    assert name_comparisons(ast.parse(code), REGISTRIES["sampler"][0]) == [(1, "hf"), (2, "vllm")]
 
 
 @pytest.mark.parametrize("kind", list(REGISTRIES))

@@ -21,14 +21,15 @@ from common.dotted import with_defaults
 from trainer.alerts import AlertsConfig, rule_issues
 # (RENAMED_FIELDS, ConfigDeprecationWarning and renamed_fields: also the backend's and the CLI's, via this module)
 from trainer.config_renames import RENAMED_FIELDS, ConfigDeprecationWarning, read_renamed, renamed_fields  # noqa: F401
-from trainer.config_rules import method_issues, shape_issues
+from trainer.config_rules import method_issues, sampler_issues, shape_issues
 from trainer.offpolicy import OffPolicyConfig, offpolicy_issues
-from trainer.config_types import Cap, Section, Strict
+from trainer.config_types import Cap, Section, Strict, basic
 from trainer.engines import ENGINE_NAMES, engine_issues
 from trainer.models.catalog import MODELS
 from trainer.methods.spec import all_sections, get_method, method_names, section_readers, specs
 from trainer.resources import ResourcesConfig, resource_issues
 from trainer.safetext import no_control_chars  # noqa: F401  (also backend.schemas's, via this module)
+from trainer.sampler_registry import SAMPLER_NAMES
 from trainer.tasks.registry import (PRESET_NAMES, PRESET_TASK, PRESET_TASKS, TASK_NAMES, TASK_SPECS, get_task_spec, section_tasks,
                                     task_sections, without_stale_task_sections)
 
@@ -51,8 +52,8 @@ ModelShape = Literal["qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-7b", "tiny-151k"]
 TaskName = Literal[TASK_NAMES]  # type: ignore[valid-type]
 EngineName = Literal[ENGINE_NAMES]  # type: ignore[valid-type]
 Preset = Literal[PRESET_NAMES]  # type: ignore[valid-type]
-# What generates a run's rollouts (trainer/rollout/): transformers' KV-cache sampling or vLLM.
-SamplerName = Literal["hf", "vllm"]
+# What generates a run's rollouts (trainer/sampler_registry.py): transformers' KV-cache sampling or vLLM.
+SamplerName = Literal[SAMPLER_NAMES]  # type: ignore[valid-type]
 
 
 TRACKERS = ("wandb", "mlflow", "tensorboard")
@@ -61,7 +62,7 @@ Tracker = Literal["wandb", "mlflow", "tensorboard"]
 
 class OptimConfig(Strict):
     lr: float = Field(1e-4, gt=0.0, description="AdamW learning rate. Paper: 5e-6 for 1.5B-7B models. Tiny preset: 1e-4 "
-                      "(chosen by the sweep in BENCHMARKS.md; set ~5e-6 for a real model).")
+                      "(chosen by the sweep in BENCHMARKS.md; set ~5e-6 for a real model).", json_schema_extra=basic())
     warmup_ratio: float = Field(0.03, ge=0.0, lt=1.0, description="Linear warmup as a fraction of the run's optimizer steps "
                                 "(paper: 0.03). Used when warmup_steps is null.")
     warmup_steps: int | None = Field(10, ge=0, le=1_000_000, description="Linear warmup length in training steps; replaces "
@@ -77,17 +78,20 @@ class _RunFields(Strict):
     """The fields every run has; :data:`RunConfig` adds the methods' sections."""
 
     name: Annotated[str, AfterValidator(no_control_chars)] | None = Field(None, max_length=200)
-    method: Method = Field("aero", description=" | ".join(f"{s.name} ({s.display.description})" for s in specs()) + ".")
-    engine: EngineName = "embedded"
+    method: Method = Field("aero", description=" | ".join(f"{s.name} ({s.display.description})" for s in specs()) + ".",
+                           json_schema_extra=basic())
+    engine: EngineName = Field("embedded", description="The training engine: embedded (one process, CPU or CUDA) or "
+                               "verl (extra aero-lab[verl]; docs/engines.md).", json_schema_extra=basic())
     preset: Preset | None = Field("tiny", description="A shipped policy trained on a generated task: " + "; ".join(
         f"{s.preset}: {s.preset_description}" for s in TASK_SPECS.values() if s.preset) + ". Or an installed real "
         "model serving the generated tasks: " + "; ".join(f"{m.name}: {m.description}" for m in MODELS.values()) +
         " (its preset sets the prompt and response lengths, batch and lr it was measured at, unless given). Defaults "
         "to the chosen task's preset (task=countdown alone runs tiny-countdown).",
         # what each installed model's preset fills in (the launch form pre-fills its fields with them)
-        json_schema_extra={"x-preset-defaults": {m.name: dict(m.defaults) for m in MODELS.values()},
-                           "x-preset-tasks": {m.name: list(m.tasks) for m in MODELS.values()}})
-    model_path: str | None = Field(None, description="Local Hugging Face model directory (used instead of a preset).")
+        json_schema_extra=basic(**{"x-preset-defaults": {m.name: dict(m.defaults) for m in MODELS.values()},
+                                   "x-preset-tasks": {m.name: list(m.tasks) for m in MODELS.values()}}))
+    model_path: str | None = Field(None, description="Local Hugging Face model directory (used instead of a preset).",
+                                   json_schema_extra=basic())
     model_shape: ModelShape | None = Field(
         None, description="A real architecture with RANDOM weights, built from the config file the repository "
         "ships (nothing is downloaded): qwen2.5-0.5b, qwen2.5-1.5b (Qwen2.5-Math-1.5B, the paper's), qwen2.5-7b, or "
@@ -95,9 +99,10 @@ class _RunFields(Strict):
         "it trains the scripted strata task (task=strata), whose rewards are scripted, so no learning is measured. "
         "Used instead of a preset or model_path (set preset=null).")
     task: TaskName = Field("arithmetic", description="; ".join(f"{s.name}: {s.description}"
-                                                                for s in TASK_SPECS.values()) + ".")
+                                                                for s in TASK_SPECS.values()) + ".", json_schema_extra=basic())
     train_data: str | None = Field(None, description="Math and code tasks: local verl parquet or JSONL file (code: "
-                                   "also APPS/TACO, CodeContests, PRIME/Eurus, MBPP/HumanEval layouts).")
+                                   "also APPS/TACO, CodeContests, PRIME/Eurus, MBPP/HumanEval layouts).",
+                                   json_schema_extra=basic())
     benchmarks: dict[str, str] = Field(
         default_factory=dict,
         description="Math and code tasks: held-out benchmarks as {name: local parquet/JSONL/JSON file}, e.g. "
@@ -128,17 +133,20 @@ class _RunFields(Strict):
     gradient_checkpointing: bool = Field(
         False, description="Recompute activations in the backward pass (HF gradient checkpointing): less memory for "
         "long responses on real models, ~30% more train time. The verl engine maps it to enable_gradient_checkpointing.")
-    seed: int = Field(0, ge=0, le=2**32 - 1, description="Run seed: sampling, curation and data order.")
-    steps: Annotated[int, Cap("max_steps", "AERO_MAX_STEPS", 100_000, "Cap on steps.")] = Field(60, ge=1, le=1_000_000)
+    seed: int = Field(0, ge=0, le=2**32 - 1, description="Run seed: sampling, curation and data order.",
+                      json_schema_extra=basic())
+    steps: Annotated[int, Cap("max_steps", "AERO_MAX_STEPS", 100_000, "Cap on steps.")] = Field(
+        60, ge=1, le=1_000_000, json_schema_extra=basic())
     batch_prompts: Annotated[int, Cap("max_batch_prompts", "AERO_MAX_BATCH_PROMPTS", 4096, "Cap on batch_prompts.")] = Field(
         64, ge=1, le=65_536, description="Prompts per step P (paper: 256; tiny preset: 64, chosen by "
-                               "the sweep in BENCHMARKS.md).")
+                               "the sweep in BENCHMARKS.md).", json_schema_extra=basic())
     n_total: Annotated[int, Cap("max_n_total", "AERO_MAX_N_TOTAL", 512, "Cap on n_total.", ge=2)] = Field(
-        16, ge=2, le=4096, description="Rollout budget per prompt, the same for every method (paper: 16).")
+        16, ge=2, le=4096, description="Rollout budget per prompt, the same for every method (paper: 16).",
+        json_schema_extra=basic())
     temperature: float = Field(1.0, gt=0.0, le=10.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     max_new_tokens: Annotated[int, Cap("max_new_tokens", "AERO_MAX_NEW_TOKENS", 32_768, "Cap on max_new_tokens.")] = Field(
-        12, ge=1, description="Response length cap (paper: 1536; tiny preset: 12).")
+        12, ge=1, description="Response length cap (paper: 1536; tiny preset: 12).", json_schema_extra=basic())
     max_prompt_tokens: Annotated[int, Cap("max_prompt_tokens", "AERO_MAX_PROMPT_TOKENS", 32_768,
                                           "Cap on max_prompt_tokens.")] = Field(32, ge=1, description="Prompt length cap (paper: 1024; tiny preset: 32).")
     train_size: int | None = Field(None, ge=1, le=10_000_000, description="Arithmetic task: train on a finite set of "
@@ -171,7 +179,8 @@ class _RunFields(Strict):
                                        "keeps them in generation order, as the verl engine lays them out (verl "
                                        "refuses true with several mini-batches).")
     eval_every: int = Field(5, ge=0, le=1_000_000, description="Evaluate every K steps, and at step 0 (the base) and the end (0 = only "
-                            "at the end). Evaluation time is not counted in a run's training time.")
+                            "at the end). Evaluation time is not counted in a run's training time.",
+                            json_schema_extra=basic())
     eval_n: Annotated[int, Cap("max_eval_n", "AERO_MAX_EVAL_N", 1024, "Cap on eval_n.")] = Field(
         8, ge=1, le=1024, description="Samples per eval problem (Avg@k / Pass@k with k <= eval_n).")
     eval_temperature: float = Field(1.0, ge=0.0, le=10.0, description="Sampling temperature of held-out evaluation, "
@@ -186,7 +195,8 @@ class _RunFields(Strict):
         2, ge=1, le=1000, description="Checkpoints a run keeps on disk, newest first; each save deletes older ones "
         "(verl: max_actor_ckpt_to_keep). 2 keeps one to fall back on if the newest cannot be read. A checkpoint "
         "holds the weights and the optimizer: ~1.6 GB for a 135M model, tens of GB at 1.5B.")
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: CUDA when available, else CPU.",
+                                                   json_schema_extra=basic())
     dtype: Literal["auto", "float32", "bfloat16"] = Field("auto", description="auto: bfloat16 on CUDA, float32 on CPU. On CUDA, "
                                                              "bfloat16 is bf16 compute (autocast) over float32 master weights, so small "
                                                              "updates (lr 5e-6) are not rounded away; on CPU it stores the weights in bf16.")
@@ -389,9 +399,7 @@ def cross_field_issues(cfg: RunConfig) -> list[tuple[str, str]]:
     for name, path in cfg.benchmarks.items():
         if not name.strip() or not str(path).strip():
             issues.append(("benchmarks", f"each benchmark needs a name and a local file path; got {name!r}: {path!r}"))
-    if cfg.sampler_rng == "per-row" and cfg.sampler != "hf":
-        issues.append(("sampler_rng", "per-row keys are the hf sampler's; vLLM seeds each request its own way: "
-                       "set sampler=hf, or sampler_rng=stream"))
+    issues += sampler_issues(cfg)
     issues += engine_issues(cfg)
     issues += resource_issues(cfg)
     issues += method_issues(cfg)

@@ -1,6 +1,7 @@
-"""Cross-field rules of a run config that concern the model and the method (trainer/config.py's
-``cross_field_issues`` calls them): what a ``model_shape`` run needs, and what the chosen method's
-spec asks of the run. Each returns (dotted field, message) pairs; nothing here imports the config
+"""Cross-field rules of a run config that concern the model, the sampler and the method
+(trainer/config.py's ``cross_field_issues`` calls them): what a ``model_shape`` run needs, what the
+chosen sampler can do (its spec, trainer/sampler_registry.py), and what the chosen method's spec
+asks of the run. Each returns (dotted field, message) pairs; nothing here imports the config
 module at run time."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from trainer.engine_registry import engines_that, get_engine
 from trainer.methods.spec import get_method, specs
+from trainer.sampler_registry import either, get_sampler, samplers_that
 from trainer.tasks.registry import get_task_spec, tasks_with
 
 if TYPE_CHECKING:
@@ -33,12 +35,32 @@ def shape_issues(cfg: RunConfig) -> list[tuple[str, str]]:
         issues.append(("task", f"a model_shape has random weights and no tokenizer: it trains a scripted task ({tasks})"))
     if not get_engine(cfg.engine).model_shapes:
         issues.append(("engine", f"a model_shape runs on the {' or '.join(engines_that('model_shapes'))} engine"))
-    if cfg.sampler != "hf":
-        issues.append(("sampler", "vLLM loads its weights from a model directory and a model_shape has none: "
-                       "use sampler=hf"))
+    if get_sampler(cfg.sampler).from_model_dir:
+        issues.append(("sampler", f"{get_sampler(cfg.sampler).label} loads its weights from a model directory and a "
+                       f"model_shape has none: use {either(samplers_that('from_model_dir', False))}"))
     if get_method(cfg.method).needs.prompt_ids:
         issues.append(("method", f"method {cfg.method} keys its memory by prompt id; the strata task's prompts "
                        "never repeat"))
+    return issues
+
+
+def sampler_issues(cfg: RunConfig) -> list[tuple[str, str]]:
+    """What the sampler's spec can do (trainer/sampler_registry.py): a setting it would ignore, and so
+    change the run's meaning without a word, is refused naming the field."""
+    spec, issues = get_sampler(cfg.sampler), []
+    if cfg.sampler_rng == "per-row" and not spec.keyed:
+        keyed = samplers_that("keyed")
+        issues.append(("sampler_rng", f"per-row keys are the {' or '.join(keyed)} sampler's; {spec.label} seeds each "
+                       f"request its own way: set {either(keyed)}, or sampler_rng=stream"))
+    if cfg.rollout_decode not in spec.decodes:
+        honours = samplers_that("decodes", cfg.rollout_decode)
+        issues.append(("rollout_decode", f"{spec.label} decodes its own way and would ignore rollout_decode="
+                       f"{cfg.rollout_decode}: set rollout_decode=dynamic with sampler={cfg.sampler}"
+                       + (f", or {either(honours)}" if honours else "")))
+    elif cfg.device == "cpu" and cfg.rollout_decode in spec.cuda_decodes:
+        issues.append(("rollout_decode", f"rollout_decode={cfg.rollout_decode} replays CUDA graphs; on device=cpu it "
+                       "would run the fixed-shape step without them: set rollout_decode=static (the same tokens), or "
+                       "device=cuda"))
     return issues
 
 

@@ -1,6 +1,8 @@
 """The base types of every config model: ``Strict`` (the strict pydantic base), ``Field``,
 ``Issues`` (a rule's findings), ``Section`` (a block of the run config that a method or a task
-owns) and ``Cap`` (an operator cap, declared on the field it bounds).
+owns), ``Cap`` (an operator cap, declared on the field it bounds) and the tiers of the fields
+(``basic()``, ``leaf_tiers``: the Launch form shows the basic fields and keeps the expert ones
+behind one expander).
 
 ``RunConfig`` (trainer/config.py), its blocks (trainer/alerts.py, trainer/resources.py), the
 methods' sections (trainer/methods/) and the tasks' (trainer/tasks/) all build on these. This module imports no other project
@@ -39,6 +41,55 @@ class Cap:
     description: str
     ge: int | float | None = 1
     gt: int | float | None = None
+
+
+# A config field's tier, in its JSON schema as ``"tier"``: basic (what a researcher sets on every
+# run; the Launch form shows it first) or expert (everything else, behind the form's one
+# expander). A field is expert unless its Field says ``json_schema_extra=basic()``; a block (a
+# nested config model: optim, aero, resources, ...) has no tier of its own, its fields have one.
+TIERS = ("basic", "expert")
+EXPERT = "expert"
+
+
+def basic(**schema_extra: Any) -> dict[str, Any]:
+    """The ``json_schema_extra`` of a basic field (with the field's other schema keys, if any)."""
+    return {"tier": "basic", **schema_extra}
+
+
+def block_model(annotation: Any) -> type | None:
+    """The config model of a block field (``OptimConfig``, ``AEROConfig | None``), else None (a
+    leaf: a value, a list or a dict, even of models, as ``alerts.rules``)."""
+    import types
+    import typing
+
+    args = [a for a in typing.get_args(annotation) if a is not type(None)] \
+        if typing.get_origin(annotation) in (typing.Union, types.UnionType) else [annotation]
+    if len(args) == 1 and isinstance(args[0], type) and BaseModel is not None and issubclass(args[0], BaseModel):
+        return args[0]
+    return None
+
+
+def field_tier(info: Any) -> str:
+    """The tier of a pydantic ``FieldInfo``: its ``json_schema_extra``'s, else expert."""
+    extra = info.json_schema_extra
+    return str(extra.get("tier", EXPERT)) if isinstance(extra, dict) else EXPERT
+
+
+def leaf_tiers(model: type, prefix: str = "") -> dict[str, str]:
+    """{dotted path: tier} of every leaf field of ``model``, through its blocks, in field order."""
+    out: dict[str, str] = {}
+    for name, info in model.model_fields.items():  # type: ignore[attr-defined]
+        sub = block_model(info.annotation)
+        out.update(leaf_tiers(sub, f"{prefix}{name}.") if sub is not None else {prefix + name: field_tier(info)})
+    return out
+
+
+def _tiers_in_schema(schema: dict[str, Any], model: type) -> None:
+    """A model's JSON schema names every leaf's tier (``"tier": "expert"`` where none is set)."""
+    fields = model.model_fields  # type: ignore[attr-defined]
+    for name, prop in (schema.get("properties") or {}).items():
+        if name in fields and block_model(fields[name].annotation) is None:
+            prop.setdefault("tier", EXPERT)
 
 
 def no_rules(cfg: Any) -> Issues:
@@ -81,9 +132,10 @@ def _numeric_kind(annotation: Any) -> str | None:
 
 if BaseModel is not None:
     class Strict(BaseModel):
-        """Unknown keys are refused, assignments validated, and numbers must be numbers."""
+        """Unknown keys are refused, assignments validated, numbers must be numbers, and the
+        schema names each field's tier."""
 
-        model_config = ConfigDict(extra="forbid", validate_assignment=True)
+        model_config = ConfigDict(extra="forbid", validate_assignment=True, json_schema_extra=_tiers_in_schema)
 
         @field_validator("*", mode="before")
         @classmethod

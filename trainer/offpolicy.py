@@ -18,6 +18,7 @@ from pydantic import Field
 
 from trainer.config_types import Strict
 from trainer.methods.spec import get_method
+from trainer.sampler_registry import get_sampler
 
 if TYPE_CHECKING:
     from trainer.config import RunConfig
@@ -48,7 +49,7 @@ def offpolicy_issues(cfg: RunConfig) -> list[tuple[str, str]]:
     if cfg.offpolicy.max_staleness == 0:
         return []
     issues = []
-    if cfg.sampler != "hf":
+    if not get_sampler(cfg.sampler).runs_ahead:
         issues.append(("offpolicy.max_staleness", "the sampler runs ahead on its own copy of the policy, which the "
                        "hf sampler keeps (vLLM holds one copy that every update overwrites): set sampler=hf, or "
                        "offpolicy.max_staleness=0"))

@@ -19,6 +19,7 @@ from pydantic import Field
 
 from trainer.config_types import Cap, Strict
 from trainer.engine_registry import engines_that, get_engine
+from trainer.sampler_registry import either, get_sampler, samplers_that
 
 if TYPE_CHECKING:
     from trainer.config import RunConfig
@@ -103,9 +104,10 @@ def resource_issues(cfg: RunConfig) -> list[tuple[str, str]]:
         issues.append(("resources.gpus_per_node", f"the {cfg.engine} engine places one FSDP rank per GPU (a logical GPU "
                        "on device=cpu): at least 1"))
         return issues
-    if res.rollout_tp > 1 and cfg.sampler != "vllm":
-        issues.append(("resources.rollout_tp", "the HF rollout server (sampler=hf) runs whole replicas: "
-                       "rollout_tp=1, or sampler=vllm for tensor-parallel replicas"))
+    if res.rollout_tp > 1 and not get_sampler(cfg.sampler).tensor_parallel:
+        issues.append(("resources.rollout_tp", f"the {get_sampler(cfg.sampler).label} rollout server (sampler="
+                       f"{cfg.sampler}) runs whole replicas: rollout_tp=1, or "
+                       f"{either(samplers_that('tensor_parallel'))} for tensor-parallel replicas"))
     elif gpus % res.rollout_tp:
         issues.append(("resources.rollout_tp", f"must divide gpus_per_node ({gpus}): a rollout replica's "
                        "tensor-parallel ranks sit on one node"))

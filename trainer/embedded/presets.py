@@ -15,6 +15,7 @@ from trainer.config import ConfigError, RunConfig
 from trainer.embedded.model import count_parameters, load_policy
 from trainer.operator_policy import RunPolicy
 from trainer.rollout.attention import use_packed_gqa
+from trainer.sampler_registry import get_sampler
 from trainer.models.catalog import installed, model_dir, not_installed_message
 from trainer.tasks.registry import SHIPPED_PRESETS, get_task_spec
 
@@ -111,23 +112,20 @@ def load_model(cfg: RunConfig, device: torch.device, dtype: torch.dtype) -> tupl
 
 
 def sampler_name(cfg: RunConfig, device: torch.device) -> tuple[str, str | None]:
-    """(sampler to build, why the requested one was replaced or None). 'vllm' falls back to
-    'hf' without vLLM installed, or without CUDA unless the installed vLLM is a CPU build, with
-    a message that says so."""
-    from trainer.rollout.vllm import INSTALL_HINT, vllm_available, vllm_on_cpu
-
-    if cfg.sampler != "vllm":
+    """(sampler to build, why the requested one was replaced or None). A sampler that cannot sample
+    on ``device`` on this host (its spec's ``unavailable``: 'vllm' without vLLM installed, or without
+    CUDA unless the installed vLLM is a CPU build) falls back to its spec's ``fallback``, with a
+    message that says so."""
+    spec = get_sampler(cfg.sampler)
+    why = load(spec.unavailable)(device) if spec.unavailable is not None else None
+    if why is None or spec.fallback is None:
         return cfg.sampler, None
-    if not vllm_available():
-        return "hf", f"{INSTALL_HINT}; falling back to the hf sampler"
-    if device.type != "cuda" and not vllm_on_cpu():
-        return "hf", "sampler 'vllm' needs a CUDA device (or a CPU build of vLLM); falling back to the hf sampler"
-    return "vllm", None
+    return spec.fallback, f"{why}; falling back to the {spec.fallback} sampler"
 
 
 def stop_token_ids(task, model) -> list[int]:
     """Every id that ends a response: the tokenizer's EOS, the generation config's EOS ids, and
-    the task's own stop ids where it declares some (the strata task's, trainer/tasks/strata.py)."""
+    the task's own stop ids where it declares some (the strata task's, trainer/tasks/scripted.py)."""
     ids = {int(task.tokenizer.eos_id), *(int(i) for i in getattr(task, "stop_ids", ()))}
     extra = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
     ids.update(int(i) for i in (extra if isinstance(extra, (list, tuple)) else [extra]) if i is not None)

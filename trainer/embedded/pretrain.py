@@ -60,10 +60,10 @@ def cosine_lr(step: int, total: int, warmup: int = 20, floor: float = 0.1) -> fl
 def measure_strata(model, task: GeneratedTask, n: int = 8, temperature: float = 1.0, count: int = 256,
                    seed: int = 0, max_new_tokens: int = 12) -> dict[str, float]:
     """Fractions of RL training prompts that are all-fail / partial / all-correct at n samples."""
-    from trainer.rollout.embedded import EmbeddedEngine
+    from trainer.rollout.embedded import HFSampler
 
     problems = task.train_problems(0, count, seed)
-    engine = EmbeddedEngine(model, eos_id=task.tokenizer.eos_id, pad_id=task.tokenizer.pad_id)
+    engine = HFSampler(model, eos_id=task.tokenizer.eos_id, pad_id=task.tokenizer.pad_id)
     rollouts = engine.generate([task.encode_prompt(p) for p in problems], n,
                                SamplingParams(temperature, 1.0, max_new_tokens), torch.Generator().manual_seed(seed))
     correct = np.zeros(count, dtype=int)
@@ -126,9 +126,9 @@ def describe_base(model, task: GeneratedTask, k: int = 8, n: int = 32, problems:
     after rescue: a prompt that fails 32 times cannot be rescued. Plus the RL strata at step 0."""
     from trainer.core.passk import pass_at_k
     from trainer.evaluate import evaluate
-    from trainer.rollout.embedded import EmbeddedEngine
+    from trainer.rollout.embedded import HFSampler
 
-    engine = EmbeddedEngine(model, eos_id=task.tokenizer.eos_id, pad_id=task.tokenizer.pad_id)
+    engine = HFSampler(model, eos_id=task.tokenizer.eos_id, pad_id=task.tokenizer.pad_id)
     sampled = evaluate(engine, task, SamplingParams(1.0, 1.0, 12), n, problems, seed=seed, timeout_s=5.0)
     greedy = evaluate(engine, task, SamplingParams(0.0, 1.0, 12), 1, problems, seed=seed, timeout_s=5.0)
     levels = {}

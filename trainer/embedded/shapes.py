@@ -4,7 +4,7 @@ the repository ships (trainer/assets/shapes/<name>/config.json); nothing is down
 A shape is what ``model_shape`` selects (trainer/config.py): the real vocabulary, widths, depths
 and heads, so generation and the update cost what they cost at that size, with weights drawn
 from the config's ``initializer_range`` (seeded). Only the scripted strata task
-(trainer/tasks/strata.py) runs on a shape: random weights have nothing to learn and no tokenizer.
+(trainer/tasks/scripted.py) runs on a shape: random weights have nothing to learn and no tokenizer.
 
 ======================  ===========  ======  =====  ======  ========  ===========  =====
 shape                   parameters   hidden  inter  layers  heads/kv  vocab        tied

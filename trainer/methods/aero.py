@@ -23,11 +23,12 @@ from typing import TYPE_CHECKING, Annotated, Literal
 import numpy as np
 
 import common.metric_keys as mk
-from trainer.config_types import Cap, Field, Issues, Strict
+from trainer.config_types import Cap, Field, Issues, Strict, basic
 from trainer.methods.aero_strategies import ALL, NONE, AeroStrategies
 from trainer.methods.section import Section
 from trainer.methods.spec import BOTH_ENGINES, Display, MethodSpec, Needs, VerlMapping, register
 from trainer.methods.step import StepResult, strata_stats
+from trainer.sampler_registry import either, get_sampler, samplers_that
 
 if TYPE_CHECKING:
     from trainer.config import RunConfig
@@ -37,9 +38,10 @@ if TYPE_CHECKING:
 class AEROConfig(Strict):
     """AERO allocation and curation (paper §4, Algorithm 1, Table 9 'AERO Sampling')."""
 
-    n_explore: int = Field(8, ge=1, le=4096, description="Stage I exploration rollouts per prompt (paper: 8).")
+    n_explore: int = Field(8, ge=1, le=4096, description="Stage I exploration rollouts per prompt (paper: 8).",
+                           json_schema_extra=basic())
     n_max: Annotated[int, Cap("max_aero_n_max", "AERO_MAX_AERO_N_MAX", 1024, "Cap on aero.n_max.")] = Field(
-        32, ge=1, description="Cap on rollouts per prompt, exploration included (paper: 32).")
+        32, ge=1, description="Cap on rollouts per prompt, exploration included (paper: 32).", json_schema_extra=basic())
     delta_n: Annotated[int, Cap("max_aero_delta_n", "AERO_MAX_AERO_DELTA_N", 1024, "Cap on aero.delta_n (rescue "
                                 "rollouts per prompt per round).")] = Field(
         2, ge=1, description="Extra rollouts per rescue prompt per rescue round (paper: 2 math, 4 code).")
@@ -107,6 +109,9 @@ def aero_rules(cfg: RunConfig) -> Issues:
     if a.schedule == "continuous" and cfg.sampler_rng != "per-row":
         issues.append(("aero.schedule", "a continuous batch samples each rollout from its own key: set "
                        "sampler_rng=per-row with aero.schedule=continuous"))
+    if a.schedule == "continuous" and not get_sampler(cfg.sampler).stream:
+        issues.append(("aero.schedule", f"{get_sampler(cfg.sampler).label} has no continuous batch: set "
+                       f"{either(samplers_that('stream'))}, or aero.schedule=calls"))
     return issues
 
 

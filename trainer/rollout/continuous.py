@@ -1,4 +1,4 @@
-"""A continuous batch for the hf sampler (``EmbeddedEngine.stream``): rows join the decode while
+"""A continuous batch for the hf sampler (``HFSampler.stream``): rows join the decode while
 others are mid-answer, so a step's later rounds (AERO's rescue) are rows joining one batch, not
 new generate calls each with its own prefill, warm-up and tail of one long row.
 

@@ -50,7 +50,7 @@ from trainer.rollout.keyed import check_finite, sample_keyed
 from trainer.rollout.sampling import sample_next, top_p_filter
 from trainer.rollout.static_decode import DECODES, Prefill, StaticSettings, decode_static
 
-__all__ = ["EmbeddedEngine", "expand_counts", "live_rows", "sample_next", "top_p_filter"]
+__all__ = ["HFSampler", "expand_counts", "live_rows", "sample_next", "top_p_filter"]
 
 
 def expand_counts(n_prompts: int, n_per_prompt: Sequence[int] | int) -> list[int]:
@@ -66,7 +66,7 @@ def expand_counts(n_prompts: int, n_per_prompt: Sequence[int] | int) -> list[int
     return counts
 
 
-class EmbeddedEngine:
+class HFSampler:
     """Batched KV-cache sampler over a shared transformers causal LM (see module docstring).
 
     device: where inputs go (default: the model's parameter device).

@@ -1,4 +1,4 @@
-"""The embedded sampler's static-shape decode (``EmbeddedEngine(decode="static" | "graphs")``).
+"""The embedded sampler's static-shape decode (``HFSampler(decode="static" | "graphs")``).
 
 The dynamic decode (trainer/rollout/embedded.py) grows a transformers DynamicCache by one
 concatenation per layer per step, re-indexes it to the live rows, and reads ``done.all()`` on the

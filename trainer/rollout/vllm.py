@@ -148,6 +148,17 @@ def vllm_on_cpu() -> bool:
     return bool(current_platform.is_cpu())
 
 
+def unavailable(device: torch.device) -> str | None:
+    """Why the vllm sampler cannot sample on ``device`` on this host (None: it can): vLLM is not
+    installed, or the device is not CUDA and the installed vLLM is not a CPU build
+    (``SamplerSpec.unavailable``; the embedded engine then falls back to the hf sampler)."""
+    if not vllm_available():
+        return INSTALL_HINT
+    if device.type != "cuda" and not vllm_on_cpu():
+        return "sampler 'vllm' needs a CUDA device (or a CPU build of vLLM)"
+    return None
+
+
 class VLLMEngine:
     """The sampler over ``vllm.LLM`` (module docstring).
 

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 # Imported on first use (PEP 562), so that importing the light registry (the API's config
 # validation does) never loads the task modules and their dependencies.
 _LAZY = {"ArithmeticTask": "trainer.tasks.arithmetic", "CodeTask": "trainer.tasks.code",
-         "CountdownTask": "trainer.tasks.countdown", "MathTask": "trainer.tasks.math", "StrataTask": "trainer.tasks.strata",
+         "CountdownTask": "trainer.tasks.countdown", "MathTask": "trainer.tasks.math", "StrataTask": "trainer.tasks.scripted",
          "CharTokenizer": "trainer.tasks.tokenizer", "Problem": "trainer.tasks.base", "Task": "trainer.tasks.base",
          "Tokenizer": "trainer.tasks.base", "safe_score": "trainer.tasks.verify", "score_batch": "trainer.tasks.verify"}
 

@@ -74,7 +74,7 @@ TASK_SPECS: dict[str, TaskSpec] = {s.name: s for s in (
              "files", "trainer.tasks.code:CodeTask", engines=("embedded",), section=CODE_SECTION,
              build="trainer.tasks.code:build_code_task"),
     TaskSpec("strata", "scripted rewards with the paper's prompt strata on a random-weight model_shape (cost "
-             "benchmarks only)", "scripted", "trainer.tasks.strata:StrataTask", engines=("embedded",)),
+             "benchmarks only)", "scripted", "trainer.tasks.scripted:StrataTask", engines=("embedded",)),
 )}
 TASK_NAMES: tuple[str, ...] = tuple(TASK_SPECS)
 # The presets: the shipped ones, each trained on one generated task (trainer/assets/<preset>/),

@@ -20,8 +20,8 @@ Mapping (RunConfig -> verl), method by method (the per-method bits come from the
              trainer.use_v1 = False (the RayPPOTrainer path), total_training_steps = steps.
              model.use_remove_padding (verl's packed update) unless packed_update = off; the
              submit rules refuse packed_update = on off CUDA.
-    rollout  rollout.name = aero_hf (our HF-generate server) for sampler 'hf', vllm for
-             'vllm'; on the CPU (device_overrides) FSDP2 on gloo in float32, SDPA, padded batches.
+    rollout  rollout.name = the sampler spec's verl_rollout: aero_hf (our HF-generate server) for
+             sampler 'hf', vllm for 'vllm'; on the CPU (device_overrides) FSDP2 on gloo in float32, SDPA, padded batches.
     grpo     rollout.n = n_total, adv_estimator = grpo, symmetric clip, seq-mean-token-mean.
     dapo     rollout.n = n_total, clip_ratio_low/high = eps_low/high, token-mean; dynamic
              sampling and overlong shaping are the DAPO step's (trainer/methods/dapo.py), run by
@@ -43,6 +43,7 @@ from typing import Any, Iterable
 
 from trainer.config import RunConfig
 from trainer.methods.spec import get_method
+from trainer.sampler_registry import get_sampler
 from trainer.tasks.registry import get_task_spec
 from trainer.trackers import TrackerSettings
 
@@ -65,12 +66,10 @@ def _v(value: Any) -> str:
 
 
 def rollout_name(cfg: RunConfig) -> str:
-    """verl's ``rollout.name`` for ``cfg.sampler``: our HF-generate server for 'hf'
-    (trainer/verl/plugins/hf_rollout.py, the embedded engine's sampler), verl's vLLM replica for
-    'vllm'."""
-    from trainer.verl.plugins import ROLLOUT_NAME
-
-    return ROLLOUT_NAME if cfg.sampler == "hf" else "vllm"
+    """verl's ``rollout.name`` for ``cfg.sampler`` (its spec's ``verl_rollout``): our HF-generate
+    server for 'hf' (trainer/verl/plugins/hf_rollout.py, the embedded engine's sampler, registered
+    as ``trainer.verl.plugins.ROLLOUT_NAME``), verl's vLLM replica for 'vllm'."""
+    return get_sampler(cfg.sampler).verl_rollout
 
 
 CPU_SETTINGS: dict[str, Any] = {
@@ -164,7 +163,7 @@ def to_overrides(cfg: RunConfig, *, out_dir: str | Path, train_file: str | Path,
         "actor_rollout_ref.rollout.seed": cfg.seed,
         # request ids det-<sample index>, routed to one replica: our HF server keys each sample's
         # draws by them (trainer/verl/plugins/hf_rollout.py), so a seed gives the same tokens
-        "actor_rollout_ref.rollout.full_determinism": cfg.sampler == "hf",
+        "actor_rollout_ref.rollout.full_determinism": get_sampler(cfg.sampler).verl_full_determinism,
         "actor_rollout_ref.rollout.tensor_model_parallel_size": tensor_parallel,
         "actor_rollout_ref.rollout.gpu_memory_utilization": gpu_memory_utilization,
         "actor_rollout_ref.rollout.agent.num_workers": agent_workers,

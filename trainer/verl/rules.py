@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from trainer.methods.spec import get_method
+from trainer.sampler_registry import get_sampler, samplers_that
 from trainer.tasks.registry import TASK_SPECS, get_task_spec
 
 if TYPE_CHECKING:
@@ -50,7 +51,8 @@ def verl_issues(cfg: RunConfig) -> list[tuple[str, str]]:
                        "one_step_off_policy and fully_async_policy trainers split the GPUs into a rollout pool and a "
                        "training pool and run verl's own loop, not the methods' curated steps (docs/engines.md): set "
                        "offpolicy.max_staleness=0 on verl, or engine=embedded"))
-    if cfg.device == "cpu" and cfg.sampler == "vllm":
-        issues.append(("sampler", "vLLM needs CUDA; on the CPU the verl engine rolls out with 'hf' "
-                       "(docs/engines.md)"))
+    if cfg.device == "cpu" and "cpu" not in get_sampler(cfg.sampler).devices:
+        cpu = " or ".join(f"'{n}'" for n in samplers_that("devices", "cpu"))
+        issues.append(("sampler", f"{get_sampler(cfg.sampler).label} needs CUDA; on the CPU the verl engine rolls out "
+                       f"with {cpu} (docs/engines.md)"))
     return issues

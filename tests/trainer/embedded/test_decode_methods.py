@@ -13,7 +13,7 @@ from trainer.embedded.collect import StepContext, collect
 from trainer.embedded.presets import load_setup, stop_token_ids
 from trainer.methods.spec import get_method, specs
 from trainer.rollout.base import SamplingParams
-from trainer.rollout.embedded import EmbeddedEngine
+from trainer.rollout.embedded import HFSampler
 
 CASES = {s.name: {} for s in specs()}
 CASES["aero sequential rounds"] = {"method": "aero", "aero": {"rounds_per_call": 1}}  # one engine call per round
@@ -34,8 +34,8 @@ def config(case: str):
 
 def step_context(cfg, setup, **engine_kw) -> StepContext:
     """A step's context over a fresh hf sampler on the setup's model, seeded from the config."""
-    engine = EmbeddedEngine(setup.model, eos_id=stop_token_ids(setup.task, setup.model), pad_id=setup.task.tokenizer.pad_id,
-                            **engine_kw)
+    engine = HFSampler(setup.model, eos_id=stop_token_ids(setup.task, setup.model), pad_id=setup.task.tokenizer.pad_id,
+                       **engine_kw)
     return StepContext(cfg=cfg, task=setup.task, sampler=engine,
                        sampling=SamplingParams(cfg.temperature, cfg.top_p, cfg.max_new_tokens),
                        gen=torch.Generator().manual_seed(cfg.seed), rng=np.random.default_rng(cfg.seed))

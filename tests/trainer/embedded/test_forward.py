@@ -7,7 +7,7 @@ from trainer.embedded import forward
 from trainer.embedded.forward import collate, sequence_logprobs, token_logprobs_and_entropy
 from trainer.embedded.model import build_model, tiny_qwen2_config
 from trainer.rollout.base import Rollout, SamplingParams
-from trainer.rollout.embedded import EmbeddedEngine
+from trainer.rollout.embedded import HFSampler
 
 V, BOS, EOS, PAD = 20, 1, 2, 0
 SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
@@ -56,7 +56,7 @@ def test_sequence_logprobs_reproduce_sampling_logprobs(temperature, top_p):
     model = small_model()
     model.train()  # sequence_logprobs is used in train mode; Qwen2 has no dropout at p=0
     sp = SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=8)
-    rollouts = EmbeddedEngine(model, EOS, PAD).generate(PROMPTS, [3, 2, 2, 1], sp, torch.Generator().manual_seed(4))
+    rollouts = HFSampler(model, EOS, PAD).generate(PROMPTS, [3, 2, 2, 1], sp, torch.Generator().manual_seed(4))
     assert any(r.finished for r in rollouts) and not all(r.finished for r in rollouts)  # ragged responses
     batch = collate(rollouts, pad_id=PAD)
     with torch.no_grad():
@@ -85,8 +85,8 @@ def test_token_logprobs_and_entropy_against_categorical(monkeypatch):
 
 def test_sequence_logprobs_is_differentiable():
     model = small_model()
-    rollouts = EmbeddedEngine(model, EOS, PAD).generate(PROMPTS, 1, SamplingParams(max_new_tokens=4),
-                                                        torch.Generator().manual_seed(0))
+    rollouts = HFSampler(model, EOS, PAD).generate(PROMPTS, 1, SamplingParams(max_new_tokens=4),
+                                                   torch.Generator().manual_seed(0))
     batch = collate(rollouts, pad_id=PAD)
     logp, ent = sequence_logprobs(model, batch, 1.0)
     (logp.sum() + 0.1 * ent.sum()).backward()

@@ -21,7 +21,7 @@ from trainer.embedded.model import build_model, tiny_qwen2_config
 from trainer.embedded.update import UpdateSettings, Updater, micro_batches
 from trainer.methods.spec import method_names
 from trainer.rollout.base import Rollout, SamplingParams
-from trainer.rollout.embedded import EmbeddedEngine
+from trainer.rollout.embedded import HFSampler
 
 V, BOS, EOS, PAD = 20, 1, 2, 0
 SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2, intermediate_size=64)
@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def rollouts_and_advantages(model):
     sp = SamplingParams(temperature=1.0, max_new_tokens=8)
-    rollouts = EmbeddedEngine(model, EOS, PAD).generate(PROMPTS, [5, 4, 3, 6], sp, torch.Generator().manual_seed(4))
+    rollouts = HFSampler(model, EOS, PAD).generate(PROMPTS, [5, 4, 3, 6], sp, torch.Generator().manual_seed(4))
     assert len({r.length for r in rollouts}) > 2  # ragged: micro-batches of several widths
     adv = torch.randn(len(rollouts), generator=torch.Generator().manual_seed(2))
     return rollouts, adv

@@ -12,7 +12,7 @@ import torch
 from trainer.embedded.forward import collate, sequence_logprobs
 from trainer.embedded.model import build_model, enable_gradient_checkpointing, tiny_qwen2_config
 from trainer.rollout.base import Rollout, SamplingParams
-from trainer.rollout.embedded import EmbeddedEngine
+from trainer.rollout.embedded import HFSampler
 import trainer.core.losses as losses
 from trainer.config import parse_run_config
 from trainer.core.losses import Aggregation
@@ -30,7 +30,7 @@ def small_model(seed=0):
 
 def ragged_rollouts(model, counts=(4, 3, 0, 5), max_new_tokens=8, seed=4):
     sp = SamplingParams(temperature=1.0, max_new_tokens=max_new_tokens)
-    rollouts = EmbeddedEngine(model, EOS, PAD).generate(PROMPTS, list(counts), sp, torch.Generator().manual_seed(seed))
+    rollouts = HFSampler(model, EOS, PAD).generate(PROMPTS, list(counts), sp, torch.Generator().manual_seed(seed))
     if max_new_tokens > 1:
         assert any(r.finished for r in rollouts) and not all(r.finished for r in rollouts)  # ragged responses
     return rollouts

@@ -10,7 +10,7 @@ from transformers import AutoModelForCausalLM, Qwen2Config
 from trainer.embedded.forward import collate, sequence_logprobs
 from trainer.rollout.attention import NAME, use_packed_gqa
 from trainer.rollout.base import SamplingParams
-from trainer.rollout.embedded import EmbeddedEngine
+from trainer.rollout.embedded import HFSampler
 
 PROMPTS = [[1, 5, 6], [1, 7], [1, 8, 9, 10, 11]]
 
@@ -28,8 +28,8 @@ def test_packed_decode_samples_what_sdpa_samples():
     packed = copy.deepcopy(stock)
     assert use_packed_gqa(packed) and packed.config._attn_implementation == NAME
     sp = SamplingParams(1.0, 1.0, 12)
-    a = EmbeddedEngine(stock, 2, 0).generate(PROMPTS, [3, 2, 4], sp, torch.Generator().manual_seed(1))
-    b = EmbeddedEngine(packed, 2, 0).generate(PROMPTS, [3, 2, 4], sp, torch.Generator().manual_seed(1))
+    a = HFSampler(stock, 2, 0).generate(PROMPTS, [3, 2, 4], sp, torch.Generator().manual_seed(1))
+    b = HFSampler(packed, 2, 0).generate(PROMPTS, [3, 2, 4], sp, torch.Generator().manual_seed(1))
     assert [r.response_ids for r in a] == [r.response_ids for r in b]
     assert max(abs(p - q) for x, y in zip(a, b) for p, q in zip(x.logprobs, y.logprobs)) < 1e-5
     assert any(len(r.response_ids) > 1 for r in a)  # decode steps ran, not only the prefill

@@ -10,7 +10,7 @@ from tests.trainer.rollout.test_attention import gqa_model
 from tests.trainer.rollout.test_embedded import EOS, PAD, PROMPTS, eos_biased_model, small_model
 from trainer.rollout.base import SamplingParams
 from trainer.rollout.continuous import Block
-from trainer.rollout.embedded import EmbeddedEngine
+from trainer.rollout.embedded import HFSampler
 from trainer.rollout.keyed import keyed_uniform, pick, row_key, sample_keyed, splitmix64, splitmix64_ref
 
 SAMPLINGS = {"T1": SamplingParams(1.0, 1.0, 8), "top_p": SamplingParams(0.8, 0.7, 8),
@@ -51,18 +51,18 @@ def test_a_rows_tokens_do_not_depend_on_its_batch():
     """The same keys give the same tokens whatever the rows around them, the chunking or the decode."""
     model, sp = small_model(), SAMPLINGS["T1"]
     keys = [row_key(11, p, i) for p in range(len(PROMPTS)) for i in range(3)]
-    base = EmbeddedEngine(model, EOS, PAD).generate(PROMPTS, 3, sp, keys=keys)
+    base = HFSampler(model, EOS, PAD).generate(PROMPTS, 3, sp, keys=keys)
     for kw in ({"decode": "static"}, {"decode": "graphs"}, {"max_batch_rows": 4}, {"decode": "static", "sync_every": 3}):
-        other = EmbeddedEngine(model, EOS, PAD, **kw).generate(PROMPTS, 3, sp, keys=keys)
+        other = HFSampler(model, EOS, PAD, **kw).generate(PROMPTS, 3, sp, keys=keys)
         assert [r.response_ids for r in other] == [r.response_ids for r in base], kw
     # one prompt alone, the same keys: the same rows
-    alone = EmbeddedEngine(model, EOS, PAD).generate(PROMPTS[1:2], 3, sp, keys=keys[3:6])
+    alone = HFSampler(model, EOS, PAD).generate(PROMPTS[1:2], 3, sp, keys=keys[3:6])
     assert [r.response_ids for r in alone] == [r.response_ids for r in base[3:6]]
     # another key, another answer somewhere (a stream of 12 rows x 8 tokens: not all equal)
-    moved = EmbeddedEngine(model, EOS, PAD).generate(PROMPTS, 3, sp, keys=[k + 1 for k in keys])
+    moved = HFSampler(model, EOS, PAD).generate(PROMPTS, 3, sp, keys=[k + 1 for k in keys])
     assert [r.response_ids for r in moved] != [r.response_ids for r in base]
     with pytest.raises(ValueError, match="keys has 2 entries for 12 rows"):
-        EmbeddedEngine(model, EOS, PAD).generate(PROMPTS, 3, sp, keys=keys[:2])
+        HFSampler(model, EOS, PAD).generate(PROMPTS, 3, sp, keys=keys[:2])
 
 
 def rounds_by_calls(engine, prompts, sp, plan):
@@ -101,8 +101,8 @@ def test_the_continuous_batch_samples_what_separate_calls_sample(sampling, optio
     generate call with its key samples (tokens, finish; log-probs to float rounding), and the
     rollouts come back in the order the blocks were asked for."""
     model, sp = eos_biased_model(1.5), SAMPLINGS[sampling]
-    eng = EmbeddedEngine(model, EOS, PAD, **{"decode": "static", **option})
-    calls, asked = rounds_by_calls(EmbeddedEngine(model, EOS, PAD), PROMPTS, sp, chain()), []
+    eng = HFSampler(model, EOS, PAD, **{"decode": "static", **option})
+    calls, asked = rounds_by_calls(HFSampler(model, EOS, PAD), PROMPTS, sp, chain()), []
     first = [Block(p, tuple(row_key(5, p, i) for i in range(3))) for p in range(len(PROMPTS))]
 
     def react(bid, got):
@@ -129,7 +129,7 @@ def test_rows_join_while_others_decode():
     """Answers of different lengths: a later round's block finishes before the last first-round
     block does, so its rows joined while first-round rows were decoding (the point of the batch)."""
     model, sp = eos_biased_model(1.0), SamplingParams(1.0, 1.0, 24)
-    eng = EmbeddedEngine(model, EOS, PAD, decode="static")
+    eng = HFSampler(model, EOS, PAD, decode="static")
     order = []
 
     def react(bid, got):
@@ -147,14 +147,14 @@ def test_grouped_query_models_stream_too():
     model = gqa_model()
     sp = SAMPLINGS["top_p"]
     keys = [row_key(1, p, i) for p in range(len(GQA_PROMPTS)) for i in range(2)]
-    ref = EmbeddedEngine(model, EOS, PAD).generate(GQA_PROMPTS, 2, sp, keys=keys)
+    ref = HFSampler(model, EOS, PAD).generate(GQA_PROMPTS, 2, sp, keys=keys)
     first = [Block(p, tuple(keys[2 * p:2 * p + 2])) for p in range(len(GQA_PROMPTS))]
-    out = EmbeddedEngine(model, EOS, PAD, decode="static").stream(GQA_PROMPTS, first, sp, lambda bid, got: [])
+    out = HFSampler(model, EOS, PAD, decode="static").stream(GQA_PROMPTS, first, sp, lambda bid, got: [])
     assert [r.response_ids for r in out] == [r.response_ids for r in ref]
 
 
 def test_bad_streams_are_refused():
-    eng = EmbeddedEngine(small_model(), EOS, PAD)
+    eng = HFSampler(small_model(), EOS, PAD)
     assert eng.stream(PROMPTS, [Block(0, ())], SAMPLINGS["T1"], lambda bid, got: []) == []
     with pytest.raises(ValueError, match="non-empty"):
         eng.stream([[]], [Block(0, (1,))], SAMPLINGS["T1"], lambda bid, got: [])
@@ -184,9 +184,9 @@ def test_non_finite_logits_raise_on_every_per_row_path():
     keys = [row_key(0, p, i) for p in range(len(PROMPTS)) for i in range(2)]
     for kw in ({}, {"decode": "static"}):
         with pytest.raises(RuntimeError, match="probability tensor"):
-            EmbeddedEngine(model, EOS, PAD, **kw).generate(PROMPTS, 2, sp, keys=keys)
+            HFSampler(model, EOS, PAD, **kw).generate(PROMPTS, 2, sp, keys=keys)
     with pytest.raises(RuntimeError, match="probability tensor"):
-        EmbeddedEngine(model, EOS, PAD).stream(PROMPTS, [Block(0, (1, 2))], sp, lambda bid, got: [])
+        HFSampler(model, EOS, PAD).stream(PROMPTS, [Block(0, (1, 2))], sp, lambda bid, got: [])
 
 
 def test_graphs_run_the_stream_on_a_few_fixed_shapes(monkeypatch):
@@ -206,7 +206,7 @@ def test_graphs_run_the_stream_on_a_few_fixed_shapes(monkeypatch):
     monkeypatch.setattr(continuous.Stream, "forward", record)
     model, sp = eos_biased_model(1.0), SamplingParams(1.0, 1.0, 24)
     first = [Block(p, tuple(row_key(9, p, i) for i in range(5))) for p in range(len(PROMPTS))]
-    EmbeddedEngine(model, EOS, PAD, decode="graphs").stream(PROMPTS, first, sp, lambda bid, got: chain(limit=2)(got))
+    HFSampler(model, EOS, PAD, decode="graphs").stream(PROMPTS, first, sp, lambda bid, got: chain(limit=2)(got))
     sizes = set(bucket_sizes(20, 0.75, 8))
     assert {b for b, _ in shapes} <= sizes and len({b for b, _ in shapes}) >= 2
     assert len({k for _, k in shapes}) == 1  # the whole capacity, every step
@@ -217,8 +217,8 @@ def test_the_stream_on_cuda_graphs_samples_what_separate_calls_sample_on_a_gpu()
     """Runs only where CUDA is present (not on the project's CPU test machine): float32 on the
     GPU, so the logits of both paths agree to rounding and the tokens should match."""
     model, sp = eos_biased_model(1.0).cuda(), SamplingParams(1.0, 0.9, 12)
-    calls = rounds_by_calls(EmbeddedEngine(model, EOS, PAD), PROMPTS, sp, chain())
+    calls = rounds_by_calls(HFSampler(model, EOS, PAD), PROMPTS, sp, chain())
     first = [Block(p, tuple(row_key(5, p, i) for i in range(3))) for p in range(len(PROMPTS))]
-    out = EmbeddedEngine(model, EOS, PAD, decode="graphs").stream(PROMPTS, first, sp, lambda bid, got: chain()(got))
+    out = HFSampler(model, EOS, PAD, decode="graphs").stream(PROMPTS, first, sp, lambda bid, got: chain()(got))
     want = sorted((r.prompt_index, r.round, tuple(r.response_ids)) for blk in calls for r in blk)
     assert sorted((r.prompt_index, r.round, tuple(r.response_ids)) for r in out) == want

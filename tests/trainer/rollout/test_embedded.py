@@ -1,4 +1,4 @@
-"""EmbeddedEngine: order/counts, determinism, stopping, greedy, KV cache vs recomputation."""
+"""HFSampler: order/counts, determinism, stopping, greedy, KV cache vs recomputation."""
 
 import math
 import time
@@ -9,9 +9,10 @@ import torch
 
 from trainer.config import SamplerName
 from trainer.embedded.model import build_model, tiny_qwen2_config
-from trainer.rollout import SAMPLERS, make_sampler
+from trainer.rollout import make_sampler
 from trainer.rollout.base import SamplingParams
-from trainer.rollout.embedded import EmbeddedEngine, expand_counts, live_rows, top_p_filter
+from trainer.rollout.embedded import HFSampler, expand_counts, live_rows, top_p_filter
+from trainer.sampler_registry import SAMPLER_NAMES
 
 V, BOS, EOS, PAD = 20, 1, 2, 0
 SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
@@ -37,7 +38,7 @@ def eos_biased_model(bias: float):
 
 
 def engine(model, **kw):
-    return EmbeddedEngine(model, eos_id=EOS, pad_id=PAD, **kw)
+    return HFSampler(model, eos_id=EOS, pad_id=PAD, **kw)
 
 
 def gen(seed):
@@ -108,10 +109,10 @@ def test_any_of_several_stop_ids_ends_a_response():
     """A chat model ends a turn with a token other than EOS (<|im_end|>): every stop id counts."""
     sp = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=6)
     model = small_model()
-    plain = EmbeddedEngine(model, eos_id=EOS, pad_id=PAD).generate(PROMPTS, 8, sp, gen(3))
+    plain = HFSampler(model, eos_id=EOS, pad_id=PAD).generate(PROMPTS, 8, sp, gen(3))
     stops = sorted({r.response_ids[0] for r in plain if r.response_ids} - {EOS})[:3]
     assert stops, "need sampled first tokens other than EOS"
-    multi = EmbeddedEngine(model, eos_id=[EOS, *stops], pad_id=PAD).generate(PROMPTS, 8, sp, gen(3))
+    multi = HFSampler(model, eos_id=[EOS, *stops], pad_id=PAD).generate(PROMPTS, 8, sp, gen(3))
     for r in multi:
         ends = [i for i, t in enumerate(r.response_ids) if t in (EOS, *stops)]
         assert r.finished == bool(ends)
@@ -169,7 +170,7 @@ def test_compacting_finished_rows_changes_no_token():
     prompts = [task.encode_prompt(p) for p in task.train_problems(0, 6, 0)]
     model = load_policy(PRESETS["tiny"])
     sp = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=8)
-    runs = {c: EmbeddedEngine(model, eos_id=tok.eos_id, pad_id=tok.pad_id, compact_at=c).generate(prompts, 4, sp, gen(7))
+    runs = {c: HFSampler(model, eos_id=tok.eos_id, pad_id=tok.pad_id, compact_at=c).generate(prompts, 4, sp, gen(7))
             for c in (1e-9, 0.25, 2.0)}
     never = runs[2.0]
     assert len({len(r.response_ids) for r in never}) >= 3  # the batch really shrinks mid-call
@@ -243,10 +244,10 @@ def test_empty_prompt_rejected():
 
 
 def test_registry():
-    assert set(SAMPLERS) == {"hf", "vllm"} == set(get_args(SamplerName))  # the config's sampler values
+    assert set(SAMPLER_NAMES) == {"hf", "vllm"} == set(get_args(SamplerName))  # the config's sampler values
     same = dict(stop_ids=[EOS], pad_id=PAD, model=small_model(), model_path="/m", seed=0, max_model_len=64)
     built = make_sampler("hf", **same)
-    assert isinstance(built, EmbeddedEngine) and built.eos_id == EOS and built.pad_id == PAD
+    assert isinstance(built, HFSampler) and built.eos_id == EOS and built.pad_id == PAD
     with pytest.raises(ValueError, match="unknown sampler"):
         make_sampler("nope", **same)
     with pytest.raises(ValueError, match="pass model="):

@@ -13,7 +13,7 @@ from tests.trainer.rollout.test_embedded import EOS, PAD, PROMPTS, eos_biased_mo
 from trainer.rollout import make_sampler
 from trainer.rollout.attention import use_packed_gqa
 from trainer.rollout.base import SamplingParams
-from trainer.rollout.embedded import EmbeddedEngine
+from trainer.rollout.embedded import HFSampler
 from trainer.rollout.sampling import exponential_draws, sample_with_draws
 from trainer.rollout.static_decode import DecodeState, SlotCache, bucket_sizes, mask_kind, pick_bucket
 
@@ -28,7 +28,7 @@ def run(model, sp, counts, decode="dynamic", prompts=PROMPTS, eos=EOS, pad=PAD, 
     if decode == "dynamic":
         kw.pop("sync_every", None)
     g = torch.Generator().manual_seed(seed)
-    out = EmbeddedEngine(model, eos, pad, decode=decode, **kw).generate(prompts, counts, sp, g)
+    out = HFSampler(model, eos, pad, decode=decode, **kw).generate(prompts, counts, sp, g)
     return out, g.get_state()
 
 
@@ -195,11 +195,11 @@ def test_non_finite_logits_raise_as_multinomial_does():
 
 def test_engine_options_are_checked_and_wired():
     with pytest.raises(ValueError, match="decode must be"):
-        EmbeddedEngine(small_model(), EOS, PAD, decode="fast")
+        HFSampler(small_model(), EOS, PAD, decode="fast")
     with pytest.raises(ValueError, match="sync_every"):
-        EmbeddedEngine(small_model(), EOS, PAD, decode="static", sync_every=0)
+        HFSampler(small_model(), EOS, PAD, decode="static", sync_every=0)
     built = make_sampler("hf", stop_ids=[EOS], pad_id=PAD, model=small_model(), decode="graphs")
-    assert isinstance(built, EmbeddedEngine) and built.decode == "graphs"
+    assert isinstance(built, HFSampler) and built.decode == "graphs"
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
@@ -208,7 +208,7 @@ def test_cuda_graphs_sample_what_dynamic_samples_on_a_gpu():
     model = eos_biased_model(3.0).cuda()
     sp = SamplingParams(1.0, 0.9, 12)
     g = [torch.Generator(device="cuda").manual_seed(1) for _ in range(3)]
-    out = [EmbeddedEngine(model, EOS, PAD, decode=d).generate(PROMPTS, 8, sp, gen)
+    out = [HFSampler(model, EOS, PAD, decode=d).generate(PROMPTS, 8, sp, gen)
            for d, gen in zip(("dynamic", "static", "graphs"), g)]
     assert_same(out[0], out[1], tol=1e-4)
     assert_same(out[0], out[2], tol=1e-4)

@@ -72,7 +72,7 @@ def test_missing_vllm_is_a_clear_error():
 def test_a_vllm_run_falls_back_to_the_hf_sampler_with_a_message():
     from trainer.embedded.model import build_model, tiny_qwen2_config
     from trainer.embedded.presets import build_sampler, sampler_name, stop_token_ids
-    from trainer.rollout.embedded import EmbeddedEngine
+    from trainer.rollout.embedded import HFSampler
 
     cfg = parse_run_config({"sampler": "vllm"})
     if not vllm_available():
@@ -93,4 +93,4 @@ def test_a_vllm_run_falls_back_to_the_hf_sampler_with_a_message():
     assert stop_token_ids(task, model) == [2, 7]
     with pytest.warns(RuntimeWarning, match="falling back to the hf sampler"):
         engine = build_sampler(cfg, model, None, task, torch.device("cpu"), torch.float32)
-    assert isinstance(engine, EmbeddedEngine)
+    assert isinstance(engine, HFSampler)

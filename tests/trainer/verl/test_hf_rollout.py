@@ -25,13 +25,13 @@ def server() -> hf_rollout.HFRolloutServer:
     from transformers import AutoModelForCausalLM
 
     from trainer.embedded.presets import PRESETS
-    from trainer.rollout.embedded import EmbeddedEngine
+    from trainer.rollout.embedded import HFSampler
 
     s = object.__new__(hf_rollout.HFRolloutServer)  # what __init__ builds, without verl's config objects
     model = AutoModelForCausalLM.from_pretrained(PRESETS["tiny"], local_files_only=True, dtype=torch.float32).eval()
     s.config = SimpleNamespace(seed=3, response_length=8, max_model_len=None, max_num_seqs=1024)
     s.device = torch.device("cpu")
-    s.sampler = EmbeddedEngine(model, eos_id=2, pad_id=0, device=s.device)
+    s.sampler = HFSampler(model, eos_id=2, pad_id=0, device=s.device)
     s.generator = torch.Generator().manual_seed(3)
     s.step, s.served, s.pending, s._worker, s._arrival = 0, {}, [], None, None
     s.calls = s.requests = s.weight_syncs = 0

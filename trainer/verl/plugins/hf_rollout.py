@@ -108,7 +108,7 @@ class HFRolloutServer:
         from verl.utils.config import omega_conf_to_dataclass
         from verl.workers.config import HFModelConfig, RolloutConfig
 
-        from trainer.rollout.embedded import EmbeddedEngine
+        from trainer.rollout.embedded import HFSampler
 
         config = config if isinstance(config, RolloutConfig) else omega_conf_to_dataclass(config)
         if not isinstance(model_config, HFModelConfig):
@@ -130,8 +130,8 @@ class HFRolloutServer:
         tok = model_config.tokenizer
         pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         dtype = torch.bfloat16 if use_cuda else None  # bf16 autocast over fp32 weights on CUDA, as the embedded engine
-        self.sampler = EmbeddedEngine(self.model, eos_id=stop_ids(path, tok), pad_id=pad, device=self.device,
-                                      dtype=dtype)
+        self.sampler = HFSampler(self.model, eos_id=stop_ids(path, tok), pad_id=pad, device=self.device,
+                                 dtype=dtype)
         self.generator = torch.Generator(self.device).manual_seed(int(config.seed))
         self.step, self.served = 0, {}  # the global step, and how often each det- id was served in it
         self.pending: list[_Request] = []

@@ -12,7 +12,7 @@ from trainer.config import parse_run_config
 from trainer.methods.sampler import Samples
 from trainer.methods.spec import get_step
 from trainer.tasks import TASKS, make_task
-from trainer.tasks.strata import EOS_ID, MEAN_RESPONSE_TOKENS, PROMPT_TOKENS, StrataTask, expected_strata
+from trainer.tasks.scripted import EOS_ID, MEAN_RESPONSE_TOKENS, PROMPT_TOKENS, StrataTask, expected_strata
 
 VOCAB = 151_936
 
