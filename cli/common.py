@@ -38,8 +38,8 @@ def parse_value(text: str) -> Any:
 
 def parse_sets(sets: list[str] | None) -> dict[str, Any]:
     """['aero.k=2', 'steps=100'] -> {'aero': {'k': 2}, 'steps': 100}. A renamed field is set
-    under its new name, with a deprecation warning (``rollout_engine=embedded`` is
-    ``sampler=hf``), so it overrides a config that already has the new one."""
+    under its new name, with a deprecation warning (``sampler_rng=per-row`` is
+    ``rollout.rng=per-row``), so it overrides a config that already has the new one."""
     out: dict[str, Any] = {}
     for item in sets or []:
         if "=" not in item:

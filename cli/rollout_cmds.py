@@ -31,7 +31,8 @@ def num(value, fmt: str = ".3g") -> str:
 def summary_table(rows: list[dict]) -> Table:
     t = Table()
     for col in ("#", "group", "stage", "stratum", "version", "reward", "advantage", "length", "truncated"):
-        t.add_column(col, justify="right" if col in ("#", "group", "version", "reward", "advantage", "length") else "left")
+        t.add_column(col, justify="right" if col in ("#", "group", "version", "reward", "advantage", "length") else "left",
+                     no_wrap=col in ("stage", "stratum"))  # "rescue 1" on one line, even at 80 columns
     for i, r in enumerate(rows):
         version = r.get("version")  # absent from rows stored before it was recorded
         t.add_row(str(i + 1), str(r["group"]), safe(r["stage"]), safe(r["stratum"]), "-" if version is None else str(int(version)),

@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--decodes", default="", help="comma-separated decodes to time back to back on the packed "
                     "path (dynamic, static, graphs); the first is the reference")
-    ap.add_argument("--rngs", default="", help="comma-separated sampler_rng values (stream, per-row) to time back "
+    ap.add_argument("--rngs", default="", help="comma-separated rollout.rng values (stream, per-row) to time back "
                     "to back on the first decode of --decodes (default dynamic): torch.multinomial's draws over the "
                     "vocabulary against one keyed uniform per token")
     ap.add_argument("--sync-every", type=int, default=None, help="the static decodes' steps between host reads")

@@ -78,9 +78,10 @@ def run_config(method: str, *, batch_prompts: int, n_total: int, n_explore: int,
         aero = types.SimpleNamespace(n_explore=n_explore, n_max=2 * n_total, delta_n=2, k_max=10, tau=0.5, S=0, k=1.0,
                                      alpha0=1.0, beta0=1.0, zero_variance_keep=4, negative_selection="random",
                                      rescue_negative="first", zero_variance_selection="first",
-                                     budget_split="prompt-order", rounds_per_call=rounds_per_call, schedule="calls")
+                                     budget_split="prompt-order", rounds_per_call=rounds_per_call)
         return types.SimpleNamespace(method=method, batch_prompts=batch_prompts, n_total=n_total, seed=seed,
-                                     max_new_tokens=12, aero=aero, std_unbiased=True, sampler_rng="stream",
+                                     max_new_tokens=12, aero=aero, std_unbiased=True,
+                                     rollout=types.SimpleNamespace(sampler="hf", decode="dynamic", rng="stream", schedule="calls"),
                                      adv_estimator="grpo", verifier_timeout_s=5.0)
 
 

@@ -37,7 +37,7 @@
 # CHECK_TIMEOUT (90 s), WARMUP (1), WARMUP_TIMEOUT (180 s), WARMUP_DECODES (dynamic,static,graphs),
 # RUN_BENCH (1), RUN_GPU_CHECK (0), RUN_UPDATE_PROBES (0), DECODES (empty: the attention paths only),
 # SCHEDULE (calls; continuous: with RUN_BENCH also the shape bench of GRPO and AERO on
-# aero.schedule=continuous, sampler_rng=per-row, rollout_decode=$STREAM_DECODE (graphs)
+# rollout.schedule=continuous, rollout.rng=per-row, rollout.decode=$STREAM_DECODE (graphs)
 # -> $OUT/shape_continuous.json),
 # BENCH_RUNS (bench's run directories, default /tmp/gpu_check_runs: kept out of $OUT, whose files
 # travel back).
@@ -175,8 +175,8 @@ run bench_shape "$BENCH_TIMEOUT" "$OUT/shape_1p5b.json" -- \
 if [[ "$SCHEDULE" == continuous ]]; then  # the same bench, AERO's rescue joining one continuous batch
   run bench_continuous "$BENCH_TIMEOUT" "$OUT/shape_continuous.json" -- \
     "$PYTHON" -c 'from cli.main import app; app()' bench --shape "$SHAPE" --methods grpo,aero \
-    --steps "$STEPS" --seed 0 "${SETS[@]}" --set sampler_rng=per-row --set aero.schedule=continuous \
-    --set rollout_decode="${STREAM_DECODE:-graphs}" \
+    --steps "$STEPS" --seed 0 "${SETS[@]}" --set rollout.rng=per-row --set rollout.schedule=continuous \
+    --set rollout.decode="${STREAM_DECODE:-graphs}" \
     --out "$BENCH_RUNS/bench_continuous" --json "$OUT/shape_continuous.json"
 fi
 

@@ -67,7 +67,7 @@ def test_the_scan_finds_what_it_looks_for():
     code = 'a = cfg.task == "strata"\nb = cfg.engine != "embedded"\nc = t in ("code", "math")\nd = {"code": 1}'
     assert name_comparisons(ast.parse(code), REGISTRIES["task"][0]) == [(1, "strata"), (3, "code"), (3, "math")]
     assert name_comparisons(ast.parse(code), REGISTRIES["engine"][0]) == [(2, "embedded")]
-    code = 'a = cfg.sampler == "hf"\nb = cfg.sampler != "vllm"\nc = {"hf": 1}\nd = make_sampler("vllm")'
+    code = 'a = cfg.rollout.sampler == "hf"\nb = cfg.rollout.sampler != "vllm"\nc = {"hf": 1}\nd = make_sampler("vllm")'
     assert name_comparisons(ast.parse(code), REGISTRIES["sampler"][0]) == [(1, "hf"), (2, "vllm")]
 
 

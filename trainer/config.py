@@ -19,8 +19,8 @@ from pydantic import (AfterValidator, Field, ValidationError, ValidationInfo, cr
 
 from common.dotted import with_defaults
 from trainer.alerts import AlertsConfig, rule_issues
-# (RENAMED_FIELDS, ConfigDeprecationWarning and renamed_fields: also the backend's and the CLI's, via this module)
-from trainer.config_renames import RENAMED_FIELDS, ConfigDeprecationWarning, read_renamed, renamed_fields  # noqa: F401
+# (RENAMED_FIELDS, ConfigDeprecationWarning, names_field and renamed_fields: also the backend's and the CLI's, via this module)
+from trainer.config_renames import RENAMED_FIELDS, ConfigDeprecationWarning, names_field, read_renamed, renamed_fields  # noqa: F401
 from trainer.config_rules import method_issues, sampler_issues, shape_issues
 from trainer.offpolicy import OffPolicyConfig, offpolicy_issues
 from trainer.config_types import Cap, Section, Strict, basic
@@ -29,7 +29,7 @@ from trainer.models.catalog import MODELS
 from trainer.methods.spec import all_sections, get_method, method_names, section_readers, specs
 from trainer.resources import ResourcesConfig, resource_issues
 from trainer.safetext import no_control_chars  # noqa: F401  (also backend.schemas's, via this module)
-from trainer.sampler_registry import SAMPLER_NAMES
+from trainer.sampler_registry import RolloutConfig
 from trainer.tasks.registry import (PRESET_NAMES, PRESET_TASK, PRESET_TASKS, TASK_NAMES, TASK_SPECS, get_task_spec, section_tasks,
                                     task_sections, without_stale_task_sections)
 
@@ -52,8 +52,6 @@ ModelShape = Literal["qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-7b", "tiny-151k"]
 TaskName = Literal[TASK_NAMES]  # type: ignore[valid-type]
 EngineName = Literal[ENGINE_NAMES]  # type: ignore[valid-type]
 Preset = Literal[PRESET_NAMES]  # type: ignore[valid-type]
-# What generates a run's rollouts (trainer/sampler_registry.py): transformers' KV-cache sampling or vLLM.
-SamplerName = Literal[SAMPLER_NAMES]  # type: ignore[valid-type]
 
 
 TRACKERS = ("wandb", "mlflow", "tensorboard")
@@ -110,26 +108,6 @@ class _RunFields(Strict):
         "'CodeContests': '/data/cc.parquet', 'TACO': '/data/taco.jsonl'}; evaluated and reported per name, "
         "in the given order. Flat layouts of AIME24, AMC23, MATH-500, Minerva and OlympiadBench are read as shipped.",
     )
-    sampler: SamplerName = Field(
-        "hf", description="What generates the rollouts: 'hf' (transformers KV-cache sampling, CPU or CUDA) or "
-        "'vllm' (extra aero-lab[vllm], CUDA; weights synced after every update). Without vLLM or CUDA a 'vllm' run "
-        "falls back to 'hf' with a warning. On the verl engine: 'hf' is the same sampler as an HF-generate rollout "
-        "server (CPU or CUDA), 'vllm' is verl's vLLM replica (CUDA). Formerly rollout_engine ('embedded' = 'hf'), "
-        "still accepted with a deprecation warning.")
-    rollout_decode: Literal["dynamic", "static", "graphs"] = Field(
-        "dynamic", description="How the embedded engine's sampler decodes (the same tokens from the same seed on all "
-        "three). dynamic: a growing KV cache, finished rows dropped from the batch, the host checked every token. "
-        "static: a preallocated KV cache, finished rows masked and the batch shrunk along a few fixed sizes, sampling "
-        "without host syncs, the host checked every 8 tokens on CUDA. graphs: static, with each decode step replayed "
-        "as a CUDA graph per batch size (CUDA; elsewhere the same fixed-shape step runs without graphs). vLLM "
-        "decodes its own way; the verl engine's rollout servers use dynamic (docs/engines.md).")
-    sampler_rng: Literal["stream", "per-row"] = Field(
-        "stream", description="Where the hf sampler's random numbers come from. stream: the run's generator, drawn "
-        "for every row in turn (torch.multinomial's draws), so a rollout's tokens depend on the rows sampled with "
-        "it. per-row: each rollout samples by inverse CDF from counter-based numbers keyed by its step, prompt and "
-        "index among the prompt's rollouts, so its tokens depend on the policy and its key only, not on the batch, "
-        "chunk or schedule that computes it (another seed's worth of samples: the same seed gives other tokens than "
-        "stream). Needed by aero.schedule=continuous. The hf sampler on the embedded engine only.")
     gradient_checkpointing: bool = Field(
         False, description="Recompute activations in the backward pass (HF gradient checkpointing): less memory for "
         "long responses on real models, ~30% more train time. The verl engine maps it to enable_gradient_checkpointing.")
@@ -202,6 +180,9 @@ class _RunFields(Strict):
                                                              "updates (lr 5e-6) are not rounded away; on CPU it stores the weights in bf16.")
     verifier_timeout_s: float = Field(5.0, gt=0.0, le=600.0)
     optim: OptimConfig = Field(default_factory=OptimConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="How the rollouts are generated: the "
+                                   "sampler, its decode, its random source and the schedule of a method that "
+                                   "generates in rounds (trainer/sampler_registry.py).")
     resources: ResourcesConfig = Field(default_factory=ResourcesConfig, description="GPUs per node, nodes and "
                                        "rollout tensor parallelism the run holds while it trains (trainer/resources.py): "
                                        "a run waits until they are free and never shares a GPU with another run.")
@@ -220,7 +201,7 @@ class _RunFields(Strict):
     @model_validator(mode="before")
     @classmethod
     def _renamed(cls, data: Any) -> Any:
-        """A renamed field (``rollout_engine``) is read as its new one with a deprecation warning,
+        """A renamed or moved field (``sampler`` is ``rollout.sampler``) is read as its new one with a deprecation warning,
         or refused under its old name (trainer/config_renames.py)."""
         return read_renamed(data, cls.__name__)
 
@@ -258,11 +239,13 @@ class _RunFields(Strict):
 
 def _section_field(sec, shared: bool = False) -> tuple[Any, Any]:
     if sec.name in TASK_SECTION_NAMES:
-        readers, who = ", ".join(section_tasks(sec.name)), "tasks"
+        names, who = section_tasks(sec.name), "tasks"
     else:
-        readers, who = ", ".join(section_readers(sec.name)), "methods"
+        names, who = section_readers(sec.name), "methods"
     rule = f"each run of those {who} takes it" if shared else f"defaults when omitted; refused for other {who}"
-    return sec.model | None, Field(None, description=f"{sec.title}: read by {readers} only ({rule}).")
+    # "x-tasks" / "x-methods": who reads it, for clients (the Launch form shows a task's section for that task)
+    return sec.model | None, Field(None, description=f"{sec.title}: read by {', '.join(names)} only ({rule}).",
+                                   json_schema_extra={f"x-{who}": list(names)})
 
 
 def _task_of(data: dict) -> Any:

@@ -35,8 +35,8 @@ def shape_issues(cfg: RunConfig) -> list[tuple[str, str]]:
         issues.append(("task", f"a model_shape has random weights and no tokenizer: it trains a scripted task ({tasks})"))
     if not get_engine(cfg.engine).model_shapes:
         issues.append(("engine", f"a model_shape runs on the {' or '.join(engines_that('model_shapes'))} engine"))
-    if get_sampler(cfg.sampler).from_model_dir:
-        issues.append(("sampler", f"{get_sampler(cfg.sampler).label} loads its weights from a model directory and a "
+    if get_sampler(cfg.rollout.sampler).from_model_dir:
+        issues.append(("rollout.sampler", f"{get_sampler(cfg.rollout.sampler).label} loads its weights from a model directory and a "
                        f"model_shape has none: use {either(samplers_that('from_model_dir', False))}"))
     if get_method(cfg.method).needs.prompt_ids:
         issues.append(("method", f"method {cfg.method} keys its memory by prompt id; the strata task's prompts "
@@ -47,20 +47,31 @@ def shape_issues(cfg: RunConfig) -> list[tuple[str, str]]:
 def sampler_issues(cfg: RunConfig) -> list[tuple[str, str]]:
     """What the sampler's spec can do (trainer/sampler_registry.py): a setting it would ignore, and so
     change the run's meaning without a word, is refused naming the field."""
-    spec, issues = get_sampler(cfg.sampler), []
-    if cfg.sampler_rng == "per-row" and not spec.keyed:
+    spec, issues = get_sampler(cfg.rollout.sampler), []
+    if cfg.rollout.rng == "per-row" and not spec.keyed:
         keyed = samplers_that("keyed")
-        issues.append(("sampler_rng", f"per-row keys are the {' or '.join(keyed)} sampler's; {spec.label} seeds each "
-                       f"request its own way: set {either(keyed)}, or sampler_rng=stream"))
-    if cfg.rollout_decode not in spec.decodes:
-        honours = samplers_that("decodes", cfg.rollout_decode)
-        issues.append(("rollout_decode", f"{spec.label} decodes its own way and would ignore rollout_decode="
-                       f"{cfg.rollout_decode}: set rollout_decode=dynamic with sampler={cfg.sampler}"
+        issues.append(("rollout.rng", f"per-row keys are the {' or '.join(keyed)} sampler's; {spec.label} seeds each "
+                       f"request its own way: set {either(keyed)}, or rollout.rng=stream"))
+    if cfg.rollout.decode not in spec.decodes:
+        honours = samplers_that("decodes", cfg.rollout.decode)
+        issues.append(("rollout.decode", f"{spec.label} decodes its own way and would ignore rollout.decode="
+                       f"{cfg.rollout.decode}: set rollout.decode=dynamic with rollout.sampler={cfg.rollout.sampler}"
                        + (f", or {either(honours)}" if honours else "")))
-    elif cfg.device == "cpu" and cfg.rollout_decode in spec.cuda_decodes:
-        issues.append(("rollout_decode", f"rollout_decode={cfg.rollout_decode} replays CUDA graphs; on device=cpu it "
-                       "would run the fixed-shape step without them: set rollout_decode=static (the same tokens), or "
+    elif cfg.device == "cpu" and cfg.rollout.decode in spec.cuda_decodes:
+        issues.append(("rollout.decode", f"rollout.decode={cfg.rollout.decode} replays CUDA graphs; on device=cpu it "
+                       "would run the fixed-shape step without them: set rollout.decode=static (the same tokens), or "
                        "device=cuda"))
+    if cfg.rollout.schedule == "continuous":
+        if not get_method(cfg.method).needs.streams:
+            streaming = " or ".join(s.name for s in specs() if s.needs.streams)
+            issues.append(("rollout.schedule", f"method {cfg.method} does not generate in rounds, so it would ignore "
+                           f"rollout.schedule=continuous: set rollout.schedule=calls (continuous is {streaming}'s)"))
+        if cfg.rollout.rng != "per-row":
+            issues.append(("rollout.schedule", "a continuous batch samples each rollout from its own key: set "
+                           "rollout.rng=per-row with rollout.schedule=continuous"))
+        if not spec.stream:
+            issues.append(("rollout.schedule", f"{spec.label} has no continuous batch: set "
+                           f"{either(samplers_that('stream'))}, or rollout.schedule=calls"))
     return issues
 
 

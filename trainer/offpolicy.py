@@ -32,7 +32,7 @@ class OffPolicyConfig(Strict):
         "is sampled by the policy after step j-1-k while earlier steps train, so generation and the update overlap. "
         "0 = synchronous (sample, score, update, repeat). AReaL: max_head_offpolicyness; NeMo-RL: "
         "max_trajectory_age_steps; prime-rl: max_async_level; TRL: max_staleness; verl: one_step_off_policy is 1. "
-        "The embedded engine with sampler=hf only.")
+        "The embedded engine with rollout.sampler=hf only.")
     correction: Literal["none", "tis", "mis"] = Field(
         "tis", description="How the loss corrects for rows sampled by an older policy (docs/algorithms.md). none: "
         "the PPO ratio against the policy that sampled the row (plain PPO on stale rows). tis: decoupled PPO, the "
@@ -49,9 +49,9 @@ def offpolicy_issues(cfg: RunConfig) -> list[tuple[str, str]]:
     if cfg.offpolicy.max_staleness == 0:
         return []
     issues = []
-    if not get_sampler(cfg.sampler).runs_ahead:
+    if not get_sampler(cfg.rollout.sampler).runs_ahead:
         issues.append(("offpolicy.max_staleness", "the sampler runs ahead on its own copy of the policy, which the "
-                       "hf sampler keeps (vLLM holds one copy that every update overwrites): set sampler=hf, or "
+                       "hf sampler keeps (vLLM holds one copy that every update overwrites): set rollout.sampler=hf, or "
                        "offpolicy.max_staleness=0"))
     if not get_method(cfg.method).needs.off_policy:
         issues.append(("method", f"method {cfg.method} cannot train rows sampled by an older policy (it says so in "

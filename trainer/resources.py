@@ -104,9 +104,9 @@ def resource_issues(cfg: RunConfig) -> list[tuple[str, str]]:
         issues.append(("resources.gpus_per_node", f"the {cfg.engine} engine places one FSDP rank per GPU (a logical GPU "
                        "on device=cpu): at least 1"))
         return issues
-    if res.rollout_tp > 1 and not get_sampler(cfg.sampler).tensor_parallel:
-        issues.append(("resources.rollout_tp", f"the {get_sampler(cfg.sampler).label} rollout server (sampler="
-                       f"{cfg.sampler}) runs whole replicas: rollout_tp=1, or "
+    if res.rollout_tp > 1 and not get_sampler(cfg.rollout.sampler).tensor_parallel:
+        issues.append(("resources.rollout_tp", f"the {get_sampler(cfg.rollout.sampler).label} rollout server (rollout.sampler="
+                       f"{cfg.rollout.sampler}) runs whole replicas: rollout_tp=1, or "
                        f"{either(samplers_that('tensor_parallel'))} for tensor-parallel replicas"))
     elif gpus % res.rollout_tp:
         issues.append(("resources.rollout_tp", f"must divide gpus_per_node ({gpus}): a rollout replica's "

@@ -1,18 +1,23 @@
-"""The sampler registry: one :class:`SamplerSpec` per sampler (the config's ``sampler``), what it
-can do. The submit-time rules (trainer/config_rules.py ``sampler_issues``, trainer/resources.py,
+"""The sampler registry: one :class:`SamplerSpec` per sampler (the config's ``rollout.sampler``),
+what it can do, and the run config's ``rollout`` block (:class:`RolloutConfig`: the sampler, its
+decode, its random source and AERO's generation schedule), which the registry owns. The
+submit-time rules (trainer/config_rules.py ``sampler_issues``, trainer/resources.py,
 trainer/offpolicy.py, trainer/verl/rules.py), the verl overrides and the embedded engine's
 fallback read these fields, never a sampler's name (tests/test_registry_names.py). Adding a
 sampler is its module under trainer/rollout/ plus one entry in :data:`SAMPLER_SPECS`.
 
-Stdlib only: the API's config validation imports it (trainer/rollout/ imports torch). Code is
-named as ``"module:attribute"`` and imported when used (common/refs.py).
+Pydantic and the stdlib only: the API's config validation imports it (trainer/rollout/ imports
+torch). Code is named as ``"module:attribute"`` and imported when used (common/refs.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
-# The config's rollout_decode values (trainer/rollout/static_decode.py ``DECODES``); "dynamic", the
+from trainer.config_types import Field, Strict
+
+# The config's rollout.decode values (trainer/rollout/static_decode.py ``DECODES``); "dynamic", the
 # default, is every sampler's own decode
 DYNAMIC = "dynamic"
 
@@ -24,13 +29,13 @@ class SamplerSpec:
     description: str  # one line for help texts
     # "module:function(SamplerArgs) -> RolloutSampler" (trainer/rollout/__init__.py ``make_sampler``)
     build: str
-    # the rollout_decode values it honours: "dynamic" (its own decode) and, for the hf sampler, the
+    # the rollout.decode values it honours: "dynamic" (its own decode) and, for the hf sampler, the
     # static-shape decodes of trainer/rollout/static_decode.py
     decodes: tuple[str, ...] = (DYNAMIC,)
     # decodes that exist on CUDA only (CUDA graphs): elsewhere they run without what makes them differ
     cuda_decodes: tuple[str, ...] = ()
-    keyed: bool = False  # sampler_rng="per-row": each rollout sampled from its own key (trainer/rollout/keyed.py)
-    # a continuous batch (``stream``: trainer/rollout/continuous.py, aero.schedule=continuous)
+    keyed: bool = False  # rollout.rng="per-row": each rollout sampled from its own key (trainer/rollout/keyed.py)
+    # a continuous batch (``stream``: trainer/rollout/continuous.py, rollout.schedule=continuous)
     stream: bool = False
     tensor_parallel: bool = False  # replicas over several GPUs (resources.rollout_tp > 1, the verl engine)
     # where it samples on every engine (a CPU build of vLLM also samples on the CPU on the embedded
@@ -80,6 +85,44 @@ def samplers_that(capability: str, value: object = True) -> tuple[str, ...]:
     return tuple(out)
 
 
-def either(names: tuple[str, ...], field: str = "sampler") -> str:
-    """``sampler=hf`` or ``sampler=hf or sampler=x``: the fix a message names."""
+def either(names: tuple[str, ...], field: str = "rollout.sampler") -> str:
+    """``rollout.sampler=hf`` or ``rollout.sampler=hf or rollout.sampler=x``: the fix a message names."""
     return " or ".join(f"{field}={n}" for n in names)
+
+
+class RolloutConfig(Strict):
+    """How a run's rollouts are generated: one block, read by the sampler registry's rules
+    (trainer/config_rules.py ``sampler_issues``). Formerly the top-level ``sampler``,
+    ``rollout_decode`` and ``sampler_rng`` and AERO's ``aero.schedule``, still read with a
+    deprecation warning (trainer/config_renames.py)."""
+
+    sampler: Literal[SAMPLER_NAMES] = Field(  # type: ignore[valid-type]
+        "hf", description="What generates the rollouts: " + "; ".join(f"'{s.name}': {s.description}"
+                                                                      for s in SAMPLER_SPECS.values()) +
+        ". Without vLLM or CUDA a 'vllm' run falls back to 'hf' with a warning. On the verl engine: 'hf' is the same "
+        "sampler as an HF-generate rollout server (CPU or CUDA), 'vllm' is verl's vLLM replica (CUDA). Formerly "
+        "sampler (and before it rollout_engine, 'embedded' = 'hf'), still accepted with a deprecation warning.")
+    decode: Literal["dynamic", "static", "graphs"] = Field(
+        DYNAMIC, description="How the hf sampler decodes on the embedded engine (the same tokens from the same seed on "
+        "all three). dynamic: a growing KV cache, finished rows dropped from the batch, the host checked every token. "
+        "static: a preallocated KV cache, finished rows masked and the batch shrunk along a few fixed sizes, sampling "
+        "without host syncs, the host checked every 8 tokens on CUDA. graphs: static, with each decode step replayed "
+        "as a CUDA graph per batch size (device=cuda; refused with device=cpu). vLLM decodes its own way and the "
+        "verl engine's rollout servers use dynamic, so both refuse the others (docs/engines.md). Formerly "
+        "rollout_decode.")
+    rng: Literal["stream", "per-row"] = Field(
+        "stream", description="Where the hf sampler's random numbers come from. stream: the run's generator, drawn "
+        "for every row in turn (torch.multinomial's draws), so a rollout's tokens depend on the rows sampled with "
+        "it. per-row: each rollout samples by inverse CDF from counter-based numbers keyed by its step, prompt and "
+        "index among the prompt's rollouts, so its tokens depend on the policy and its key only, not on the batch, "
+        "chunk or schedule that computes it (another seed's worth of samples: the same seed gives other tokens than "
+        "stream). Needed by schedule=continuous. The hf sampler on the embedded engine only. Formerly sampler_rng.")
+    schedule: Literal["calls", "continuous"] = Field(
+        "calls", description="How a method that generates in rounds (AERO: exploration, then rescue) calls the "
+        "sampler. calls: one call for exploration, then one per aero.rounds_per_call rescue rounds. continuous: all "
+        "in ONE continuous batch on the hf sampler: a prompt's next rescue window joins the batch as soon as its "
+        "exploration (or last window) is scored, instead of waiting for the slowest row of the batch; while the "
+        "budget could still bind, rescue waits and is planned for the whole batch, as in calls. Per prompt the "
+        "rollouts of calls with the same keys (exact when both compute the same logits, e.g. float32 on the CPU; "
+        "elsewhere the same distribution). Needs rng=per-row and a method that streams (AERO). Formerly "
+        "aero.schedule.")

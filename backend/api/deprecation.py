@@ -1,5 +1,5 @@
 """The answer to a request that named a renamed run-config field (trainer.config
-``RENAMED_FIELDS``: ``rollout_engine`` is ``sampler``). The config reads the old field as the
+``RENAMED_FIELDS``: ``sampler`` is ``rollout.sampler``). The config reads the old field as the
 new one and is stored under the new name; the response says so in a ``Warning`` header (code
 299, a persistent warning), one warning per field, which the OpenAPI document does not list."""
 
@@ -14,6 +14,8 @@ from trainer.config import RENAMED_FIELDS
 
 def warning_text(old: str) -> str:
     new, values = RENAMED_FIELDS[old]
+    if all(v == w for v, w in values.items()):
+        return f"run config field {old} is deprecated: use {new} (the same values)"
     same = ", ".join(f"{old}={v} is {new}={w}" for v, w in values.items())
     return f"run config field {old} is deprecated: use {new} ({same})"
 

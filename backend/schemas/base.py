@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ModelWrapValidatorHandler, PrivateAttr,
                       StringConstraints, model_validator)
 
-from trainer.config import RENAMED_FIELDS, no_control_chars  # no_control_chars: trainer.safetext's, re-exported
+from trainer.config import RENAMED_FIELDS, names_field, no_control_chars  # no_control_chars: trainer.safetext's, re-exported
 from backend.services.configs import json_safety_issues, json_shape_issue, string_issue
 
 
@@ -78,7 +78,7 @@ class ConfigBody(InputModel):
     def _note_renamed(cls, data: Any, handler: ModelWrapValidatorHandler[ConfigBody]) -> ConfigBody:
         body = handler(data)
         configs = cls.raw_configs(data) if isinstance(data, dict) else []
-        body._renamed = [old for old in RENAMED_FIELDS if any(isinstance(c, dict) and old in c for c in configs)]
+        body._renamed = [old for old in RENAMED_FIELDS if any(names_field(c, old) for c in configs)]
         return body
 
     @property

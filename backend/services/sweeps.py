@@ -24,7 +24,7 @@ class GridPoint:
 def apply_override(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of ``base`` with ``override`` applied. Keys may be dotted (``"aero.n_explore": 4``)
     or nested dicts (``{"aero": {"n_explore": 4}}``, merged into the base's section). A renamed
-    field is applied under its new name (``rollout_engine`` -> ``sampler``, with a deprecation
+    field is applied under its new name (``sampler`` -> ``rollout.sampler``, with a deprecation
     warning), so it overrides the base's value. An override that changes the task drops the
     base's task section (the code task's ``code`` block) unless it gives that section itself."""
     change = nest(flatten(renamed_fields(override)))

@@ -35,8 +35,8 @@ def test_broker_url_choice(tmp_path):
 def test_queue_for():
     assert queue_for(RunConfig()) == "cpu" and queue_for(RunConfig(device="cuda")) == "gpu"
     assert queue_for(RunConfig(engine="verl", preset=None, model_path="/m"), "c", "g") == "g"
-    assert queue_for(RunConfig(sampler="vllm")) == "cpu"  # device auto: falls back without CUDA
-    assert queue_for(RunConfig(sampler="vllm", device="cuda")) == "gpu"
+    assert queue_for(RunConfig(rollout={"sampler": "vllm"})) == "cpu"  # device auto: falls back without CUDA
+    assert queue_for(RunConfig(rollout={"sampler": "vllm"}, device="cuda")) == "gpu"
     assert queue_for(RunConfig(engine="verl", device="cpu"), "c", "g") == "c"  # verl on the CPU: a CPU worker
 
 

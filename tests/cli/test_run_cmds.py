@@ -94,16 +94,16 @@ def test_clone_keeps_the_config_and_applies_sets(api):
     assert aero(api, "clone", str(src), "--set", "steps=0").exit_code == 1  # the API's 422
 
 
-def test_clone_with_the_former_rollout_engine_field_sets_the_sampler(api):
-    """``--set rollout_engine=vllm`` is ``--set sampler=vllm`` with a deprecation warning, so it
-    overrides the stored config's sampler instead of contradicting it."""
+def test_clone_with_a_former_field_sets_the_rollout_block(api):
+    """``--set rollout_engine=vllm`` is ``--set rollout.sampler=vllm`` with a deprecation warning,
+    so it overrides the stored config's sampler instead of contradicting it."""
     src = add_run(api["url"])
-    assert get(api, src)["config"]["sampler"] == "hf"
-    with pytest.warns(ConfigDeprecationWarning, match="use sampler"):
+    assert get(api, src)["config"]["rollout"]["sampler"] == "hf"
+    with pytest.warns(ConfigDeprecationWarning, match="use rollout.sampler"):
         res = aero(api, "clone", str(src), "--set", "rollout_engine=vllm")
     assert res.exit_code == 0, res.output
     (new,) = api["sent"]
-    assert get(api, new)["config"]["sampler"] == "vllm" and "rollout_engine" not in get(api, new)["config"]
+    assert get(api, new)["config"]["rollout"]["sampler"] == "vllm" and "rollout_engine" not in get(api, new)["config"]
 
 
 def test_note_replaces_notes_and_tags(api):

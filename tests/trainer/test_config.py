@@ -110,7 +110,7 @@ SHAPE = {"preset": None, "model_shape": "qwen2.5-1.5b", "task": "strata"}
     ({**SHAPE, "model_path": "/m"}, "model_path"),                # ... and a local model
     ({**SHAPE, "task": "arithmetic"}, "task"),                    # random weights, no tokenizer: strata only
     ({**SHAPE, "engine": "verl"}, "engine"),
-    ({**SHAPE, "sampler": "vllm"}, "sampler"),                    # vLLM loads weights from a directory
+    ({**SHAPE, "rollout": {"sampler": "vllm"}}, "rollout.sampler"),  # vLLM loads weights from a directory
     ({**SHAPE, "method": "aero-mem"}, "method"),                  # strata prompts have no stable ids
     ({"preset": None, "model_path": "/m", "task": "strata"}, "model_shape"),
     ({**SHAPE, "model_shape": "llama-70b"}, "model_shape"),

@@ -42,7 +42,7 @@ def test_gpus_per_node_defaults_are_todays_behaviour(data, cuda, want):
     ({"device": "cuda", "resources": {"gpus_per_node": 0}}, "resources.gpus_per_node", "holds its GPU"),
     ({**VERL, "resources": {"gpus_per_node": 0}}, "resources.gpus_per_node", "at least 1"),
     ({**VERL, "resources": {"gpus_per_node": 4, "rollout_tp": 2}}, "resources.rollout_tp", "sampler=vllm"),
-    ({**VERL, "sampler": "vllm", "device": "cuda", "resources": {"gpus_per_node": 4, "rollout_tp": 3}},
+    ({**VERL, "rollout": {"sampler": "vllm"}, "device": "cuda", "resources": {"gpus_per_node": 4, "rollout_tp": 3}},
      "resources.rollout_tp", "must divide gpus_per_node (4)"),
     ({"resources": {"gpus_per_node": -1}}, "resources.gpus_per_node", "greater than or equal to 0"),
     ({"resources": {"gpus": 2}}, "resources.gpus", "Extra inputs"),
@@ -53,7 +53,7 @@ def test_submit_rules_name_the_field_and_say_what_to_do(data, field, words):
 
 
 def test_a_valid_multi_gpu_verl_config_passes():
-    ok = {**VERL, "sampler": "vllm", "device": "cuda", "resources": {"gpus_per_node": 8, "nodes": 2, "rollout_tp": 2}}
+    ok = {**VERL, "rollout": {"sampler": "vllm"}, "device": "cuda", "resources": {"gpus_per_node": 8, "nodes": 2, "rollout_tp": 2}}
     assert issues(ok, RunPolicy(max_gpus=16, max_nodes=2)) == {}
 
 

@@ -1,4 +1,4 @@
-"""AERO's rescue (S1) on a continuous batch (``aero.schedule="continuous"``): each prompt's next
+"""AERO's rescue (S1) on a continuous batch (``rollout.schedule="continuous"``): each prompt's next
 rescue window starts as soon as its last one is scored, instead of every prompt waiting for the
 slowest (arXiv 2602.14338, Algorithm 1's rescue loop, §4.2.1; the rounds are trainer/core/rescue.py's).
 

@@ -40,7 +40,7 @@ from trainer.tasks.verify import score_batch
 class StepContext:
     cfg: RunConfig
     task: Task
-    sampler: RolloutSampler  # generates the rollouts (cfg.sampler); the method's Sampler is EmbeddedSampler
+    sampler: RolloutSampler  # generates the rollouts (cfg.rollout.sampler); the method's Sampler is EmbeddedSampler
     sampling: SamplingParams
     gen: torch.Generator  # sampling RNG (checkpointed)
     rng: np.random.Generator  # curation RNG (checkpointed)
@@ -130,7 +130,7 @@ class EmbeddedSampler:
         self.problems: list[Problem] = []
         self.prompts: list[list[int]] = []
         self.groups: list[int] = []  # per generated row, its prompt group among all prompts drawn this step
-        self.step_key: int | None = None  # sampler_rng="per-row": the step's key, drawn on first use
+        self.step_key: int | None = None  # rollout.rng="per-row": the step's key, drawn on first use
         self.next_index: dict[int, int] = {}  # per prompt of the stream, its next rollout index this step
 
     def next_prompts(self) -> int:
@@ -145,7 +145,7 @@ class EmbeddedSampler:
 
     def sample(self, counts: Sequence[int], round_: int) -> Samples:
         keys = None
-        if self.ctx.cfg.sampler_rng == "per-row":
+        if self.ctx.cfg.rollout.rng == "per-row":
             keys = [k for p, n in enumerate(counts) for k in self._keys(p, int(n))]
         return self._add(self.timed(self.prompts, self.problems, list(counts), round_, keys))
 
@@ -157,7 +157,7 @@ class EmbeddedSampler:
                              [len(r.prompt_ids) + r.length for r in new])
 
     def _keys(self, p: int, n: int) -> list[int]:
-        """The sampling keys of prompt p's next n rollouts this step (sampler_rng="per-row"): keyed by
+        """The sampling keys of prompt p's next n rollouts this step (rollout.rng="per-row"): keyed by
         the step, the prompt's place in the data stream and the rollout's index among the prompt's,
         so a rollout gets the same key whichever call or batch samples it."""
         from trainer.rollout.keyed import row_key

@@ -116,10 +116,10 @@ def sampler_name(cfg: RunConfig, device: torch.device) -> tuple[str, str | None]
     on ``device`` on this host (its spec's ``unavailable``: 'vllm' without vLLM installed, or without
     CUDA unless the installed vLLM is a CPU build) falls back to its spec's ``fallback``, with a
     message that says so."""
-    spec = get_sampler(cfg.sampler)
+    spec = get_sampler(cfg.rollout.sampler)
     why = load(spec.unavailable)(device) if spec.unavailable is not None else None
     if why is None or spec.fallback is None:
-        return cfg.sampler, None
+        return cfg.rollout.sampler, None
     return spec.fallback, f"{why}; falling back to the {spec.fallback} sampler"
 
 
@@ -140,7 +140,7 @@ def build_sampler(cfg: RunConfig, model: torch.nn.Module, path: Path, task, devi
         warnings.warn(why, RuntimeWarning, stacklevel=2)
     return make_sampler(name, model=model, model_path=path, stop_ids=stop_token_ids(task, model),
                         pad_id=task.tokenizer.pad_id, device=device, dtype=dtype, seed=cfg.seed,
-                        max_model_len=cfg.max_prompt_tokens + cfg.max_new_tokens, decode=cfg.rollout_decode)
+                        max_model_len=cfg.max_prompt_tokens + cfg.max_new_tokens, decode=cfg.rollout.decode)
 
 
 def build_task(cfg: RunConfig, model_dir: Path, policy: RunPolicy | None = None):

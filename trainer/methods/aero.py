@@ -28,7 +28,6 @@ from trainer.methods.aero_strategies import ALL, NONE, AeroStrategies
 from trainer.methods.section import Section
 from trainer.methods.spec import BOTH_ENGINES, Display, MethodSpec, Needs, VerlMapping, register
 from trainer.methods.step import StepResult, strata_stats
-from trainer.sampler_registry import either, get_sampler, samplers_that
 
 if TYPE_CHECKING:
     from trainer.config import RunConfig
@@ -81,14 +80,6 @@ class AEROConfig(Strict):
         "(and charged in FLOPs) but not trained. 1 = the paper's sequential rounds, one engine call each (slower by "
         "one call per round). R > 1: R rounds per call.",
     )
-    schedule: Literal["calls", "continuous"] = Field(
-        "calls", description="How exploration and rescue are generated. calls: one engine call for exploration, then "
-        "one per rounds_per_call rounds. continuous: all in ONE continuous batch on the hf sampler: a prompt's next "
-        "rescue window joins the batch as soon as its exploration (or last window) is scored, instead of waiting for "
-        "the slowest row of the batch; while the budget could still bind, rescue waits and is planned for the whole "
-        "batch, as in calls. Per prompt the rollouts of calls with the same keys (exact when both compute the same "
-        "logits, e.g. float32 on the CPU; elsewhere the same distribution). Needs sampler_rng=per-row.",
-    )
 
 
 def aero_rules(cfg: RunConfig) -> Issues:
@@ -106,12 +97,6 @@ def aero_rules(cfg: RunConfig) -> Issues:
         issues.append(("aero.alpha0", f"must be > 0 (Beta prior); got {a.alpha0}"))
     if a.beta0 <= 0:
         issues.append(("aero.beta0", f"must be > 0 (Beta prior); got {a.beta0}"))
-    if a.schedule == "continuous" and cfg.sampler_rng != "per-row":
-        issues.append(("aero.schedule", "a continuous batch samples each rollout from its own key: set "
-                       "sampler_rng=per-row with aero.schedule=continuous"))
-    if a.schedule == "continuous" and not get_sampler(cfg.sampler).stream:
-        issues.append(("aero.schedule", f"{get_sampler(cfg.sampler).label} has no continuous batch: set "
-                       f"{either(samplers_that('stream'))}, or aero.schedule=calls"))
     return issues
 
 
@@ -151,7 +136,7 @@ def aero_step_with_ledger(cfg: RunConfig, sampler: Sampler, rng: np.random.Gener
     n_first = np.full(P, a.n_explore, dtype=np.int64) if first is None else np.asarray(first, dtype=np.int64)
     may_rescue = np.full(P, strategies.s1) & (True if no_rescue is None else ~np.asarray(no_rescue, dtype=bool))
     budget = (cfg.n_total - a.n_explore) * P if rescue_budget is None else int(rescue_budget)
-    run = explore_and_rescue_stream if a.schedule == "continuous" else explore_and_rescue_calls
+    run = explore_and_rescue_stream if cfg.rollout.schedule == "continuous" else explore_and_rescue_calls
     log, rows_of, correct, state, calls = run(cfg, sampler, n_first, may_rescue, budget)
     strata = stratify(correct, n_first, a.S, a.tau)
     ok, length, tokens, reward = log.column("correct"), log.column("length"), log.column("tokens"), log.column("reward")
@@ -209,7 +194,7 @@ def explore_and_rescue_calls(cfg: RunConfig, sampler: Sampler, n_first: np.ndarr
 
 def explore_and_rescue_stream(cfg: RunConfig, sampler: Sampler, n_first: np.ndarray, may_rescue: np.ndarray,
                                budget: int):
-    """:func:`explore_and_rescue_calls` in ONE continuous batch (``aero.schedule="continuous"``):
+    """:func:`explore_and_rescue_calls` in ONE continuous batch (``rollout.schedule="continuous"``):
     a prompt's rescue window joins the batch when its exploration, or its last window, is scored
     (trainer/core/rescue_stream.py says when that equals separate calls: always, per prompt)."""
     from trainer.core.rescue_stream import RescueRules, RescueStream
@@ -264,7 +249,7 @@ AERO_VERL = VerlMapping(rollout_n="n_explore", first_call_n=_n_explore)
 def _aero(name: str, label: str, colour: str, order: int, dash: int, strategies: AeroStrategies,
           description: str) -> MethodSpec:
     return register(MethodSpec(name=name, family="aero", sections=(AERO_SECTION,), aero=strategies,
-                               needs=Needs(engines=BOTH_ENGINES), verl=AERO_VERL,
+                               needs=Needs(engines=BOTH_ENGINES, streams=True), verl=AERO_VERL,
                                display=Display(label, colour, description, order, dash)), aero_step)
 
 

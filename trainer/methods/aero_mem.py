@@ -185,7 +185,7 @@ def memory_stats(plan, seen: np.ndarray, n_explore: int, size: int) -> dict[str,
 
 # AERO's section and verl mapping plus the memory's; a sampler with prompt ids and state (both
 # engines' have them) and stable prompt ids (checked at config time).
-_NEEDS = Needs(engines=BOTH_ENGINES, prompt_ids=True)
+_NEEDS = Needs(engines=BOTH_ENGINES, prompt_ids=True, streams=True)  # AERO's step: rollout.schedule applies
 
 
 def _mem(name: str, label: str, colour: str, order: int, dash: int, description: str) -> MethodSpec:

@@ -80,7 +80,7 @@ class Sampler(Protocol):
         asks for, in ONE continuous batch: ``react(block, round)`` gets a block's scored rows (one
         prompt's) when its last row is scored and returns the blocks to add, as (prompt, count,
         round). Returns every block's rows, in id order (ids are given as blocks are asked for).
-        Engines without a continuous batch do not have it (the config refuses aero.schedule)."""
+        Engines without a continuous batch do not have it (the config refuses rollout.schedule)."""
         ...
 
     def prompt_keys(self) -> list[str | None]:

@@ -76,11 +76,14 @@ class Needs:
     (``offpolicy.max_staleness > 0``, trainer/offpolicy.py). Every step runs whole on the sampler's
     side with one policy version, its state (histories, memories) updated in sampling order, so
     the built-in methods all can; a method whose step reads the trainer's current policy says
-    False and is refused at submit."""
+    False and is refused at submit; streams: its step generates in rounds that can share one
+    continuous batch (``rollout.schedule=continuous``: AERO's exploration and rescue windows); a
+    method that makes one call per step would ignore the schedule, so it is refused there."""
 
     engines: tuple[str, ...] = ("embedded",)
     prompt_ids: bool = False
     off_policy: bool = True
+    streams: bool = False
 
 
 @dataclass(frozen=True)

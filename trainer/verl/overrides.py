@@ -66,10 +66,10 @@ def _v(value: Any) -> str:
 
 
 def rollout_name(cfg: RunConfig) -> str:
-    """verl's ``rollout.name`` for ``cfg.sampler`` (its spec's ``verl_rollout``): our HF-generate
+    """verl's ``rollout.name`` for ``cfg.rollout.sampler`` (its spec's ``verl_rollout``): our HF-generate
     server for 'hf' (trainer/verl/plugins/hf_rollout.py, the embedded engine's sampler, registered
     as ``trainer.verl.plugins.ROLLOUT_NAME``), verl's vLLM replica for 'vllm'."""
-    return get_sampler(cfg.sampler).verl_rollout
+    return get_sampler(cfg.rollout.sampler).verl_rollout
 
 
 CPU_SETTINGS: dict[str, Any] = {
@@ -163,7 +163,7 @@ def to_overrides(cfg: RunConfig, *, out_dir: str | Path, train_file: str | Path,
         "actor_rollout_ref.rollout.seed": cfg.seed,
         # request ids det-<sample index>, routed to one replica: our HF server keys each sample's
         # draws by them (trainer/verl/plugins/hf_rollout.py), so a seed gives the same tokens
-        "actor_rollout_ref.rollout.full_determinism": get_sampler(cfg.sampler).verl_full_determinism,
+        "actor_rollout_ref.rollout.full_determinism": get_sampler(cfg.rollout.sampler).verl_full_determinism,
         "actor_rollout_ref.rollout.tensor_model_parallel_size": tensor_parallel,
         "actor_rollout_ref.rollout.gpu_memory_utilization": gpu_memory_utilization,
         "actor_rollout_ref.rollout.agent.num_workers": agent_workers,

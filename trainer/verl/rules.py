@@ -40,19 +40,19 @@ def verl_issues(cfg: RunConfig) -> list[tuple[str, str]]:
         issues.append(("packed_update", "verl packs the update (use_remove_padding) with flash-attention's varlen "
                        "kernels, on CUDA only, and pads on the CPU: set device=cuda with packed_update=on on verl, "
                        "or packed_update=auto"))
-    if cfg.rollout_decode != "dynamic":
-        issues.append(("rollout_decode", "verl's rollout servers decode dynamically: rollout_decode=dynamic on verl "
+    if cfg.rollout.decode != "dynamic":
+        issues.append(("rollout.decode", "verl's rollout servers decode dynamically: rollout.decode=dynamic on verl "
                        "(static and graphs are the embedded engine's)"))
-    if cfg.sampler_rng != "stream":
-        issues.append(("sampler_rng", "verl's rollout servers draw from their own generators: sampler_rng=stream on "
-                       "verl (per-row keys, and with them aero.schedule=continuous, are the embedded engine's)"))
+    if cfg.rollout.rng != "stream":
+        issues.append(("rollout.rng", "verl's rollout servers draw from their own generators: rollout.rng=stream on "
+                       "verl (per-row keys, and with them rollout.schedule=continuous, are the embedded engine's)"))
     if cfg.offpolicy.max_staleness > 0:
         issues.append(("offpolicy.max_staleness", "asynchronous training is the embedded engine's: verl 0.9.1's "
                        "one_step_off_policy and fully_async_policy trainers split the GPUs into a rollout pool and a "
                        "training pool and run verl's own loop, not the methods' curated steps (docs/engines.md): set "
                        "offpolicy.max_staleness=0 on verl, or engine=embedded"))
-    if cfg.device == "cpu" and "cpu" not in get_sampler(cfg.sampler).devices:
+    if cfg.device == "cpu" and "cpu" not in get_sampler(cfg.rollout.sampler).devices:
         cpu = " or ".join(f"'{n}'" for n in samplers_that("devices", "cpu"))
-        issues.append(("sampler", f"{get_sampler(cfg.sampler).label} needs CUDA; on the CPU the verl engine rolls out "
+        issues.append(("rollout.sampler", f"{get_sampler(cfg.rollout.sampler).label} needs CUDA; on the CPU the verl engine rolls out "
                        f"with {cpu} (docs/engines.md)"))
     return issues

@@ -25,7 +25,7 @@ def test_methods_api_serves_the_new_spec_fields(client):
 
 def test_asynchronous_training_is_refused_at_submit_naming_the_field(client, auth, enqueued):
     for config, field in [({"engine": "verl", "method": "grpo", "offpolicy": {"max_staleness": 1}}, "max_staleness"),
-                          ({"offpolicy": {"max_staleness": 1}, "sampler": "vllm"}, "max_staleness"),
+                          ({"offpolicy": {"max_staleness": 1}, "rollout": {"sampler": "vllm"}}, "max_staleness"),
                           ({"offpolicy": {"correction": "clip"}}, "correction"),
                           ({"offpolicy": {"is_cap": 0.5}}, "is_cap")]:
         r = client.post("/api/runs", json={"config": {**T, **config}}, headers=auth)

@@ -28,22 +28,30 @@ def test_create_stores_validated_config_and_enqueues(client, auth, enqueued):
     assert run["created_at"].endswith("Z") and run["started_at"] is None  # UTC, explicitly
 
 
-def test_the_former_rollout_engine_field_is_stored_as_sampler_with_a_warning_header(client, auth):
-    """A body with the old name (rollout_engine, 'embedded' = 'hf') is accepted and stored under
-    the new one; the response carries a 299 Warning naming the new field, and the OpenAPI
-    document knows only sampler."""
-    with pytest.warns(ConfigDeprecationWarning, match="use sampler"):
+def test_a_former_field_is_stored_in_the_rollout_block_with_a_warning_header(client, auth):
+    """A body with an old name (rollout_engine, 'embedded' = 'hf'; sampler_rng; aero.schedule) is
+    accepted and stored under the new one; the response carries a 299 Warning per field naming the
+    new field, and the OpenAPI document knows only the rollout block."""
+    with pytest.warns(ConfigDeprecationWarning, match="use rollout.sampler"):
         r = client.post("/api/runs", json={"config": {**TINY, "rollout_engine": "embedded"}}, headers=auth)
     assert r.status_code == 201, r.text
-    assert r.json()["config"]["sampler"] == "hf" and "rollout_engine" not in r.json()["config"]
-    assert client.get(f"/api/runs/{r.json()['id']}").json()["config"]["sampler"] == "hf"  # as stored
-    assert r.headers["warning"].startswith('299 - "run config field rollout_engine is deprecated: use sampler')
-    new = client.post("/api/runs", json={"config": {**TINY, "sampler": "vllm"}}, headers=auth)
-    assert new.json()["config"]["sampler"] == "vllm" and "warning" not in new.headers
-    r = client.post("/api/runs", json={"config": {**TINY, "rollout_engine": "vllm", "sampler": "hf"}}, headers=auth)
+    assert r.json()["config"]["rollout"]["sampler"] == "hf" and "rollout_engine" not in r.json()["config"]
+    assert client.get(f"/api/runs/{r.json()['id']}").json()["config"]["rollout"]["sampler"] == "hf"  # as stored
+    assert r.headers["warning"].startswith('299 - "run config field rollout_engine is deprecated: use rollout.sampler')
+    with pytest.warns(ConfigDeprecationWarning, match="use rollout.schedule"):
+        r = client.post("/api/runs", json={"config": {**TINY, "method": "aero", "sampler_rng": "per-row",
+                                                      "aero": {"schedule": "continuous"}}}, headers=auth)
+    assert r.status_code == 201, r.text
+    assert r.json()["config"]["rollout"] == {"sampler": "hf", "decode": "dynamic", "rng": "per-row", "schedule": "continuous"}
+    assert len(r.headers.get_list("warning")) == 2 and "aero.schedule is deprecated" in r.headers.get_list("warning")[1]
+    new = client.post("/api/runs", json={"config": {**TINY, "rollout": {"sampler": "vllm"}}}, headers=auth)
+    assert new.json()["config"]["rollout"]["sampler"] == "vllm" and "warning" not in new.headers
+    r = client.post("/api/runs", json={"config": {**TINY, "rollout_engine": "vllm", "rollout": {"sampler": "hf"}}},
+                    headers=auth)
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "config", "rollout_engine"]
-    props = client.get("/openapi.json").json()["components"]["schemas"]["RunConfig"]["properties"]
-    assert props["sampler"]["enum"] == ["hf", "vllm"] and "rollout_engine" not in props
+    schemas = client.get("/openapi.json").json()["components"]["schemas"]
+    assert not {"rollout_engine", "sampler", "sampler_rng", "rollout_decode"} & set(schemas["RunConfig"]["properties"])
+    assert schemas["RolloutConfig"]["properties"]["sampler"]["enum"] == ["hf", "vllm"]
 
 
 def test_gpu_runs_go_to_the_gpu_queue(client, auth, enqueued):

@@ -55,18 +55,24 @@ def test_sweep_creates_one_run_per_grid_point(client, auth, enqueued):
     assert client.get(f"/api/runs?sweep_id={sw['id']}&method=aero").json()["count"] == 4
 
 
-def test_the_former_rollout_engine_field_works_in_a_sweeps_base_and_overrides(client, auth):
-    """rollout_engine is read as sampler in the base and in an override, where it overrides the
-    base's sampler; the response warns (299) once."""
-    body = {"base": {**BASE, "rollout_engine": "embedded"}, "methods": ["grpo"],
-            "overrides": [{}, {"rollout_engine": "vllm"}]}
-    with pytest.warns(ConfigDeprecationWarning, match="use sampler"):
+def test_former_fields_work_in_a_sweeps_base_and_overrides(client, auth):
+    """rollout_engine is read as rollout.sampler in the base and in an override, where it
+    overrides the base's sampler; a dotted aero.schedule override is rollout.schedule; the
+    response warns (299) once per field."""
+    body = {"base": {**BASE, "rollout_engine": "embedded"}, "methods": ["aero"],
+            "overrides": [{}, {"rollout_engine": "vllm"}, {"sampler_rng": "per-row", "aero.schedule": "continuous"}]}
+    with pytest.warns(ConfigDeprecationWarning, match="use rollout.sampler"):
         r = client.post("/api/sweeps", json=body, headers=auth)
     assert r.status_code == 201, r.text
-    assert [x["config"]["sampler"] for x in r.json()["runs"]] == ["hf", "vllm"]
-    assert all("rollout_engine" not in x["config"] for x in r.json()["runs"])
-    assert r.headers.get_list("warning") == ['299 - "run config field rollout_engine is deprecated: use sampler '
-                                             '(rollout_engine=embedded is sampler=hf, rollout_engine=vllm is sampler=vllm)"']
+    runs = [x["config"] for x in r.json()["runs"]]
+    assert [c["rollout"]["sampler"] for c in runs] == ["hf", "vllm", "hf"]
+    assert [c["rollout"]["schedule"] for c in runs] == ["calls", "calls", "continuous"]
+    assert all("rollout_engine" not in c and "schedule" not in c["aero"] for c in runs)
+    assert r.headers.get_list("warning") == [
+        '299 - "run config field rollout_engine is deprecated: use rollout.sampler (rollout_engine=embedded is '
+        'rollout.sampler=hf, rollout_engine=vllm is rollout.sampler=vllm)"',
+        '299 - "run config field sampler_rng is deprecated: use rollout.rng (the same values)"',
+        '299 - "run config field aero.schedule is deprecated: use rollout.schedule (the same values)"']
 
 
 def test_seeds_default_to_the_base_seed(client, auth):

@@ -217,7 +217,7 @@ def test_migration_0012_renames_rollout_engine_to_sampler_in_stored_configs(empt
     with get_engine(empty_db_url).begin() as conn:
         insert_queued_runs(conn, stored)
         conn.execute(insert(Sweep.__table__).values(id=1, name="s", spec=spec))
-    migrate(empty_db_url)
+    migrate(empty_db_url, "0012")
 
     def read():
         with get_engine(empty_db_url).connect() as conn:
@@ -229,9 +229,10 @@ def test_migration_0012_renames_rollout_engine_to_sampler_in_stored_configs(empt
                    3: stored[3]}
     assert got_spec == {**spec, "base": {"steps": 5, "sampler": "hf"},
                         "overrides": [{"optim.lr": 1e-5, "sampler": "vllm"}, {"optim": {"lr": 2e-5}}]}
+    migrate(empty_db_url)  # and on to the rollout block (0017)
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # the new field: no deprecation warning
-        assert [parse_run_config(got[i]).sampler for i in (1, 2)] == ["hf", "vllm"]
+        warnings.simplefilter("error")  # the new fields: no deprecation warning
+        assert [parse_run_config(read()[0][i]).rollout.sampler for i in (1, 2)] == ["hf", "vllm"]
     downgrade(empty_db_url, "0011")
     assert read() == (stored, spec)
 
@@ -303,7 +304,7 @@ def test_migration_0016_writes_the_synchronous_offpolicy_block_into_whole_stored
     stored = {1: whole, 2: {"method": "grpo"}}
     with get_engine(empty_db_url).begin() as conn:
         insert_queued_runs(conn, stored)
-    migrate(empty_db_url)
+    migrate(empty_db_url, "0016")
     with get_engine(empty_db_url).connect() as conn:
         got = dict(conn.execute(select(Run.__table__.c.id, Run.__table__.c.config)).all())
     assert got[1] == parse_run_config({"method": "aero"}).model_dump(mode="json")  # as a new run stores it
@@ -312,3 +313,53 @@ def test_migration_0016_writes_the_synchronous_offpolicy_block_into_whole_stored
     with get_engine(empty_db_url).connect() as conn:
         got = dict(conn.execute(select(Run.__table__.c.id, Run.__table__.c.config)).all())
     assert got == stored
+
+
+def test_migration_0017_moves_the_generation_fields_into_the_rollout_block(empty_db_url):
+    """``sampler``, ``rollout_decode``, ``sampler_rng`` and ``aero.schedule`` are the ``rollout``
+    block's now: 0017 moves them in stored runs and sweeps (base and overrides, nested or dotted,
+    each in its own form); a run stored whole gets the whole block, so it stores what a new run of
+    the same config stores; the new configs parse without a deprecation warning; a downgrade
+    writes the old fields back."""
+    import warnings
+
+    from sqlalchemy import insert, select
+
+    from backend.db.models import Run, Sweep
+    from trainer.config import parse_run_config
+
+    migrate(empty_db_url, "0016")
+    whole = parse_run_config({"method": "aero", "rollout": {"rng": "per-row", "schedule": "continuous"}}).model_dump(mode="json")
+    old_whole = {k: v for k, v in whole.items() if k != "rollout"}
+    old_whole.update(sampler="hf", rollout_decode="dynamic", sampler_rng="per-row")
+    old_whole["aero"] = {**whole["aero"], "schedule": "continuous"}
+    grpo_whole = parse_run_config({"method": "grpo"}).model_dump(mode="json")
+    old_grpo = {k: v for k, v in grpo_whole.items() if k != "rollout"}
+    old_grpo.update(sampler="hf", rollout_decode="dynamic", sampler_rng="stream")
+    stored = {1: old_whole, 2: old_grpo, 3: {"method": "aero", "rollout_decode": "static", "aero": {"schedule": "calls", "k": 2}},
+              4: {"method": "grpo", "seed": 4}}
+    spec = {"base": {"sampler_rng": "per-row", "steps": 5}, "methods": ["aero"], "seeds": [0],
+            "overrides": [{"aero.schedule": "continuous", "optim.lr": 1e-5}, {"aero": {"schedule": "calls"}}], "tags": []}
+    with get_engine(empty_db_url).begin() as conn:
+        insert_queued_runs(conn, stored)
+        conn.execute(insert(Sweep.__table__).values(id=1, name="s", spec=spec))
+    migrate(empty_db_url)
+
+    def read():
+        with get_engine(empty_db_url).connect() as conn:
+            return (dict(conn.execute(select(Run.__table__.c.id, Run.__table__.c.config)).all()),
+                    conn.execute(select(Sweep.__table__.c.spec)).scalar_one())
+
+    got, got_spec = read()
+    assert got[1] == whole and got[2] == grpo_whole  # as new runs of the same configs store them
+    assert got[3] == {"method": "aero", "rollout": {"decode": "static", "schedule": "calls"}, "aero": {"k": 2}}
+    assert got[4] == stored[4]
+    assert got_spec == {**spec, "base": {"steps": 5, "rollout": {"rng": "per-row"}},
+                        "overrides": [{"optim.lr": 1e-5, "rollout.schedule": "continuous"}, {"rollout": {"schedule": "calls"}}]}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the new fields: no deprecation warning
+        assert parse_run_config(got[3]).rollout.decode == "static"
+    downgrade(empty_db_url, "0016")
+    back, back_spec = read()
+    assert back[3] == stored[3] and back[4] == stored[4] and back_spec == spec
+    assert back[1] == old_whole  # the whole block back in its old places

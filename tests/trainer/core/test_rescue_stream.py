@@ -81,7 +81,7 @@ def test_stream_equals_calls(case):
                 k_max=int(g.integers(0, 6)), rounds_per_call=int(g.integers(0, 4)),
                 budget_split=str(g.choice(["prompt-order", "round-robin"])))
     cfg = parse_run_config({"preset": "tiny", "method": "aero", "n_total": max(n_total, 2),
-                            "aero": {**aero, "schedule": "continuous"}, "sampler_rng": "per-row"})
+                            "aero": aero, "rollout": {"rng": "per-row", "schedule": "continuous"}})
     hard = g.random(P) < g.random()  # prompts almost never right
     table = g.random((P, 64)) < np.where(hard, 0.02, g.uniform(0.05, 0.6, size=P))[:, None]
     may = g.random(P) < 0.9
@@ -117,8 +117,8 @@ def test_the_budget_binding_waits_for_the_batch_and_a_loose_one_does_not():
 def test_a_prompt_without_exploration_is_rescued_as_separate_calls_rescue_it():
     """n_first = 0 (never asked of the stream by aero-mem, whose live prompts explore): the step
     falls back to separate calls, which rescue it (0 of 0 correct is the rescue stratum)."""
-    cfg = parse_run_config({"preset": "tiny", "method": "aero", "sampler_rng": "per-row",
-                            "aero": {"n_explore": 2, "schedule": "continuous"}})
+    cfg = parse_run_config({"preset": "tiny", "method": "aero", "rollout": {"rng": "per-row", "schedule": "continuous"},
+                            "aero": {"n_explore": 2}})
     table = np.zeros((3, 64), dtype=bool)
     table[1, 5] = True
     n_first = np.array([2, 0, 2])

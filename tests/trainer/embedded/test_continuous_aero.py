@@ -1,5 +1,5 @@
-"""AERO's steps on one continuous batch (``aero.schedule="continuous"``) train what separate calls
-train (``schedule="calls"``), both sampling per row (``sampler_rng="per-row"``): on the tiny preset,
+"""AERO's steps on one continuous batch (``rollout.schedule="continuous"``) train what separate calls
+train (``schedule="calls"``), both sampling per row (``rollout.rng="per-row"``): on the tiny preset,
 two steps of every AERO method, the same rollouts per prompt, rewards, trained rows and advantages,
 in one engine call instead of one per rescue window; and the run config refuses what cannot work."""
 
@@ -24,9 +24,9 @@ CASES = {
 def config(case: str, schedule: str):
     over = dict(CASES[case])
     method = over.pop("method")
-    aero = {"n_explore": 4, "k_max": 3, **over.pop("aero", {}), "schedule": schedule}
+    aero = {"n_explore": 4, "k_max": 3, **over.pop("aero", {})}
     return parse_run_config({"preset": "tiny", "method": method, "batch_prompts": 8, "n_total": 8, "seed": 3,
-                             "sampler_rng": "per-row", "aero": aero, **over})
+                             "rollout": {"rng": "per-row", "schedule": schedule}, "aero": aero, **over})
 
 
 def two_steps(cfg, setup):
@@ -82,28 +82,27 @@ def test_one_continuous_batch_trains_what_separate_calls_train(case, planners):
 
 
 def test_per_row_sampling_is_its_own_sample():
-    """sampler_rng=per-row samples other tokens than the stream from the same seed (a different
+    """rollout.rng=per-row samples other tokens than the stream from the same seed (a different
     random source, documented so), and its steps are still reproducible."""
     cfg = config("aero", "calls")
     setup = load_setup(cfg)
     a, _, _ = two_steps(cfg, setup)
     b, _, _ = two_steps(cfg, setup)
     assert a[0]["rows"] == b[0]["rows"]
-    stream = parse_run_config({**cfg.model_dump(), "sampler_rng": "stream", "aero": {**cfg.aero.model_dump(),
-                                                                                  "schedule": "calls"}})
+    stream = parse_run_config({**cfg.model_dump(), "rollout": {"rng": "stream", "schedule": "calls"}})
     c, _, _ = two_steps(stream, setup)
     assert c[0]["rows"] != a[0]["rows"]
 
 
 def test_the_config_refuses_what_cannot_run():
-    with pytest.raises(ConfigError, match="aero.schedule: a continuous batch samples each rollout from its own key"):
-        parse_run_config({"preset": "tiny", "method": "aero", "aero": {"schedule": "continuous"}})
-    with pytest.raises(ConfigError, match="sampler_rng: per-row keys are the hf sampler's"):
-        parse_run_config({"preset": "tiny", "sampler": "vllm", "sampler_rng": "per-row"})
-    with pytest.raises(ConfigError, match="sampler_rng: verl's rollout servers"):
+    with pytest.raises(ConfigError, match="rollout.schedule: a continuous batch samples each rollout from its own key"):
+        parse_run_config({"preset": "tiny", "method": "aero", "rollout": {"schedule": "continuous"}})
+    with pytest.raises(ConfigError, match="rollout.rng: per-row keys are the hf sampler's"):
+        parse_run_config({"preset": "tiny", "rollout": {"sampler": "vllm", "rng": "per-row"}})
+    with pytest.raises(ConfigError, match="rollout.rng: verl's rollout servers"):
         parse_run_config({"engine": "verl", "preset": None, "model_path": "/m", "task": "math",
-                          "train_data": "/d.jsonl", "sampler_rng": "per-row"})
-    assert parse_run_config({}).sampler_rng == "stream" and parse_run_config({}).aero.schedule == "calls"
+                          "train_data": "/d.jsonl", "rollout": {"rng": "per-row"}})
+    assert parse_run_config({}).rollout.rng == "stream" and parse_run_config({}).rollout.schedule == "calls"
 
 
 def test_a_training_run_on_one_continuous_batch(tmp_path):
@@ -116,8 +115,8 @@ def test_a_training_run_on_one_continuous_batch(tmp_path):
     for schedule in ("calls", "continuous"):
         sink = MemorySink()
         cfg = parse_run_config({"preset": "tiny", "method": "aero", "steps": 2, "batch_prompts": 8, "eval_every": 0,
-                                "eval_problems": 4, "eval_n": 2, "checkpoint_every": 1, "sampler_rng": "per-row",
-                                "aero": {"schedule": schedule}})
+                                "eval_problems": 4, "eval_n": 2, "checkpoint_every": 1,
+                                "rollout": {"rng": "per-row", "schedule": schedule}})
         run_training(cfg, tmp_path / schedule, sink)
         steps[schedule] = sink.steps
     assert sorted(steps["continuous"]) == [1, 2]

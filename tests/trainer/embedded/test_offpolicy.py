@@ -173,7 +173,7 @@ def test_asynchronous_training_is_refused_by_name_where_it_cannot_run(monkeypatc
     assert [f for f, _ in e.value.issues] == ["offpolicy.max_staleness"]
     assert "embedded engine" in e.value.issues[0][1] and "one_step_off_policy" in e.value.issues[0][1]
     with pytest.raises(ConfigError) as e:
-        parse_run_config({"sampler": "vllm", "offpolicy": {"max_staleness": 1}})
+        parse_run_config({"rollout": {"sampler": "vllm"}, "offpolicy": {"max_staleness": 1}})
     assert ("offpolicy.max_staleness" in [f for f, _ in e.value.issues]) and "sampler=hf" in str(e.value)
     spec, step = registry._REGISTRY["grpo"]
     monkeypatch.setitem(registry._REGISTRY, "grpo", (dataclasses.replace(

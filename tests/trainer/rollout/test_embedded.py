@@ -7,7 +7,7 @@ from typing import get_args
 import pytest
 import torch
 
-from trainer.config import SamplerName
+from trainer.sampler_registry import RolloutConfig
 from trainer.embedded.model import build_model, tiny_qwen2_config
 from trainer.rollout import make_sampler
 from trainer.rollout.base import SamplingParams
@@ -244,7 +244,7 @@ def test_empty_prompt_rejected():
 
 
 def test_registry():
-    assert set(SAMPLER_NAMES) == {"hf", "vllm"} == set(get_args(SamplerName))  # the config's sampler values
+    assert set(SAMPLER_NAMES) == {"hf", "vllm"} == set(get_args(RolloutConfig.model_fields["sampler"].annotation))  # the config's sampler values
     same = dict(stop_ids=[EOS], pad_id=PAD, model=small_model(), model_path="/m", seed=0, max_model_len=64)
     built = make_sampler("hf", **same)
     assert isinstance(built, HFSampler) and built.eos_id == EOS and built.pad_id == PAD

@@ -74,7 +74,7 @@ def test_a_vllm_run_falls_back_to_the_hf_sampler_with_a_message():
     from trainer.embedded.presets import build_sampler, sampler_name, stop_token_ids
     from trainer.rollout.embedded import HFSampler
 
-    cfg = parse_run_config({"sampler": "vllm"})
+    cfg = parse_run_config({"rollout": {"sampler": "vllm"}})
     if not vllm_available():
         for device in ("cpu", "cuda"):
             name, why = sampler_name(cfg, torch.device(device))

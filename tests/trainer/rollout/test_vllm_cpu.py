@@ -78,7 +78,7 @@ def test_a_run_trains_with_vllm_rollouts_on_the_cpu(tmp_path):
     from trainer.engines import run_training
     from trainer.sinks import MemorySink
 
-    cfg = parse_run_config({"method": "aero", "sampler": "vllm", "device": "cpu", "steps": 2, "batch_prompts": 8,
+    cfg = parse_run_config({"method": "aero", "rollout": {"sampler": "vllm"}, "device": "cpu", "steps": 2, "batch_prompts": 8,
                             "n_total": 8, "aero": {"n_explore": 4}, "eval_every": 0, "eval_problems": 8, "eval_n": 2})
     sink = MemorySink()
     summary = run_training(cfg, tmp_path, sink)

@@ -47,7 +47,7 @@ def test_grpo_and_dapo_settings():
 def test_sampler_and_cpu_settings():
     o = as_dict(overrides(method="aero"))
     assert o["actor_rollout_ref.rollout.name"] == "aero_hf" and "trainer.device" not in o
-    assert as_dict(overrides(method="aero", sampler="vllm"))["actor_rollout_ref.rollout.name"] == "vllm"
+    assert as_dict(overrides(method="aero", rollout={"sampler": "vllm"}))["actor_rollout_ref.rollout.name"] == "vllm"
     cfg = parse_run_config({**BASE, "method": "aero"})
     cpu = as_dict(to_overrides(cfg, out_dir="/o", train_file="/t", val_files=[], device="cpu"))
     assert (cpu["trainer.device"], cpu["actor_rollout_ref.actor.strategy"], cpu["reward.num_workers"]) == ("cpu", "fsdp2",
@@ -62,8 +62,8 @@ def test_verl_rules_at_submit():
         parse_run_config({**BASE, "method": "grpo", "std_unbiased": False})
     parse_run_config({**BASE, "method": "aero", "std_unbiased": False})  # the curated loop honours it
     parse_run_config({**BASE, "method": "drgrpo", "std_unbiased": False})  # Dr.GRPO never divides by the std
-    with pytest.raises(ConfigError, match="sampler: vLLM needs CUDA"):
-        parse_run_config({**BASE, "device": "cpu", "sampler": "vllm"})
+    with pytest.raises(ConfigError, match="rollout.sampler: vLLM needs CUDA"):
+        parse_run_config({**BASE, "device": "cpu", "rollout": {"sampler": "vllm"}})
     with pytest.raises(ConfigError, match="task"):
         parse_run_config({**BASE, "task": "code"})
     tiny = parse_run_config({"engine": "verl", "method": "aero"})  # the tiny preset on the arithmetic task
