@@ -1,7 +1,10 @@
 """The Launch form's model: which methods it offers (:class:`MethodMenu`, from the API's method
-specs), which config fields it shows, their defaults and help texts (read from the API's
+specs), which config fields it shows, their defaults, help texts and tiers (read from the API's
 OpenAPI schema, i.e. trainer.config.RunConfig's paper defaults, so the form and the API never
-disagree), and the request bodies it sends. Pure functions and values, no Streamlit."""
+disagree), and the request bodies it sends. Pure functions and values, no Streamlit.
+
+Each config field is basic or expert (the schema's ``"tier"``, trainer/config_types.py): the
+form shows the basic fields first and keeps every expert one behind one expander."""
 
 from __future__ import annotations
 
@@ -47,6 +50,13 @@ class MethodMenu:
 NO_MENU = MethodMenu()  # before (or without) the API's specs: no methods to offer
 
 
+BASIC, EXPERT = "basic", "expert"  # a config field's tiers (the schema's "tier"; expert where it names none)
+EXPERT_SECTION = "Expert settings"  # the one expander that holds every expert field
+# The basic fields the Launch page asks for with inputs of their own, not from the sections below:
+# the method menu, the model chooser (a preset, or a local model, its task and its dataset) and the seeds.
+OWN_INPUTS: tuple[str, ...] = ("method", "preset", "model_path", "task", "train_data", "seed")
+
+
 @dataclass(frozen=True)
 class FieldSpec:
     """One form input: the dotted RunConfig path, a short label, and the schema's type,
@@ -61,6 +71,7 @@ class FieldSpec:
     help: str = ""
     choices: tuple[Any, ...] = ()
     nullable: bool = False  # the schema allows null (e.g. train_size: null = the infinite stream)
+    tier: str = EXPERT  # the schema's: basic (shown first) or expert (behind the form's one expander)
 
 
 def from_widget(spec: FieldSpec, value: Any) -> Any:
@@ -84,7 +95,7 @@ ADVANCED_FIELDS: tuple[tuple[str, str], ...] = (
     ("eval_temperature", "eval temperature"),
     ("eval_n", "eval samples per problem (k)"), ("eval_problems", "eval problems per benchmark"),
     ("checkpoint_every", "checkpoint every (steps)"), ("entropy_coef", "entropy coef"), ("kl_coef", "KL coef"),
-    ("device", "device"),
+    ("device", "device"), ("engine", "training engine"),
 )
 # asynchronous training (trainer/offpolicy.py); every method the API accepts off-policy shows it,
 # and the API refuses, naming the field, what cannot run it (verl, the vLLM sampler)
@@ -93,7 +104,6 @@ OFFPOLICY_FIELDS: tuple[tuple[str, str], ...] = (
     ("offpolicy.is_cap", "importance weight cap C"),
 )
 OFFPOLICY_SECTION = "Asynchronous training"
-COLLAPSED = frozenset({"Resources", OFFPOLICY_SECTION, "Advanced"})  # sections whose defaults rarely change
 RESOURCE_FIELDS: tuple[tuple[str, str], ...] = (
     ("resources.gpus_per_node", "GPUs per node (empty = auto)"), ("resources.nodes", "nodes"),
     ("resources.rollout_tp", "rollout tensor parallelism"),
@@ -103,7 +113,6 @@ RESOURCE_FIELDS: tuple[tuple[str, str], ...] = (
 FALLBACK_HELP: dict[str, str] = {  # for fields whose schema has no description
     "steps": "Training steps; each samples batch_prompts prompts and up to n_total rollouts per prompt.",
     "temperature": "Sampling temperature of rollouts (paper: 1.0).",
-    "device": "auto: CUDA when available, else CPU.",
     "seed": "Random seed (data order, sampling, initialisation of the update).",
 }
 
@@ -139,6 +148,9 @@ def _resolve(doc: Mapping[str, Any], schema: Mapping[str, Any]) -> Mapping[str, 
     return doc["components"]["schemas"][ref.rsplit("/", 1)[-1]]
 
 
+resolve = _resolve  # public: dashboard/expert_fields.py walks the blocks too
+
+
 def field_schema(doc: Mapping[str, Any], path: str) -> Mapping[str, Any] | None:
     """The OpenAPI property schema of a dotted RunConfig path, or None when absent."""
     node: Mapping[str, Any] = doc["components"]["schemas"]["RunConfig"]
@@ -163,7 +175,30 @@ def field_spec(doc: Mapping[str, Any], path: str, label: str) -> FieldSpec | Non
     if nullable and typ == "integer" and any(s.get("minimum") == 0 for s in prop.get("anyOf", ())):
         typ = "optional_integer"
     return FieldSpec(path, label, typ, prop.get("default"), prop.get("description") or FALLBACK_HELP.get(path, ""), choices,
-                     nullable)
+                     nullable, str(prop.get("tier") or EXPERT))
+
+
+def basic_paths(doc: Mapping[str, Any]) -> list[str]:
+    """The dotted paths of RunConfig's basic fields (the schema's ``"tier": "basic"``), through
+    its blocks (optim, aero, ...), in the schema's order."""
+    def walk(node: Mapping[str, Any], prefix: str) -> list[str]:
+        out: list[str] = []
+        for name, prop in (node.get("properties") or {}).items():
+            sub = _resolve(doc, prop)
+            if sub is not prop and "properties" in sub:  # a block: its fields have the tiers
+                out += walk(sub, f"{prefix}{name}.")
+            elif prop.get("tier") == BASIC:
+                out.append(prefix + name)
+        return out
+    return walk(doc["components"]["schemas"]["RunConfig"], "")
+
+
+def tiered(sections: Mapping[str, Sequence[FieldSpec]]) -> tuple[list[FieldSpec], dict[str, list[FieldSpec]]]:
+    """(the basic fields of ``sections`` in their order, {section: its expert fields}), for the
+    form's top and its one expander (a section without expert fields is left out)."""
+    basic = [s for specs in sections.values() for s in specs if s.tier == BASIC]
+    expert = {name: [s for s in specs if s.tier != BASIC] for name, specs in sections.items()}
+    return basic, {name: specs for name, specs in expert.items() if specs}
 
 
 def preset_defaults(doc: Mapping[str, Any], preset: str) -> dict[str, Any]:
@@ -181,10 +216,12 @@ def preset_tasks(doc: Mapping[str, Any], preset: str) -> list[str]:
 
 
 def form_specs(doc: Mapping[str, Any], menu: MethodMenu, methods: Sequence[str]) -> dict[str, list[FieldSpec]]:
-    """{section: [FieldSpec]} for the chosen methods of ``menu`` (fields the schema lacks are skipped)."""
-    out = {}
+    """{section: [FieldSpec]} for the chosen methods of ``menu`` (fields the schema lacks are
+    skipped; a field two sections declare, e.g. train_size, goes in the first, one input per field)."""
+    out, seen = {}, set()
     for section, fields in sections_for(menu, methods).items():
-        specs = [s for s in (field_spec(doc, p, lab) for p, lab in fields) if s is not None]
+        specs = [s for s in (field_spec(doc, p, lab) for p, lab in fields if p not in seen) if s is not None]
+        seen |= {s.path for s in specs}
         if specs:
             out[section] = specs
     return out

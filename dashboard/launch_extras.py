@@ -6,6 +6,7 @@ submit --alert``."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import streamlit as st
@@ -41,10 +42,15 @@ def with_default(spec: forms.FieldSpec, run: dict | None) -> forms.FieldSpec:
     return dataclasses.replace(spec, default=flat[spec.path]) if spec.path in flat else spec
 
 
-def async_clone(section: str, run: dict | None) -> bool:
-    """True for the asynchronous-training section of a cloned asynchronous run: opened, so the
-    clone's staleness is in sight."""
-    return section == forms.OFFPOLICY_SECTION and bool(tables.staleness_tag((run or {}).get("config")))
+def expert_open(run: dict | None, errors: dict[str, str], expert: dict[str, list[forms.FieldSpec]],
+                claimed: Callable[[str], bool] = lambda path: False) -> bool:
+    """Whether the Expert settings expander starts open: for a cloned asynchronous run (its
+    staleness in sight) or one with alert rules, and when the API's last answer names a field
+    inside it (its error in sight), a generic one (``claimed``, dashboard/expert_fields.py) too."""
+    config = (run or {}).get("config") or {}
+    inside = {s.path for specs in expert.values() for s in specs} | {STALENESS_SWEEP_ERROR}
+    erred = any(path in inside or path.split(".")[0] in ("alerts", "trackers") or claimed(path) for path in errors)
+    return bool(tables.staleness_tag(config) or (config.get("alerts") or {}).get("rules") or erred)
 
 
 def staleness_sweep_input() -> str:
@@ -68,18 +74,19 @@ def sweep_errors(errors: dict[str, str]) -> dict[str, str]:
 
 
 def inputs(run: dict | None) -> tuple[str, str, list[str]]:
-    """The Alerts and trackers section: (rules text, webhook URL, trackers)."""
+    """The Alerts and trackers inputs, under their heading in the Expert settings expander:
+    (rules text, webhook URL, trackers)."""
     alerts = (run or {}).get("config", {}).get("alerts") or {}
-    with st.expander("Alerts and trackers", expanded=bool(alerts.get("rules"))):
-        rules = st.text_area("Alert rules", value="\n".join(format_rule(r) for r in alerts.get("rules") or []),
-                             placeholder="nan_loss:stop\ngrad_norm_above=50:notify_stop\neval_target=0.6:stop",
-                             help=RULES_HELP, key="f_alerts_rules")
-        webhook = st.text_input("Webhook URL (optional)", value=alerts.get("webhook_url") or "", key="f_alerts_webhook",
-                                help="Alerts are POSTed here as JSON; its host must be one the operator allows "
-                                     "(AERO_WEBHOOK_HOSTS).")
-        trackers = st.multiselect("Trackers", TRACKERS, default=(run or {}).get("config", {}).get("trackers") or [],
-                                  key="f_trackers", help="Also log this run to W&B (offline unless the operator says "
-                                  "otherwise), MLflow or TensorBoard (extra aero-lab[trackers] on the workers).")
+    st.markdown("**Alerts and trackers**")
+    rules = st.text_area("Alert rules", value="\n".join(format_rule(r) for r in alerts.get("rules") or []),
+                         placeholder="nan_loss:stop\ngrad_norm_above=50:notify_stop\neval_target=0.6:stop",
+                         help=RULES_HELP, key="f_alerts_rules")
+    webhook = st.text_input("Webhook URL (optional)", value=alerts.get("webhook_url") or "", key="f_alerts_webhook",
+                            help="Alerts are POSTed here as JSON; its host must be one the operator allows "
+                                 "(AERO_WEBHOOK_HOSTS).")
+    trackers = st.multiselect("Trackers", TRACKERS, default=(run or {}).get("config", {}).get("trackers") or [],
+                              key="f_trackers", help="Also log this run to W&B (offline unless the operator says "
+                              "otherwise), MLflow or TensorBoard (extra aero-lab[trackers] on the workers).")
     return rules, webhook, trackers
 
 

@@ -1,6 +1,6 @@
-"""Launch: a form for one run or a sweep (methods x seeds). Defaults and help texts come from
-the API's schema (the paper's defaults); the API's validation errors appear under the field
-they name."""
+"""Launch: a form for one run or a sweep (methods x seeds). Defaults, help texts and tiers come
+from the API's schema (the paper's defaults): the basic fields first, every expert one behind the
+*Expert settings* expander; the API's validation errors appear under the field they name."""
 
 import dataclasses
 from typing import Any
@@ -8,7 +8,7 @@ from typing import Any
 import streamlit as st
 
 import common.dotted as dotted
-from dashboard import forms, launch_extras, ui
+from dashboard import expert_fields, forms, launch_extras, ui
 from dashboard.client import ApiError
 
 ERRORS = "launch_errors"  # session key: {dotted field: message} from the last rejected submit
@@ -47,6 +47,19 @@ def widget(spec: forms.FieldSpec) -> Any:
         value = st.text_input(spec.label, value="" if spec.default is None else str(spec.default), help=help_, key=key) or None
     field_error(spec.path)
     return value
+
+
+def fields_grid(specs: list[forms.FieldSpec], preset_values: dict[str, Any], clone: dict | None) -> dict[str, Any]:
+    """The inputs of ``specs`` three to a row, each pre-filled with the chosen preset's value, or
+    the cloned run's, or the schema's default: {dotted path: request value}."""
+    out: dict[str, Any] = {}
+    cols = st.columns(3)
+    for i, spec in enumerate(specs):
+        with cols[i % 3]:
+            if spec.path in preset_values:
+                spec = dataclasses.replace(spec, default=preset_values[spec.path])
+            out[spec.path] = forms.from_widget(spec, widget(launch_extras.with_default(spec, clone)))
+    return out
 
 
 SWEEP_METHODS = ("grpo", "aero-s1", "aero-s1s2", "aero")  # a sweep's preselected methods (those the menu offers)
@@ -97,6 +110,15 @@ def model_fields(choice: str, doc: dict) -> dict[str, Any]:
         with col:
             out[spec.path] = widget(spec)
     return out
+
+
+def model_tasks(doc: dict, choice: str) -> list[str]:
+    """The tasks the chosen model may train: any for a local model, an installed one's listed
+    tasks (a shipped preset's own task is the API's to pick)."""
+    if choice == LOCAL_MODEL:
+        spec = forms.field_spec(doc, "task", "task")
+        return list(spec.choices) if spec else []
+    return forms.preset_tasks(doc, choice)
 
 
 def submit(methods: list[str], config: dict, seeds_text: str, name: str, tags_text: str, priority: int = 0,
@@ -159,20 +181,27 @@ def main() -> None:
     with st.form("launch_form"):
         config: dict[str, Any] = model_fields(model, doc)
         sections = forms.form_specs(doc, menu, methods)
-        staleness_text = ""
-        for section, specs in sections.items():
-            with st.expander(section, expanded=section not in forms.COLLAPSED or launch_extras.async_clone(section, clone)):
-                cols = st.columns(3)
-                for i, spec in enumerate(specs):
-                    with cols[i % 3]:
-                        if spec.path in preset_values:
-                            spec = dataclasses.replace(spec, default=preset_values[spec.path])
-                        config[spec.path] = forms.from_widget(spec, widget(launch_extras.with_default(spec, clone)))
+        basic, expert = forms.tiered(sections)
+        config.update(fields_grid(basic, preset_values, clone))
+        staleness_text, errors, raw = "", st.session_state.get(ERRORS, {}), {}
+        # every other expert field of the schema, generic inputs sent only when changed (dashboard/expert_fields.py)
+        shown = {s.path for specs in sections.values() for s in specs} | set(forms.OWN_INPUTS)
+        generic = expert_fields.groups(doc, menu, methods, shown, model_tasks(doc, model))
+        start = expert_fields.initial_values(generic, preset_values, clone["config"] if clone else None)
+        opened = launch_extras.expert_open(clone, errors, expert, lambda path: expert_fields.claims(generic, path))
+        with st.expander(forms.EXPERT_SECTION, expanded=opened):
+            for section, specs in expert.items():
+                st.markdown(f"**{ui.md(section)}**")
+                config.update(fields_grid(specs, preset_values, clone))
                 if section == forms.OFFPOLICY_SECTION:
                     staleness_text = launch_extras.staleness_sweep_input()
                     field_error(launch_extras.STALENESS_SWEEP_ERROR)
-        extras = launch_extras.inputs(clone)
-        field_error("alerts.rules")
+                raw.update(expert_fields.inputs(generic.get(section), start, errors))
+            for title, group in generic.items():
+                if title not in expert:
+                    raw.update(expert_fields.inputs(group, start, errors, heading=True))
+            extras = launch_extras.inputs(clone)
+            field_error("alerts.rules")
         who = ui.me()
         c1, c2, c3, c4 = st.columns([3, 3, 3, 2])
         seeds_text = c1.text_input("Seeds", value="0", help="Comma-separated; several seeds make a sweep.", key="f_seeds")
@@ -193,17 +222,21 @@ def main() -> None:
                                                                           "train_data", "alerts.rules", "priority",
                                                                           launch_extras.STALENESS_SWEEP_ERROR}
         for path, msg in general.items():
-            if path not in known:
+            if path not in known and not expert_fields.claims(generic, path):
                 st.error(ui.md(f"{path}: {msg}" if path else msg), icon=":material/error:")
         read_only = who is not None and not who.get("may_submit")  # a viewer token: no Launch (no token: the API says why)
         if read_only:
             st.caption(ui.access_note())
         submitted = st.form_submit_button("Launch", type="primary", icon=":material/rocket_launch:", disabled=read_only)
     if submitted:
+        chosen, bad = expert_fields.changed(generic, raw, start)
+        config.update(chosen)
         try:
             config.update(launch_extras.config_of(*extras))
         except ValueError as e:
-            st.session_state[ERRORS] = {"alerts.rules": str(e)}
+            bad["alerts.rules"] = str(e)
+        if bad:
+            st.session_state[ERRORS] = bad
         else:
             try:
                 config, overrides = forms.swept(config, forms.STALENESS_SWEEP, forms.parse_list(staleness_text, int))

@@ -64,7 +64,26 @@ def test_offpolicy_fields_carry_the_schemas_defaults_bounds_and_anchors(doc):
     assert (corr.type, corr.default, corr.choices) == ("choice", "tis", ("none", "tis", "mis")) and "is_cap" in corr.help
     assert (cap.type, cap.default) == ("number", 2.0) and cap.help
     assert forms.field_schema(doc, "offpolicy.max_staleness")["maximum"] == 8
-    assert forms.OFFPOLICY_SECTION in forms.COLLAPSED  # synchronous by default: the section starts closed
+    assert {s.tier for s in specs_.values()} == {forms.EXPERT}  # synchronous by default: behind the Expert settings expander
+
+def test_the_form_shows_every_basic_field_first_and_the_expert_ones_behind_one_expander(doc, seeded):
+    """The schema names each field's tier (trainer/config_types.py); the form asks for every basic
+    field of an AERO run, with an input of its own (method, model, seeds) or in the grid above
+    the Expert settings expander, and keeps every expert field it shows in that expander."""
+    menu = forms.MethodMenu.from_specs(AeroClient(seeded.url).methods())
+    basic = forms.basic_paths(doc)
+    assert 12 <= len(basic) <= 20 and {"steps", "optim.lr", "aero.n_explore"} <= set(basic)
+    for methods in (["aero"], ["grpo", "dapo"], ["aero-mem"]):
+        sections = forms.form_specs(doc, menu, methods)
+        shown, expert = forms.tiered(sections)
+        assert {s.tier for s in shown} == {forms.BASIC} and {s.tier for v in expert.values() for s in v} == {forms.EXPERT}
+        reads_aero = "AERO sampling (paper defaults)" in sections  # aero.* only for a method that reads them
+        assert sorted(s.path for s in shown) == sorted(p for p in basic if p not in forms.OWN_INPUTS
+                                                       and (reads_aero or not p.startswith("aero."))), methods
+        assert "Training" not in expert and "Advanced" in expert  # the common knobs all basic; sampling, evals expert
+    assert forms.field_spec(doc, "aero.tau", "tau").tier == forms.EXPERT
+    assert forms.field_spec(doc, "engine", "engine").choices == ("embedded", "verl")
+
 
 def _spec(name: str, description: str, sections: tuple[str, ...] = (), clip: str = "symmetric") -> dict:
     return {"name": name, "description": description, "clip": clip,

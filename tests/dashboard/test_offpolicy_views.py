@@ -11,7 +11,7 @@ import pytest
 import common.metric_keys as mk
 from backend.db.metrics import upsert_step_metrics
 from backend.db.models import Run
-from dashboard import run_charts, tables
+from dashboard import forms, run_charts, tables
 from dashboard.method_style import MethodStyle
 from tests.dashboard.apptest import open_page
 from tests.dashboard.test_pages import fig_title, figures, no_errors, plain_title, submit, texts
@@ -152,5 +152,5 @@ def test_a_cloned_runs_staleness_fills_the_form(fresh_api, use_api, helpers, k):
     at = open_page("launch", {"clone": str(rid)})
     no_errors(at)
     assert at.number_input(key="f_offpolicy.max_staleness").value == k
-    expander = next(e for e in at.expander if e.label == "Asynchronous training")
-    assert expander.proto.expanded is (k > 0)  # an asynchronous clone opens the section
+    expander = next(e for e in at.expander if e.label == forms.EXPERT_SECTION)
+    assert expander.proto.expanded is (k > 0)  # an asynchronous clone opens the expander its staleness is in

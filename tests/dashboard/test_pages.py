@@ -124,6 +124,27 @@ def test_launch_prefills_paper_defaults_with_help(seeded, use_api):
     assert not [n for n in at.number_input if n.key and n.key.startswith("f_dapo.")]  # AERO chosen: no DAPO fields
 
 
+BASIC_KEYS = ("launch_method", "launch_model", "f_seeds", "f_steps", "f_batch_prompts", "f_n_total", "f_optim.lr",
+              "f_aero.n_explore", "f_aero.n_max", "f_max_new_tokens", "f_eval_every", "f_device", "f_engine")
+EXPERT_KEYS = ("f_aero.tau", "f_clip_eps", "f_temperature", "f_offpolicy.max_staleness", "f_resources.nodes",
+               "f_alerts_rules", "f_trackers")
+
+
+def test_launch_shows_basic_fields_first_and_every_expert_one_in_one_expander(fresh_api, use_api):
+    """The schema's basic fields (trainer/config_types.py) are outside any expander; the expert
+    ones the form shows are in Expert settings, closed until the API names a field inside it."""
+    use_api(fresh_api)
+    at = open_page("launch")
+    [expert] = [e for e in at.expander if e.label == "Expert settings"]
+    assert not expert.proto.expanded and [e.label for e in at.expander if e.label != "Settings"] == ["Expert settings"]
+    inside = {getattr(n, "key", None) for n in walk(expert)}
+    everywhere = {getattr(n, "key", None) for n in walk(at.main)}
+    assert set(BASIC_KEYS) <= everywhere - inside and set(EXPERT_KEYS) <= inside
+    at.number_input(key="f_aero.tau").set_value(0.0)  # refused by the API (tau > 0), naming aero.tau
+    submit(at)
+    assert fresh_api.enqueued == [] and next(e for e in at.expander if e.label == "Expert settings").proto.expanded
+
+
 def test_launch_shows_dapo_fields_for_dapo(seeded, use_api):
     use_api(seeded)
     at = open_page("launch")
