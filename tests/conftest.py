@@ -126,3 +126,23 @@ def _spread_slow_tests(items) -> None:
         items.extend(rest[i * gap:(i + 1) * gap])
         items.append(item)
     items.extend(rest[(len(slow) - 1) * gap:])
+
+
+# The slowest files of a session, summed over their tests' setup, call and teardown, printed at the
+# end (with xdist the controller receives every worker's reports), so a CI log says where the
+# suite's time goes without a second run.
+SLOWEST_FILES = 10
+_file_seconds: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    path = report.nodeid.split("::", 1)[0]
+    _file_seconds[path] = _file_seconds.get(path, 0.0) + float(getattr(report, "duration", 0.0) or 0.0)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if len(_file_seconds) < 2:
+        return
+    terminalreporter.section(f"slowest {SLOWEST_FILES} files (seconds of test time, summed over workers)")
+    for path, seconds in sorted(_file_seconds.items(), key=lambda kv: -kv[1])[:SLOWEST_FILES]:
+        terminalreporter.write_line(f"{seconds:8.1f}  {path}")
