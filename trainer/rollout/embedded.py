@@ -29,10 +29,11 @@ Conventions (the open points, decided here):
 * The model is the training model itself (shared object): ``sync_weights`` only stores the
   reference, there is nothing to copy.
 
-Two decodes behind the same ``generate`` (``decode=``): this module's dynamic loop (the default)
-and the static-shape one of trainer/rollout/static_decode.py (preallocated KV cache, finished
-rows masked, no host sync per token, CUDA graphs on request). Both sample with the arithmetic of
-trainer/rollout/sampling.py, so the same generator gives them the same tokens.
+Two decodes behind the same ``generate`` (``decode=``): this module's dynamic loop (the default,
+and the reference the others are tested against) and the slot-cache core of
+trainer/rollout/static_decode.py (preallocated KV cache, finished rows masked, no host sync per
+token, CUDA graphs on request), which also runs ``stream``'s continuous batch. Both sample with
+the arithmetic of trainer/rollout/sampling.py, so the same generator gives them the same tokens.
 """
 
 from __future__ import annotations
@@ -45,10 +46,10 @@ import torch
 
 from trainer.kv_cache import forward_kwargs, left_pad, output_cache
 from trainer.rollout.base import Rollout, SamplingParams
-from trainer.rollout.continuous import Block, RowOut, decode_stream
+from trainer.rollout.continuous import Block, decode_stream
 from trainer.rollout.keyed import check_finite, sample_keyed
 from trainer.rollout.sampling import sample_next, top_p_filter
-from trainer.rollout.static_decode import DECODES, Prefill, StaticSettings, decode_static
+from trainer.rollout.static_decode import DECODES, Prefill, RowOut, StaticSettings, decode_static
 
 __all__ = ["HFSampler", "expand_counts", "live_rows", "sample_next", "top_p_filter"]
 
@@ -199,16 +200,13 @@ class HFSampler:
                        generator, keys: torch.Tensor | None = None) -> list[Rollout]:
         """Prefill + decode for one chunk of rows (row r samples prompt ``row_prompt[r]``)."""
         if self.decode == "dynamic" or int(sampling.max_new_tokens) <= 0:
-            tokens, logprobs, lengths, finished = self._decode(prompts, row_prompt, sampling, generator, keys)
+            out = [x.tolist() for x in self._decode(prompts, row_prompt, sampling, generator, keys)]
+            rows = [RowOut(t[:n], lp[:n], bool(f)) for t, lp, n, f in zip(*out)]
         else:
-            tokens, logprobs, lengths, finished = decode_static(
-                self.model, self._prefill_distinct(prompts, row_prompt), sampling, generator, self._static_settings(),
-                keys)
-        tokens, logprobs = tokens.tolist(), logprobs.tolist()
-        lengths, finished = lengths.tolist(), finished.tolist()
-        return [Rollout(prompt_index=p, prompt_ids=list(prompts[p]), response_ids=tokens[r][:lengths[r]],
-                        logprobs=logprobs[r][:lengths[r]], finished=bool(finished[r]))
-                for r, p in enumerate(row_prompt)]
+            rows = decode_static(self.model, self._prefill_distinct(prompts, row_prompt), sampling, generator,
+                                 self._static_settings(), keys)
+        return [Rollout(prompt_index=p, prompt_ids=list(prompts[p]), response_ids=r.tokens, logprobs=r.logprobs,
+                        finished=r.finished) for p, r in zip(row_prompt, rows)]
 
     def _static_settings(self) -> StaticSettings:
         dev = self.device

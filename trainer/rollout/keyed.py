@@ -1,4 +1,4 @@
-"""Per-row sampling (``sampler_rng="per-row"``): each rollout draws its tokens from counter-based
+"""Per-row sampling (``rollout.rng="per-row"``): each rollout draws its tokens from counter-based
 random numbers keyed by the rollout, not from one generator stream shared by the batch.
 
 Why: with the stream (``torch.multinomial``), the draws of a row depend on how many rows were

@@ -1,41 +1,18 @@
-"""The static-shape decode (trainer/rollout/static_decode.py) samples what the dynamic decode
-samples: the same tokens and finishes from the same generator, log-probs to float rounding, and
-the generator left where the dynamic decode leaves it; with fixed shapes and few host reads."""
-
-import copy
+"""The slot-cache decode core's helpers (trainer/rollout/static_decode.py): the no-sync sampler's
+draws, the bucket ladder, the slot cache, the batch's positions, and the options and arguments the
+sampler checks. That every decode path samples what the dynamic loop samples is
+tests/trainer/rollout/test_decode_paths.py."""
 
 import pytest
 import torch
 
-from tests.trainer.rollout.test_attention import PROMPTS as GQA_PROMPTS
-from tests.trainer.rollout.test_attention import gqa_model
-from tests.trainer.rollout.test_embedded import EOS, PAD, PROMPTS, eos_biased_model, no_cache_logprobs, small_model
+from tests.trainer.rollout.test_embedded import EOS, PAD, PROMPTS, small_model
 from trainer.rollout import make_sampler
-from trainer.rollout.attention import use_packed_gqa
 from trainer.rollout.base import SamplingParams
+from trainer.rollout.continuous import Block
 from trainer.rollout.embedded import HFSampler
 from trainer.rollout.sampling import exponential_draws, sample_with_draws
-from trainer.rollout.static_decode import DecodeState, SlotCache, bucket_sizes, mask_kind, pick_bucket
-
-SAMPLINGS = {"T1": SamplingParams(1.0, 1.0, 8), "top_p": SamplingParams(0.8, 0.7, 8),
-             "greedy": SamplingParams(0.0, 1.0, 8)}
-OPTIONS = {"default": {}, "sync_every_3": {"sync_every": 3}, "shrink_every_finish": {"compact_at": 1e-9},
-           "never_shrink": {"compact_at": 2.0}, "chunks_of_5": {"max_batch_rows": 5}}
-
-
-def run(model, sp, counts, decode="dynamic", prompts=PROMPTS, eos=EOS, pad=PAD, seed=7, **kw):
-    """(rollouts, the generator's state afterwards)."""
-    if decode == "dynamic":
-        kw.pop("sync_every", None)
-    g = torch.Generator().manual_seed(seed)
-    out = HFSampler(model, eos, pad, decode=decode, **kw).generate(prompts, counts, sp, g)
-    return out, g.get_state()
-
-
-def assert_same(a, b, tol=1e-5):
-    assert [(r.prompt_index, r.response_ids, r.finished) for r in a] == [(r.prompt_index, r.response_ids, r.finished)
-                                                                         for r in b]
-    assert [lp for r in a for lp in r.logprobs] == pytest.approx([lp for r in b for lp in r.logprobs], abs=tol)
+from trainer.rollout.static_decode import Batch, SlotCache, bucket_sizes, mask_kind, pick_bucket
 
 
 def test_exponential_draws_are_torch_multinomials_arithmetic():
@@ -72,7 +49,9 @@ def test_bucket_ladder():
 
 def test_slot_cache_writes_the_slot_and_compacts_in_place():
     k = torch.arange(2 * 1 * 3 * 2, dtype=torch.float32).reshape(2, 1, 3, 2)  # 2 prompts, 3 prompt slots
-    cache = SlotCache([(k, k + 100)], torch.tensor([1, 0, 1]), capacity=5)
+    cache = SlotCache([(k, k + 100)], 3, capacity=5)
+    cache.admit(torch.arange(3), torch.tensor([1, 0, 1]))
+    cache.rows = 3
     assert torch.equal(cache.keys[0][:, :, :3], k[[1, 0, 1]]) and cache.keys[0][:, :, 3:].abs().sum() == 0
     cache.slot.fill_(3)
     cache.window = 4
@@ -83,114 +62,47 @@ def test_slot_cache_writes_the_slot_and_compacts_in_place():
     cache.compact(torch.tensor([2, 0]))
     assert cache.rows == 2 and cache.keys[0].data_ptr() == address
     assert torch.equal(cache.keys[0][0, :, :3], k[1]) and torch.equal(cache.values[0][1, :, :3], k[1] + 100)
+    cache.slot[:2] = torch.tensor([3, 4])  # rows at different tokens write different slots
+    cache.window = 5
+    keys, _ = cache.update(torch.full((2, 1, 1, 2), -2.0), torch.zeros(2, 1, 1, 2), 0)
+    assert keys[0, 0, 3].tolist() == [-2.0, -2.0] and keys[1, 0, 4].tolist() == [-2.0, -2.0]
+    assert keys[1, 0, 3].tolist() == [-1.0, -1.0]  # row 1's slot 3 kept what it held
 
 
-@pytest.mark.parametrize("decode", ["static", "graphs"])
-@pytest.mark.parametrize("option", list(OPTIONS))
-@pytest.mark.parametrize("sampling", list(SAMPLINGS))
-@pytest.mark.parametrize("eos_bias", [None, 3.0])
-def test_static_samples_what_dynamic_samples(decode, option, sampling, eos_bias):
-    """eos_bias 3: EOS ~1/2 per step, rows finish at different steps; None: most rows reach
-    max_new_tokens. Greedy, top-p, a host read every 3 steps, shrinking after every finish or
-    never, 5-row chunks: tokens, finishes and the generator's state equal the dynamic decode's."""
-    model = small_model() if eos_bias is None else eos_biased_model(eos_bias)
-    sp, kw = SAMPLINGS[sampling], OPTIONS[option]
-    a, state_a = run(model, sp, [3, 1, 2, 4], **kw)
-    b, state_b = run(model, sp, [3, 1, 2, 4], decode=decode, **kw)
-    assert_same(a, b)
-    assert torch.equal(state_a, state_b)
-    if eos_bias is not None and sampling == "T1":
-        assert len({r.length for r in a}) >= 3  # the batch really finishes over several steps
-
-
-def test_eos_and_max_new_tokens_stops():
-    sp = SamplingParams(1.0, 1.0, 5)
-    out, _ = run(eos_biased_model(+60.0), sp, 2, decode="static")
-    assert all(r.response_ids == [EOS] and r.finished and -1e-3 < r.logprobs[0] <= 0 for r in out)
-    out, _ = run(eos_biased_model(-60.0), sp, 2, decode="static", sync_every=2)
-    assert all(len(r.response_ids) == 5 and not r.finished and EOS not in r.response_ids for r in out)
-
-
-def test_several_stop_ids_and_uncached_logprobs():
-    model, sp = small_model(), SamplingParams(1.0, 1.0, 6)
-    plain, _ = run(model, sp, 8, seed=3)
-    stops = [EOS, *sorted({r.response_ids[0] for r in plain if r.response_ids} - {EOS})[:3]]
-    a, _ = run(model, sp, 8, eos=stops, seed=3)
-    b, _ = run(model, sp, 8, decode="static", eos=stops, seed=3, compact_at=1e-9)
-    assert_same(a, b)
-    assert any(r.response_ids[-1] in stops[1:] for r in b)
-    for r in b:  # a wrongly compacted cache would condition a row on another row's context
-        assert r.logprobs == pytest.approx(no_cache_logprobs(model, r.prompt_ids, r.response_ids, 1.0), abs=1e-4)
-
-
-def tiny_preset_prompts(n: int):
-    from trainer.embedded.model import load_policy
-    from trainer.embedded.presets import PRESETS
-    from trainer.tasks import make_task
-    from trainer.tasks.tokenizer import CharTokenizer
-
-    tok = CharTokenizer.load(PRESETS["tiny"])
-    task = make_task("arithmetic", tokenizer=tok, benchmark_size=8)
-    return load_policy(PRESETS["tiny"]), tok, [task.encode_prompt(p) for p in task.train_problems(0, n, 0)]
-
-
-@pytest.mark.parametrize("decode", ["static", "graphs"])
-def test_tiny_preset_answers_finish_at_different_steps(decode):
-    """The shipped policy's answers of 2-5 tokens: the batch shrinks several times mid-call."""
-    model, tok, prompts = tiny_preset_prompts(6)
-    sp = SamplingParams(1.0, 1.0, 8)
-    a, state_a = run(model, sp, 4, prompts=prompts, eos=tok.eos_id, pad=tok.pad_id)
-    b, state_b = run(model, sp, 4, decode=decode, prompts=prompts, eos=tok.eos_id, pad=tok.pad_id, sync_every=2)
-    assert len({r.length for r in a}) >= 3
-    assert_same(a, b)
-    assert torch.equal(state_a, state_b)
-
-
-@pytest.mark.parametrize("attn", ["sdpa", "packed", "eager"])
-def test_grouped_query_models_on_each_attention(attn):
-    stock = gqa_model(attn="eager" if attn == "eager" else "sdpa")
-    model = copy.deepcopy(stock)
-    if attn == "packed":
-        assert use_packed_gqa(model)
-    sp = SamplingParams(1.0, 0.9, 12)
-    a, _ = run(stock, sp, [3, 2, 4], prompts=GQA_PROMPTS, eos=[2, 7], pad=0)
-    for decode in ("static", "graphs"):
-        b, _ = run(model, sp, [3, 2, 4], decode=decode, prompts=GQA_PROMPTS, eos=[2, 7], pad=0, sync_every=4)
-        assert_same(a, b)
-
-
-def test_forward_shapes_stay_on_the_ladder_and_the_host_is_read_every_k_steps(monkeypatch):
-    """graphs: every decode forward has the full key length and a batch size of the ladder (what
-    CUDA graphs capture); the host is read once per sync_every steps, not per token."""
-    model = eos_biased_model(3.0)
-    seen, reads = [], []
-    hook = model.register_forward_pre_hook(lambda m, args, kw: seen.append(tuple(kw["input_ids"].shape)), with_kwargs=True)
-    live = DecodeState.live
-    monkeypatch.setattr(DecodeState, "live", lambda self: reads.append(1) or live(self))
-    sp = SamplingParams(1.0, 1.0, 12)
-    run(model, sp, 16, decode="graphs", sync_every=4, compact_at=0.5)
-    hook.remove()
-    decode_batches = {b for b, q in seen if q == 1}
-    assert decode_batches <= set(bucket_sizes(64, 0.5, 8)) and len(decode_batches) >= 2
-    steps = len([s for s in seen if s[1] == 1]) + 1
-    assert len(reads) <= -(-steps // 4)
+def test_a_finished_rows_position_is_read_once_reused_and_shrunk_away():
+    """The batch's positions: the host read hands out each finished row once and frees its
+    position, a joining row takes a free position first, and the shrink moves the unread rows to
+    the front (in batch order) down the ladder, their tokens and cache rows with them."""
+    eng = HFSampler(small_model(), EOS, PAD, decode="static")
+    with torch.inference_mode():
+        pre = eng._prefill_distinct(PROMPTS, [0, 1, 2, 3])
+        s = Batch(eng.model, pre, SamplingParams(1.0, 1.0, 6), eng._static_settings(), 4, keyed=True, refill=True)
+        s.admit([(r, r, 100 + r) for r in range(4)])
+        s.step()
+        s.done[[1, 3]] = True
+        out: dict = {}
+        assert s.harvest(out.__setitem__) == 2 and sorted(out) == [1, 3] and s.free == [1, 3]
+        assert [len(out[r].tokens) for r in (1, 3)] == [2, 2] and s.harvest(out.__setitem__) == 2  # read once
+        s.admit([(4, 0, 104)])
+        assert s.row[1] == 4 and s.free == [3] and s.b == 4 and s.n[1] == 1
+        s.done[1] = True
+        s.harvest(out.__setitem__)
+        assert 4 in out and s.free == [1, 3]
+        tokens2, cache2 = s.tokens[2].clone(), s.cache.keys[0][2].clone()
+        s.shrink()  # 2 unread rows: the ladder of 4 at compact_at 0.25 is [1, 2, 3, 4]
+        assert s.b == 2 and s.row[:2] == [0, 2] and s.free == [] and s.cache.rows == 2
+        assert torch.equal(s.tokens[1], tokens2) and torch.equal(s.cache.keys[0][1], cache2)
 
 
 def test_attention_without_a_mask_builder_is_refused():
     model = small_model()
     model.config._attn_implementation = "flash_attention_2"
-    with pytest.raises(ValueError, match="rollout_decode=dynamic"):
+    with pytest.raises(ValueError, match="rollout.decode=dynamic"):
         mask_kind(model)
-
-
-def test_non_finite_logits_raise_as_multinomial_does():
-    model = small_model()
-    with torch.no_grad():
-        model.lm_head.weight[3] = float("nan")
-    with pytest.raises(RuntimeError, match="nan"):
-        run(model, SamplingParams(1.0, 1.0, 4), 2)
-    with pytest.raises(RuntimeError, match="nan"):
-        run(model, SamplingParams(1.0, 1.0, 4), 2, decode="static")
+    windowed = small_model()
+    windowed.config.use_sliding_window = True
+    with pytest.raises(ValueError, match="sliding-window layers: use rollout.schedule=calls"):  # the stream's fix
+        HFSampler(windowed, EOS, PAD).stream(PROMPTS, [Block(0, (1,))], SamplingParams(1.0, 1.0, 4), lambda b, g: [])
 
 
 def test_engine_options_are_checked_and_wired():
@@ -202,14 +114,8 @@ def test_engine_options_are_checked_and_wired():
     assert isinstance(built, HFSampler) and built.decode == "graphs"
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
-def test_cuda_graphs_sample_what_dynamic_samples_on_a_gpu():
-    """Runs only where CUDA is present (not on the project's CPU test machine)."""
-    model = eos_biased_model(3.0).cuda()
-    sp = SamplingParams(1.0, 0.9, 12)
-    g = [torch.Generator(device="cuda").manual_seed(1) for _ in range(3)]
-    out = [HFSampler(model, EOS, PAD, decode=d).generate(PROMPTS, 8, sp, gen)
-           for d, gen in zip(("dynamic", "static", "graphs"), g)]
-    assert_same(out[0], out[1], tol=1e-4)
-    assert_same(out[0], out[2], tol=1e-4)
-    assert torch.equal(g[0].get_state(), g[2].get_state())
+def test_bad_streams_are_refused():
+    eng = HFSampler(small_model(), EOS, PAD)
+    assert eng.stream(PROMPTS, [Block(0, ())], SamplingParams(1.0, 1.0, 8), lambda bid, got: []) == []
+    with pytest.raises(ValueError, match="non-empty"):
+        eng.stream([[]], [Block(0, (1,))], SamplingParams(1.0, 1.0, 8), lambda bid, got: [])
