@@ -55,9 +55,11 @@ def worker(
                                                 "and Ray places each run's GPUs on them (no two runs share one; a run that "
                                                 "does not fit waits). On a host without CUDA they are logical GPUs. "
                                                 "docs/scale.md")] = None,
-    ray_address: Annotated[Optional[str], typer.Option("--ray-address", help="Join this Ray cluster (host:port; env "
-                                                       "AERO_RAY_ADDRESS) and place every GPU run on it, verl runs of "
-                                                       "several nodes included. docs/scale.md")] = None,
+    # envvar: a worker given the cluster only in its environment (an older sbatch, a container's env)
+    # must join it too, never start a Ray head of its own over the GPUs it sees
+    ray_address: Annotated[Optional[str], typer.Option("--ray-address", envvar="AERO_RAY_ADDRESS",
+                                                       help="Join this Ray cluster (host:port) and place every GPU run "
+                                                       "on it, verl runs of several nodes included. docs/scale.md")] = None,
 ):
     """Start a Celery worker in the foreground ('aero up' starts one for you)."""
     from backend.settings import broker_url, get_settings

@@ -279,6 +279,17 @@ def test_worker_refuses_a_bad_gpu_set_in_one_line_before_starting_anything(args,
     assert r.returncode == 2 and words in said and "Traceback" not in r.stderr, r.stderr
 
 
+def test_a_cluster_in_the_environment_is_joined_like_the_flag():
+    """AERO_RAY_ADDRESS alone is the operator's cluster, as --ray-address is: with GPUs in view the
+    worker must not start a Ray head of its own (its pool would place runs there, not on the
+    cluster), so --gpus beside it is refused as beside the flag."""
+    env = {**os.environ, "AERO_RAY_ADDRESS": "10.0.0.1:6379", "CUDA_VISIBLE_DEVICES": "0,1"}
+    r = subprocess.run([sys.executable, "-m", "cli.main", "worker", "--gpus", "0"], capture_output=True, text=True,
+                       timeout=120, cwd=Path(__file__).resolve().parents[2], env=env)
+    said = " ".join((r.stdout + r.stderr).replace("│", " ").split())
+    assert r.returncode == 2 and "not both" in said and "Traceback" not in r.stderr, r.stderr
+
+
 def test_parse_gpus_reads_ids():
     from worker.ray_head import parse_gpus
 
