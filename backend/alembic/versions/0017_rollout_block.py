@@ -69,21 +69,20 @@ def from_block(cfg: Any) -> Any:
         return cfg
     out = dict(cfg)
     block = out.pop(BLOCK, None)
-    back = {old: key for old, key in TOP.items()}
     if isinstance(block, dict):
-        for old, key in back.items():
+        for old, key in TOP.items():
             if key in block:
                 out.setdefault(old, block[key])
         if SCHEDULE in block and isinstance(out.get(AERO), dict):
             out[AERO] = {**out[AERO], SCHEDULE: block[SCHEDULE]}
         elif SCHEDULE in block and not all(k in out for k in WHOLE):  # a partial config's own schedule
             out[AERO] = {SCHEDULE: block[SCHEDULE]}
-    for old, key in back.items():
+    for old, key in TOP.items():
         if f"{BLOCK}.{key}" in out:
             out.setdefault(old, out.pop(f"{BLOCK}.{key}"))
     if f"{BLOCK}.{SCHEDULE}" in out:
         out.setdefault(f"{AERO}.{SCHEDULE}", out.pop(f"{BLOCK}.{SCHEDULE}"))
-    return out if out != cfg else cfg
+    return out
 
 
 def _sweep_spec(rewrite: Callable[[Any], Any]) -> Callable[[Any], Any]:
