@@ -5,7 +5,8 @@ field never took, or the new field given too and disagreeing) is refused, naming
 Stored configs were rewritten by Alembic (``rollout_engine`` -> ``sampler``: 0012; the
 generation fields into the ``rollout`` block: 0017).
 
-pydantic + stdlib; imports no project module. RunConfig reads it (trainer/config.py, which
+pydantic, the stdlib and common.dotted (the merge a sweep's override uses); imports no trainer
+module. RunConfig reads it (trainer/config.py, which
 re-exports its public names for the backend and the CLI)."""
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from typing import Any
 
 from pydantic import ValidationError
 from pydantic_core import InitErrorDetails, PydanticCustomError
+
+from common.dotted import merge, nest
 
 
 def _same(*values: str) -> dict[str, str]:
@@ -73,17 +76,6 @@ def _can_hold(data: Any, path: str) -> bool:
     return isinstance(data[head], Mapping) and _can_hold(data[head], rest)
 
 
-def _with(data: Mapping[str, Any], path: str, value: Any) -> dict[str, Any]:
-    """A copy of ``data`` with ``value`` at ``path``, nested (the sections on the way copied)."""
-    out = dict(data)
-    head, _, rest = path.partition(".")
-    if not rest:
-        out[head] = value
-    else:
-        out[head] = _with(out[head] if isinstance(out.get(head), Mapping) else {}, rest, value)
-    return out
-
-
 def renamed_fields(data: Mapping[str, Any]) -> dict[str, Any]:
     """``data`` with each renamed field it names moved to the new place and value, with a
     :class:`ConfigDeprecationWarning` each; a field that cannot be moved stays as given."""
@@ -96,7 +88,7 @@ def renamed_fields(data: Mapping[str, Any]) -> dict[str, Any]:
         current = field_value(out, new)
         if (current is not _MISSING and current != value) or not _can_hold(out, new):
             continue
-        out = _with(_without(out, old), new, value)
+        out = merge(_without(out, old), nest({new: value}))
         warnings.warn(f"run config field {old} is deprecated: use {new} ({old}={given} is {new}={value})",
                       ConfigDeprecationWarning, stacklevel=2)
     return out
