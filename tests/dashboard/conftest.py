@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import os
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -35,6 +34,7 @@ from backend.db.tokens import create_token
 from backend.main import create_app
 from backend.settings import Settings
 from trainer.config import RunConfig
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = str(ROOT / "dashboard" / "app.py")
@@ -48,12 +48,6 @@ SAVED = {"s1": 76, "s2": 60, "s3": 50}  # trained rollouts saved per step: 256 -
 USES = {"aero-s1": ("s1",), "aero-s1s2": ("s1", "s2"), "aero": ("s1", "s2", "s3")}
 TOKENS_PER_ROLLOUT = 40
 FLOPS_PER_TOKEN = 6e6
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -31,7 +31,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -46,6 +45,7 @@ import kubernetes_validate
 import psutil
 import pytest
 import yaml
+from tests.ports import free_port
 
 RAY_AGENTS = ("ray::DashboardAgent", "ray::RuntimeEnvAgent")  # per-node helpers a container's end kills
 
@@ -448,12 +448,6 @@ def test_the_skypilot_task_mirrors_the_slurm_script():
 
 TOKEN = uuid.uuid4().hex * 2  # what KubeRay's authOptions put in RAY_AUTH_TOKEN
 NODE_WAIT_S = 120.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))  # the ephemeral range: outside Ray's worker ports (10002-19999)
-        return s.getsockname()[1]
 
 
 def host_ip() -> str:

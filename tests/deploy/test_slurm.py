@@ -34,6 +34,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from tests.ports import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -47,12 +48,6 @@ TOOLS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "sinfo", "squeue
 DONE = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL",
         "DEADLINE"}
 JOB_DEADLINE_S = 120
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))  # the ephemeral range: outside Ray's worker ports (10002-19999)
-        return s.getsockname()[1]
 
 
 def tail(path: Path, n: int = 40) -> str:

@@ -71,7 +71,6 @@ def make_run(db_url):
 # ---------------------------------------------------------------- real processes (end-to-end tests)
 
 import signal  # noqa: E402
-import socket as _socket  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -79,14 +78,10 @@ from pathlib import Path  # noqa: E402
 
 import httpx  # noqa: E402
 
+from tests.ports import free_port  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 REDIS_TEST_URL = os.environ.get("AERO_TEST_REDIS", "redis://127.0.0.1:6379/11")  # a DB number of its own
-
-
-def free_port() -> int:
-    with _socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Platform:
