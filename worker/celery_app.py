@@ -20,6 +20,7 @@ from kombu import Queue
 from backend.settings import Settings, broker_url, get_settings
 from worker.settings import WorkerSettings
 
+
 def is_embedded(url: str) -> bool:
     """True for the serverless kombu SQLAlchemy transport (``sqla+sqlite:///...``)."""
     return url.startswith(("sqla+", "sqlalchemy+"))
@@ -35,6 +36,9 @@ def configure_embedded_transport(poll_s: float) -> None:
     kombu_sqla.Transport.polling_interval = poll_s
 
 
+UNACKED_MUTEX_EXPIRE_S = 15
+
+
 def transport_options(url: str, ws: WorkerSettings) -> dict:
     if is_embedded(url):
         return {}
@@ -44,6 +48,10 @@ def transport_options(url: str, ws: WorkerSettings) -> dict:
         "visibility_timeout": ws.visibility_timeout_s,
         "unacked_restore_interval": ws.restore_interval_s,
         "unacked_restore_throttle": 1,  # make restore_interval the sweep period
+        # A sweep holds one Redis lock for milliseconds; kombu's default expiry (300 s) meant a
+        # worker SIGKILLed (or frozen) while holding it stopped every worker's redelivery for
+        # five minutes. Long enough to outlast any sweep, short next to a run.
+        "unacked_mutex_expire": UNACKED_MUTEX_EXPIRE_S,
     }
 
 
