@@ -108,8 +108,9 @@ class RolloutConfig(Strict):
         "static: a preallocated KV cache, finished rows masked and the batch shrunk along a few fixed sizes, sampling "
         "without host syncs, the host checked every 8 tokens on CUDA. graphs: static, with each decode step replayed "
         "as a CUDA graph per batch size (device=cuda; refused with device=cpu). vLLM decodes its own way and the "
-        "verl engine's rollout servers use dynamic, so both refuse the others (docs/engines.md). Formerly "
-        "rollout_decode.")
+        "verl engine's rollout servers use dynamic, so both refuse the others (docs/engines.md). With "
+        "schedule=continuous the batch always runs on the static core (graphs with graphs): dynamic and static are "
+        "then one path. Formerly rollout_decode.")
     rng: Literal["stream", "per-row"] = Field(
         "stream", description="Where the hf sampler's random numbers come from. stream: the run's generator, drawn "
         "for every row in turn (torch.multinomial's draws), so a rollout's tokens depend on the rows sampled with "
@@ -124,5 +125,5 @@ class RolloutConfig(Strict):
         "exploration (or last window) is scored, instead of waiting for the slowest row of the batch; while the "
         "budget could still bind, rescue waits and is planned for the whole batch, as in calls. Per prompt the "
         "rollouts of calls with the same keys (exact when both compute the same logits, e.g. float32 on the CPU; "
-        "elsewhere the same distribution). Needs rng=per-row and a method that streams (AERO). Formerly "
-        "aero.schedule.")
+        "elsewhere the same distribution). Needs rng=per-row and a method that streams (AERO). It decodes on the "
+        "static core whatever the decode (graphs on request). Formerly aero.schedule.")
