@@ -28,7 +28,7 @@ AERO_PRIORITY_MAX_ADMIN   highest run priority an admin may submit      ``10``
 AERO_PRIORITY_MAX_MEMBER  highest run priority a member may submit      ``5``
 =====================  ===============================================  =======================
 
-The run policy (``AERO_SANDBOX_*``, ``AERO_MAX_*``, ``AERO_DATA_ROOTS``; trainer/operator_policy.py) is
+The run policy (``AERO_SANDBOX_*``, ``AERO_MAX_*``, ``AERO_DATA_ROOTS``; trainer/spec/operator_policy.py) is
 the operator's: the API applies it to every submitted config and each worker re-checks it,
 from its own environment, before any compute.
 
@@ -48,7 +48,7 @@ from pathlib import Path
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from trainer.operator_policy import RunPolicy, platform_denied
+from trainer.spec.operator_policy import RunPolicy, platform_denied
 
 
 class Settings(BaseSettings):
@@ -85,7 +85,7 @@ class Settings(BaseSettings):
     priority_max_member: int = Field(5, ge=0, le=10, validation_alias=AliasChoices("AERO_PRIORITY_MAX_MEMBER",
                                                                                    "priority_max_member"))
     # The operator's run policy, from the AERO_SANDBOX_* / AERO_MAX_* / AERO_DATA_ROOTS variables
-    # (trainer.operator_policy.ENV); tests pass ``policy=RunPolicy(...)``. Use ``run_policy``.
+    # (trainer.spec.operator_policy.ENV); tests pass ``policy=RunPolicy(...)``. Use ``run_policy``.
     policy: RunPolicy = Field(default_factory=RunPolicy.from_env, validation_alias=AliasChoices("policy"))
 
     @property

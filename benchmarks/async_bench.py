@@ -30,11 +30,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import common.metric_keys as mk  # noqa: E402
 from trainer.bench.run import eval_curve, reach_curve  # noqa: E402
-from trainer.config import for_method, parse_run_config  # noqa: E402
+from trainer.spec.config import for_method, parse_run_config  # noqa: E402
 from trainer.core.reach import final_accuracy, reach, reach_across_seeds  # noqa: E402
 from trainer.core.stats import mean_ci  # noqa: E402
 from trainer.embedded.loop import iter_training  # noqa: E402
-from trainer.sinks import MemorySink  # noqa: E402
+from trainer.platform.sinks import MemorySink  # noqa: E402
 
 PHASES = (mk.STEP_S, mk.ROLLOUT_S, mk.TRAIN_S, mk.SAMPLER_IDLE_S, mk.TRAINER_IDLE_S)
 

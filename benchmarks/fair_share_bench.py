@@ -19,7 +19,7 @@ from backend.db.migrate import migrate  # noqa: E402
 from backend.db.models import Run, utcnow  # noqa: E402
 from backend.db.session import get_engine, make_sessionmaker  # noqa: E402
 from tests.stores import temp_database  # noqa: E402
-from trainer.config import RunConfig  # noqa: E402
+from trainer.spec.config import RunConfig  # noqa: E402
 
 kind = sys.argv[1]
 finished, queued, users = (int(a) for a in (sys.argv[2:] + ["20000", "300", "20"][len(sys.argv) - 2:])[:3])

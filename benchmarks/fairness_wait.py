@@ -1,8 +1,8 @@
 """How long a 4-GPU run waits behind a stream of 1-GPU runs, with and without the starvation
-limit (``AERO_STARVATION_S``, trainer/reservations.py).
+limit (``AERO_STARVATION_S``, trainer/platform/reservations.py).
 
 A Ray head owns GPUS logical GPUs (as ``aero worker --gpus 0,1,2,3`` starts it). STREAMS threads
-each place a 1-GPU placement group (``trainer.placement.node_groups``, the verl runs' path), hold
+each place a 1-GPU placement group (``trainer.platform.placement.node_groups``, the verl runs' path), hold
 it for a random 0.3-0.6 s, release it and place the next one at once: a lab whose small runs come
 and go without pause. Once every stream holds a GPU, one run asks for BIG GPUs on one node. Its
 wait is measured in seconds and in hand-overs: the 1-GPU placements Ray granted while it waited.
@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from trainer import placement  # noqa: E402
+from trainer.platform import placement  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -109,10 +109,10 @@ def contend(limit_s: float, load: Contention) -> Outcome:
 def warm_board() -> None:
     """Start the cluster's reservation board and wait until it answers, as on a cluster where a
     run has starved before: its actor's first start (seconds on a busy host) is not what the rounds
-    measure (the first small runs would wait for it, up to trainer.reservations.CALL_S)."""
+    measure (the first small runs would wait for it, up to trainer.platform.reservations.CALL_S)."""
     import ray
 
-    from trainer import reservations
+    from trainer.platform import reservations
 
     board = reservations.board(create=True)
     assert board is not None

@@ -36,7 +36,7 @@ from tests.stores import temp_database  # noqa: E402
 from backend.main import create_app  # noqa: E402
 from backend.settings import Settings  # noqa: E402
 from benchmarks.platform_bench import synthetic_metrics  # noqa: E402
-from trainer.config import RunConfig  # noqa: E402
+from trainer.spec.config import RunConfig  # noqa: E402
 
 BENCHES = ("L1-add1", "L2-add2", "L3-sub2", "L4-add3", "L5-mul2x1", "L6-mul2x2", "OOD-add4")
 

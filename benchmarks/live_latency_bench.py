@@ -46,7 +46,7 @@ from backend.db import runs as repo  # noqa: E402
 from backend.db.migrate import migrate  # noqa: E402
 from backend.db.session import session_scope  # noqa: E402
 from tests.stores import temp_database  # noqa: E402
-from trainer.config import RunConfig  # noqa: E402
+from trainer.spec.config import RunConfig  # noqa: E402
 
 CHROMIUM = os.environ.get("AERO_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",

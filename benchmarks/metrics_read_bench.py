@@ -52,7 +52,7 @@ from backend.db.session import get_engine, make_sessionmaker, session_scope  # n
 from backend.services.downsample import downsample_indices  # noqa: E402
 from backend.services.metric_reads import dumps, metrics_payload  # noqa: E402
 from tests.stores import temp_database  # noqa: E402
-from trainer.config import RunConfig  # noqa: E402
+from trainer.spec.config import RunConfig  # noqa: E402
 
 DASHBOARD = f"keys={FIVE_KEYS}&max_points=500"
 QUERIES = (("dashboard: 5 keys, max_points=500", DASHBOARD), ("5 keys", f"keys={FIVE_KEYS}"), ("all keys", ""))

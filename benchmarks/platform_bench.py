@@ -39,7 +39,7 @@ from backend.db.metrics import upsert_step_metrics  # noqa: E402
 from backend.db.migrate import migrate  # noqa: E402
 from backend.db.session import session_scope  # noqa: E402
 from tests.stores import temp_database  # noqa: E402
-from trainer.config import RunConfig  # noqa: E402
+from trainer.spec.config import RunConfig  # noqa: E402
 
 # The step metric keys the trainer logs (docs/metrics.md; trainer/embedded/collect.py), ~70 per AERO step.
 KEYS = (
@@ -72,8 +72,8 @@ def synthetic_metrics(step: int, rng: random.Random) -> dict[str, float]:
 def measure_step_time(steps: int) -> tuple[float | None, dict[str, float] | None, str]:
     """Mean time/step_s of a real tiny-preset AERO run (its first step excluded), and one step's metrics."""
     try:
-        from trainer.engines import run_training
-        from trainer.sinks import MetricSink
+        from trainer.platform.run import run_training
+        from trainer.platform.sinks import MetricSink
     except Exception as e:  # noqa: BLE001
         return None, None, f"trainer.embedded.loop unavailable: {e}"
 

@@ -33,7 +33,7 @@ from backend.db import runs as repo
 from backend.db.metrics import upsert_eval_results, upsert_step_metrics
 from backend.main import create_app
 from backend.settings import Settings
-from trainer.config import RunConfig
+from trainer.spec.config import RunConfig
 
 kind, budget = sys.argv[1], float(sys.argv[2])
 role = sys.argv[5] if len(sys.argv) > 5 else "admin"

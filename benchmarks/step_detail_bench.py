@@ -1,5 +1,5 @@
 """What storing a step's detail costs the trainer (issue 24): the time of
-trainer/rollout_sample.py::step_detail per step (wrapped around the embedded collector's call),
+trainer/platform/step_detail.py::step_detail per step (wrapped around the embedded collector's call),
 the rows and JSON bytes it stores, against the step time, on the tiny preset (AERO and GRPO,
 10 steps, default operator caps). Usage: OMP_NUM_THREADS=1 .venv/bin/python benchmarks/step_detail_bench.py"""
 
@@ -11,10 +11,10 @@ import tempfile
 import time
 
 import trainer.embedded.collect as col
-from trainer.config import parse_run_config
-from trainer.engines import run_training
-from trainer.operator_policy import RunPolicy
-from trainer.sinks import MemorySink
+from trainer.spec.config import parse_run_config
+from trainer.platform.run import run_training
+from trainer.spec.operator_policy import RunPolicy
+from trainer.platform.sinks import MemorySink
 
 TIMES: list[float] = []
 ORIGINAL = col.step_detail

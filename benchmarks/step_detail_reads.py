@@ -20,7 +20,7 @@ from backend.db.runs import create_run
 from backend.db.session import session_scope
 from backend.main import create_app
 from backend.settings import Settings
-from trainer.config import RunConfig
+from trainer.spec.config import RunConfig
 
 PG = "postgresql://postgres@127.0.0.1:5432"
 DB = "aero_step_detail_bench"

@@ -4,7 +4,7 @@ on the scripted strata task, with no model and no GPU.
 REAL: the platform's registered method steps (``trainer.methods.spec.get_step(name)``) with the
 platform's defaults (``parse_run_config``: AERO's n_explore 8, n_max 32, K_max 10,
 rounds_per_call; DAPO's max_gen_rounds 1, ...), so their allocation and curation are the code
-a run executes; the FLOPs formula (trainer/flops.py), charged as trainer/embedded/collect.py's
+a run executes; the FLOPs formula (trainer/core/flops.py), charged as trainer/embedded/collect.py's
 ``step_metrics`` charges it (every generated row's prompt + response for rollouts, the trained
 rows' for the update, extra_forwards 0) at the shape's n_params / n_layers / d_model; the
 strata task's prompt stream (per-prompt success probability ``meta["p"]`` from its mixture,
@@ -38,10 +38,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import common.metric_keys as mk  # noqa: E402
-from trainer.config import parse_run_config  # noqa: E402
+from trainer.spec.config import parse_run_config  # noqa: E402
 from trainer.core.stats import mean_ci  # noqa: E402
 from trainer.embedded.shapes import shape_config, shape_parameters  # noqa: E402
-from trainer.flops import rollout_flops, train_flops  # noqa: E402
+from trainer.core.flops import rollout_flops, train_flops  # noqa: E402
 from trainer.methods.sampler import Samples  # noqa: E402
 from trainer.methods.spec import baseline_method, get_step  # noqa: E402
 from trainer.tasks.scripted import MEAN_RESPONSE_TOKENS, StrataTask  # noqa: E402

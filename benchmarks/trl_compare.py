@@ -23,7 +23,7 @@ see the same machine state. The split per step:
   ``_get_per_token_logps_and_entropies`` (the loss forward); ``backward_opt`` = the step's wall
   time (``on_step_begin`` to ``on_step_end``) minus the three above.
 
-The floor: the step's model FLOPs (trainer/flops.py: rollout + training, from the real
+The floor: the step's model FLOPs (trainer/core/flops.py: rollout + training, from the real
 sequence lengths) over this CPU's measured fp32 matmul rate with the same threads.
 
     /work/venv-bench/bin/python benchmarks/trl_compare.py --steps 20 --json trl_compare.json
@@ -46,14 +46,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from trainer.config import RunConfig  # noqa: E402
+from trainer.spec.config import RunConfig  # noqa: E402
 from trainer.core.advantages import grpo_advantage  # noqa: E402
 from trainer.core.losses import Aggregation  # noqa: E402
 from trainer.core.aero import CurationRules, aero_advantages, curate  # noqa: E402
 from trainer.core.rescue import plan_rounds, replay, start_rescue  # noqa: E402
 from trainer.core.stats import mean_ci, paired_ratios  # noqa: E402
 from trainer.core.strata import Stratum, stratify  # noqa: E402
-from trainer.flops import rollout_flops, train_flops  # noqa: E402
+from trainer.core.flops import rollout_flops, train_flops  # noqa: E402
 from trainer.methods.spec import get_method  # noqa: E402
 from trainer.embedded.presets import PRESETS, load_setup  # noqa: E402
 from trainer.rollout.base import SamplingParams  # noqa: E402

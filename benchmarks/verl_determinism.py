@@ -29,8 +29,8 @@ STREAM = "actor_rollout_ref.rollout.full_determinism=false"
 
 
 def one_run(mode: str, args, out: Path) -> dict[int, dict]:
-    from trainer.config import for_method, parse_run_config
-    from trainer.sinks import MemorySink
+    from trainer.spec.config import for_method, parse_run_config
+    from trainer.platform.sinks import MemorySink
     from trainer.verl.runner import run_verl
 
     os.environ["AERO_VERL_OVERRIDES"] = STREAM if mode == "stream" else ""

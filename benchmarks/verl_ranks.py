@@ -32,8 +32,8 @@ SPLIT = ("time/rollout_s", "time/reward_s", "time/old_logprob_s", "time/update_s
 
 
 def one_run(ranks: int, args, out: Path) -> dict:
-    from trainer.config import for_method, parse_run_config
-    from trainer.sinks import MemorySink
+    from trainer.spec.config import for_method, parse_run_config
+    from trainer.platform.sinks import MemorySink
     from trainer.verl.runner import run_verl
 
     cfg = parse_run_config(for_method({

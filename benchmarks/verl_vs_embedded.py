@@ -40,9 +40,9 @@ def mean_ci(xs: list[float]) -> tuple[float, float, float]:
 
 
 def one_run(engine: str, method: str, args, out: Path) -> dict:
-    from trainer.config import parse_run_config
-    from trainer.engines import run_training
-    from trainer.sinks import MemorySink
+    from trainer.spec.config import parse_run_config
+    from trainer.platform.run import run_training
+    from trainer.platform.sinks import MemorySink
 
     cfg = {"method": method, "engine": engine, "device": "cpu", "steps": args.steps, "seed": args.seed}
     if args.quick:

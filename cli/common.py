@@ -10,9 +10,10 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from trainer.config import ConfigError, renamed_fields
+from trainer.spec.config import ConfigError
+from trainer.spec.config_renames import renamed_fields
 from common.dotted import set_path
-from trainer.safetext import FORBIDDEN
+from trainer.spec.safetext import FORBIDDEN
 
 console = Console(stderr=True)
 

@@ -198,7 +198,7 @@ def _validation(exc: BaseException) -> tuple[str, str] | None:
     title = getattr(exc, "title", "settings")
     names: dict[str, str] = {}
     if title == "RunPolicy":
-        from trainer.operator_policy import ENV
+        from trainer.spec.operator_policy import ENV
 
         names = ENV
     shown = []
@@ -221,14 +221,14 @@ def explain(exc: BaseException) -> tuple[str, str] | None:
             return found
     if _is(exc, "json.decoder.JSONDecodeError"):
         return f"not valid JSON: {exc}", "Fix the file (or the value) it was read from."
-    if _is(exc, "trainer.config.ConfigError"):
+    if _is(exc, "trainer.spec.config.ConfigError"):
         issues = "; ".join(f"{loc}: {msg}" for loc, msg in getattr(exc, "issues", [])[:3]) or str(exc)
         return f"invalid run config: {issues}", "Fix the field (aero train --help lists the flags; --set key=value overrides)."
-    if _is(exc, "trainer.placement.NodeLost"):
+    if _is(exc, "trainer.platform.placement.NodeLost"):
         return (f"a node of the run's Ray cluster was lost: {_first_line(exc)}",
                 "Bring the node back (or let the cluster replace it), then run the same command again: it resumes from "
                 "the last checkpoint. Through the platform, a worker retries it (AERO_MAX_ATTEMPTS).")
-    if _is(exc, "trainer.placement.PlacementError"):
+    if _is(exc, "trainer.platform.placement.PlacementError"):
         return f"the run cannot be placed: {_first_line(exc)}", "Fix the cluster or the setting it names, then run it again."
     if isinstance(exc, OSError):
         return _os_error(exc)

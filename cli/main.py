@@ -15,7 +15,7 @@ import typer
 
 from cli import access_cmds, compare_cmds, model_cmds, platform_cmds, rollout_cmds, run_cmds, store_cmds, submit_cmds, token_cmds, train_cmds
 from cli.errors import AeroTyper
-from trainer.config import ConfigDeprecationWarning
+from trainer.spec.config_renames import ConfigDeprecationWarning
 
 # A run config (file or --set) that names a renamed field is read as the new one; say so.
 warnings.filterwarnings("default", category=ConfigDeprecationWarning)

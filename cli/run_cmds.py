@@ -128,7 +128,7 @@ def export(
     token: TokenOpt = None,
 ):
     """Write a stored run (config, every step, every evaluation) where TensorBoard or MLflow opens it."""
-    from trainer.trackers import export_run
+    from trainer.platform.trackers import export_run
 
     if to not in ("tensorboard", "mlflow"):
         raise typer.BadParameter("--to is tensorboard or mlflow")

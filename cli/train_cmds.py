@@ -12,7 +12,8 @@ from rich.table import Table
 
 from cli.common import console, fail_config, parse_sets, read_json, safe
 import common.metric_keys as mk
-from trainer.config import METHODS, ConfigError, ModelShape, parse_run_config, renamed_fields
+from trainer.spec.config import METHODS, ConfigError, ModelShape, parse_run_config
+from trainer.spec.config_renames import renamed_fields
 from common.dotted import merge
 from trainer.core.reach import single_seed_reach
 from trainer.tasks.registry import TASK_NAMES, get_task_spec
@@ -75,10 +76,11 @@ def train(
     sets: SetOpt = None,
 ):
     """Train one run (resumes from OUT/checkpoints if present) with a live progress bar."""
-    from trainer.engines import get_engine, run_training
-    from trainer.sinks import JsonlSink, MultiSink
-    from trainer.operator_policy import RunPolicy
-    from trainer.trackers import make_trackers
+    from trainer.platform.run import run_training
+    from trainer.spec.engine_registry import get_engine
+    from trainer.platform.sinks import JsonlSink, MultiSink
+    from trainer.spec.operator_policy import RunPolicy
+    from trainer.platform.trackers import make_trackers
 
     data = read_json(config) if config else {}
     data = renamed_fields(data) if isinstance(data, dict) else data  # a file of old names, then new --sets
@@ -115,12 +117,12 @@ def eval_cmd(
 ):
     """Avg@k and Pass@k (with 95% bootstrap CIs) per held-out benchmark."""
     from trainer.embedded.checkpoint import load_latest_checkpoint
-    from trainer.evaluate import evaluate
+    from trainer.tasks.evaluate import evaluate
     from trainer.embedded.presets import load_setup
     from trainer.rollout.base import SamplingParams
 
     data = read_json(run_dir / "config.json") if run_dir else {"preset": preset}
-    from trainer.operator_policy import RunPolicy
+    from trainer.spec.operator_policy import RunPolicy
 
     policy = RunPolicy.from_env()
     try:

@@ -1,4 +1,4 @@
-"""The short text form of alert rules (trainer/alerts.py), shared by ``aero submit --alert`` and
+"""The short text form of alert rules (trainer/spec/alerts.py), shared by ``aero submit --alert`` and
 the Launch form (stdlib only: the dashboard imports it). The API validates what comes out.
 
     KIND[=VALUE][@BENCHMARK][:ACTION]

@@ -41,7 +41,7 @@ PROMPTS_USED = "prompts/used"  # training-stream prompts consumed
 TOKENS_RESPONSE_TRAINED = "tokens/response_trained"  # the response tokens the loss covers
 RESPONSE_LENGTH_MEAN = "response/length_mean"  # over every generated rollout
 RESPONSE_TRUNCATED_FRAC = "response/truncated_frac"  # generated rows cut without a stop token
-# compute with no advantage signal (trainer/flops.py::wasted_compute): untrained generated rows and
+# compute with no advantage signal (trainer/core/flops.py::wasted_compute): untrained generated rows and
 # trained zero-advantage rows; per step, as the FLOPs above
 WASTE_ROLLOUTS = "waste/rollouts"
 WASTE_TOKENS = "waste/tokens"  # their response tokens

@@ -1,9 +1,9 @@
 """The Launch form's model: which methods it offers (:class:`MethodMenu`, from the API's method
 specs), which config fields it shows, their defaults, help texts and tiers (read from the API's
-OpenAPI schema, i.e. trainer.config.RunConfig's paper defaults, so the form and the API never
+OpenAPI schema, i.e. trainer.spec.config.RunConfig's paper defaults, so the form and the API never
 disagree), and the request bodies it sends. Pure functions and values, no Streamlit.
 
-Each config field is basic or expert (the schema's ``"tier"``, trainer/config_types.py): the
+Each config field is basic or expert (the schema's ``"tier"``, trainer/spec/config_types.py): the
 form shows the basic fields first and keeps every expert one behind one expander."""
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ ADVANCED_FIELDS: tuple[tuple[str, str], ...] = (
     ("checkpoint_every", "checkpoint every (steps)"), ("entropy_coef", "entropy coef"), ("kl_coef", "KL coef"),
     ("device", "device"), ("engine", "training engine"),
 )
-# asynchronous training (trainer/offpolicy.py); every method the API accepts off-policy shows it,
+# asynchronous training (trainer/spec/offpolicy.py); every method the API accepts off-policy shows it,
 # and the API refuses, naming the field, what cannot run it (verl, the vLLM sampler)
 OFFPOLICY_FIELDS: tuple[tuple[str, str], ...] = (
     ("offpolicy.max_staleness", "max staleness k (steps ahead)"), ("offpolicy.correction", "off-policy correction"),

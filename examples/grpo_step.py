@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from trainer.config import RunConfig, parse_run_config
+from trainer.spec.config import RunConfig, parse_run_config
 from trainer.core.advantages import grpo_advantage
 from trainer.core.losses import Aggregation, clipped_surrogate
 from trainer.embedded.forward import TrainBatch, collate, sequence_logprobs

@@ -7,7 +7,7 @@
 
 Runs from the source tree with only torch and transformers installed (no pip install, no
 network): the repository root is put on sys.path, and when pydantic is missing the run config
-is a plain namespace with RunConfig's paper defaults (trainer/config.py) instead of RunConfig.
+is a plain namespace with RunConfig's paper defaults (trainer/spec/config.py) instead of RunConfig.
 
 What it does:
 1. builds a Qwen2-shaped policy (hidden 512, 8 layers, 8 heads, intermediate 2048, char
@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 try:
     import pydantic  # noqa: F401
 except ImportError:  # trainer.embedded.collect only names RunConfig in annotations: a stub module is enough
-    sys.modules["trainer.config"] = types.SimpleNamespace(RunConfig=object)  # type: ignore[assignment]
+    sys.modules["trainer.spec.config"] = types.SimpleNamespace(RunConfig=object)  # type: ignore[assignment]
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -71,7 +71,7 @@ def run_config(method: str, *, batch_prompts: int, n_total: int, n_explore: int,
     if method.startswith("aero"):  # only AERO's configs carry its section
         fields["aero"] = dict(n_explore=n_explore, n_max=2 * n_total, rounds_per_call=rounds_per_call)
     try:
-        from trainer.config import parse_run_config
+        from trainer.spec.config import parse_run_config
 
         return parse_run_config(fields)
     except (ImportError, AttributeError):

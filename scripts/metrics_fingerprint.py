@@ -8,7 +8,8 @@ nothing (or exactly which keys it changed).
 To fingerprint an older revision, run this file with that revision's tree first on the path:
 ``git worktree add /tmp/base REV && cd /tmp/base && PYTHONPATH=/tmp/base python
 /path/to/scripts/metrics_fingerprint.py run --out before.json`` (the script imports only names that have been stable: parse_run_config,
-for_method, MemorySink, the method registry, and the run entry point wherever it lives).
+for_method, MemorySink, the method registry, and the run entry point, each wherever it lives:
+:func:`_moved` tries today's module, then the older ones).
 
 Each run: the tiny preset (``--preset tiny-countdown``: countdown), 4 steps, seed 0, evals at steps 0, 2
 and 4. Wall-clock keys
@@ -48,14 +49,24 @@ BASE = {"preset": "tiny", "steps": 4, "seed": 0, "batch_prompts": 8, "n_total": 
 ENGINE_SETTINGS = {"embedded": {}, "verl": {"engine": "verl", "shuffle_mini_batches": False}}
 
 
+def _moved(name: str, *modules: str) -> Any:
+    """``name`` from the first of ``modules`` this revision has (today's first, then older ones)."""
+    import importlib
+
+    for module in modules:
+        try:
+            found = importlib.import_module(module)
+        except ModuleNotFoundError:
+            continue
+        if hasattr(found, name):
+            return getattr(found, name)
+    raise ImportError(f"{name} is in none of {', '.join(modules)}")
+
+
 def _run_training():
-    import trainer.embedded.loop as loop
-
-    if hasattr(loop, "run_training"):  # revisions before the engine registry (trainer/engines.py)
-        return loop.run_training
-    from trainer.engines import run_training
-
-    return run_training
+    # today trainer/platform/run.py; before trainer/platform/, trainer/engines.py; before the
+    # engine registry, the embedded loop
+    return _moved("run_training", "trainer.platform.run", "trainer.engines", "trainer.embedded.loop")
 
 
 def _engines_of(spec) -> tuple[str, ...]:
@@ -63,9 +74,12 @@ def _engines_of(spec) -> tuple[str, ...]:
 
 
 def fingerprint_one(method: str, engine: str, preset: str = "tiny") -> dict[str, Any]:
-    from trainer.config import for_method, parse_run_config
     from trainer.methods.spec import get_method
-    from trainer.sinks import MemorySink
+
+    # trainer/spec/ and trainer/platform/ hold them today; older revisions, trainer/'s root
+    for_method, parse_run_config = (_moved(n, "trainer.spec.config", "trainer.config")
+                                    for n in ("for_method", "parse_run_config"))
+    MemorySink = _moved("MemorySink", "trainer.platform.sinks", "trainer.sinks")
 
     data = {**BASE, **ENGINE_SETTINGS[engine], "method": method, "preset": preset}
     if get_method(method).needs.prompt_ids:

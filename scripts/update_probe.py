@@ -42,11 +42,11 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from trainer.bench.device import Meter, peak_flops  # noqa: E402
-from trainer.config import parse_run_config  # noqa: E402
+from trainer.spec.config import parse_run_config  # noqa: E402
 from trainer.embedded.memory_plan import plan_memory  # noqa: E402
 from trainer.embedded.presets import load_model, resolve_device  # noqa: E402
 from trainer.embedded.update import Updater  # noqa: E402
-from trainer.flops import train_flops  # noqa: E402
+from trainer.core.flops import train_flops  # noqa: E402
 from trainer.rollout.base import Rollout  # noqa: E402
 from warmup_probe import alloc_delta, alloc_stats  # noqa: E402
 

@@ -77,7 +77,7 @@ def missing_paths(doc: Path, text: str) -> list[str]:
 
 
 def test_the_path_scan_finds_what_it_looks_for():
-    text = ("`trainer/no_such.py`, trainer/config.py, verl/trainer/ppo/x.py (verl's), [a](nope.md),\n"
+    text = ("`trainer/no_such.py`, trainer/spec/config.py, verl/trainer/ppo/x.py (verl's), [a](nope.md),\n"
             "backend/api/routes/<resource>.py, trainer/assets/PRESET\n"
             "```\ntrainer/  the engine\n  gone.py  a module\n    its description goes on\n```\n")
     assert missing_paths(ROOT / "docs" / "x.md", text) == ["trainer/no_such.py", "trainer/gone.py", "nope.md"]

@@ -6,9 +6,9 @@ alone or in a literal tuple/list/set, is a decision that belongs to the registry
   outside trainer/methods/;
 - tasks (trainer/tasks/registry.py ``TaskSpec``: ``source``, ``section``, ``build``, ``engines``...),
   outside trainer/tasks/;
-- training engines (trainer/engines.py ``EngineSpec``: ``distributed``, ``model_shapes``, ``uses_ray``...),
-  outside the engine's own package (trainer/<engine>/) and the registry;
-- samplers (trainer/sampler_registry.py ``SamplerSpec``: ``decodes``, ``keyed``, ``stream``,
+- training engines (trainer/spec/engine_registry.py ``EngineSpec``: ``distributed``, ``model_shapes``,
+  ``uses_ray``...), outside the engine's own package (trainer/<engine>/) and the registry;
+- samplers (trainer/spec/sampler_registry.py ``SamplerSpec``: ``decodes``, ``keyed``, ``stream``,
   ``tensor_parallel``, ``devices``, ``runs_ahead``, ``verl_rollout``...), outside trainer/rollout/ and
   the registry.
 
@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from trainer.engines import ENGINE_NAMES
+from trainer.spec.engine_registry import ENGINE_NAMES
 from trainer.methods.spec import method_names
-from trainer.sampler_registry import SAMPLER_NAMES
+from trainer.spec.sampler_registry import SAMPLER_NAMES
 from trainer.tasks.registry import TASK_NAMES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,10 +36,10 @@ REGISTRIES = {
     "method": (frozenset(method_names()), ALL, (ROOT / "trainer" / "methods",), "the method's spec (trainer/methods/spec.py)"),
     "task": (frozenset(TASK_NAMES), ALL, (ROOT / "trainer" / "tasks",), "the task's entry (trainer/tasks/registry.py)"),
     "engine": (frozenset(ENGINE_NAMES), tuple(p for p in ALL if p != "benchmarks"),
-               (ROOT / "trainer" / "engines.py", *(ROOT / "trainer" / e for e in ENGINE_NAMES)),
-               "the engine's entry (trainer/engines.py)"),
-    "sampler": (frozenset(SAMPLER_NAMES), ALL, (ROOT / "trainer" / "sampler_registry.py", ROOT / "trainer" / "rollout"),
-                "the sampler's spec (trainer/sampler_registry.py)"),
+               (ROOT / "trainer" / "spec" / "engine_registry.py", *(ROOT / "trainer" / e for e in ENGINE_NAMES)),
+               "the engine's entry (trainer/spec/engine_registry.py)"),
+    "sampler": (frozenset(SAMPLER_NAMES), ALL, (ROOT / "trainer" / "spec" / "sampler_registry.py", ROOT / "trainer" / "rollout"),
+                "the sampler's spec (trainer/spec/sampler_registry.py)"),
 }
 
 

@@ -1,4 +1,4 @@
-"""The worker's side of alerts (trainer/alerts.py): a metric sink that evaluates a run's rules as
+"""The worker's side of alerts (trainer/spec/alerts.py): a metric sink that evaluates a run's rules as
 its steps and evaluations arrive, records each fired rule in the store, posts it to the run's
 webhook and asks the run to stop; and the run's outcome when a rule stopped it.
 
@@ -20,8 +20,8 @@ import httpx
 
 from backend.db.alerts import fired_rules, record_alert, set_delivery, set_stop_reason
 from backend.db.session import session_scope
-from trainer.alerts import Alert, AlertsConfig, AlertWatcher, host_allowed, url_problem
-from trainer.sinks import MetricSink
+from trainer.spec.alerts import Alert, AlertsConfig, AlertWatcher, host_allowed, url_problem
+from trainer.platform.sinks import MetricSink
 
 log = logging.getLogger(__name__)
 

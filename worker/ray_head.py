@@ -1,6 +1,6 @@
 """A worker's own Ray head: the GPUs the operator gives one worker (``aero worker --gpus 0,1,2,3``).
 
-Ray, not Celery, counts GPUs (trainer/placement.py): the worker starts one Ray head that owns
+Ray, not Celery, counts GPUs (trainer/platform/placement.py): the worker starts one Ray head that owns
 exactly these GPUs, and every pool process places its runs there (``AERO_RAY_ADDRESS``), so
 runs of one worker never share a GPU and a run that does not fit waits for one to free. The
 head's ``CUDA_VISIBLE_DEVICES`` is the list, so Ray's GPU ids are the host's own; on a host
@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from trainer.placement import BUNDLE_CPUS, NO_PRESTART
+from trainer.platform.placement import BUNDLE_CPUS, NO_PRESTART
 
 READY_S = 90.0  # how long the head may take to answer (a busy 2-core host: ~10 s)
 
@@ -82,7 +82,7 @@ def gpu_claim_issue(cfg, owned: int | None, worker: str) -> tuple[str, str] | No
     worker joined the operator's cluster, which may grow, so nothing is refused here): a worker
     with a head of its own places every run's GPUs there, logical ones included, and one that has
     none can give a CUDA run no GPU at all."""
-    from trainer.resources import gpus_held
+    from trainer.spec.resources import gpus_held
 
     if owned is None:
         return None

@@ -33,9 +33,9 @@ from backend.db.metrics import delete_steps_after, latest_checkpoint, step_count
 from backend.db.models import Run
 from backend.db.session import session_scope
 from backend.settings import Settings, get_settings
-from trainer.config import ConfigError, parse_run_config
-from trainer.placement import NodeLost
-from trainer.sinks import MultiSink
+from trainer.spec.config import ConfigError, parse_run_config
+from trainer.platform.placement import NodeLost
+from trainer.platform.sinks import MultiSink
 from worker.alerts import AlertSink, early_stop_outcome
 from worker.claim import acquire, worker_identity
 from worker.heartbeat import Heartbeat
@@ -88,7 +88,7 @@ class RunControl:
     def __init__(self, url: str, run_id: int, me: str):
         self.url, self.run_id, self.me = url, run_id, me
         self.cancel = self.lost = False
-        self.early_stop: Any = None  # the alert (trainer/alerts.py) that asked the run to stop
+        self.early_stop: Any = None  # the alert (trainer/spec/alerts.py) that asked the run to stop
         self.pending: dict[str, Any] = {}
         self._lock = threading.Lock()
         self.kick: Callable[[], None] = self.beat  # replaced by Heartbeat.kick while training
@@ -143,7 +143,7 @@ class RunControl:
 
     def waiting(self, text: str | None) -> None:
         """What the run waits for before its first step (its GPUs), or None once placed: recorded
-        at once (trainer/placement.py calls this only when the text changes)."""
+        at once (trainer/platform/placement.py calls this only when the text changes)."""
         self._record(waiting_for=text)
 
     def placed(self, summary: dict) -> None:
@@ -211,7 +211,7 @@ def reconcile_checkpoints(url: str, run: Run, steps: int, out_dir: Path, me: str
     this host's step (``backend.db.metrics.delete_steps_after``, as ``DbSink.truncate_after``).
     Rows past this host's step without a newer checkpoint (the earlier attempt died before it
     checkpointed again) are deleted too, quietly. Writes only while ``me`` owns the run."""
-    from trainer.local_checkpoint import local_checkpoint_step
+    from trainer.platform.local_checkpoint import local_checkpoint_step
 
     here = local_checkpoint_step(out_dir) or 0
     with session_scope(url) as s:
@@ -247,7 +247,7 @@ def reconcile_checkpoints(url: str, run: Run, steps: int, out_dir: Path, me: str
 
 
 def retry_after_node_loss(settings: Settings, run: Run, me: str, exc: BaseException) -> bool:
-    """Re-queue ``run`` after its attempt lost a node (:class:`trainer.placement.NodeLost`) and
+    """Re-queue ``run`` after its attempt lost a node (:class:`trainer.platform.placement.NodeLost`) and
     send a new ticket: the next attempt resumes from the last checkpoint on the shared run
     directory, and its placement waits, visibly, until the cluster has the nodes again. The run's
     ``error`` says why while it is queued, and the audit log keeps a ``run.retry`` event per
@@ -346,7 +346,7 @@ def execute_run(run_id: int, settings: Settings | None = None, ws: WorkerSetting
 
 
 def _train(settings: Settings, ws: WorkerSettings, run: Run, why: str, me: str) -> str:
-    from trainer.engines import run_training  # the engine (torch, verl) loads on first use
+    from trainer.platform.run import run_training  # the engine (torch, verl) loads on first use
 
     url, run_id = settings.database_url, run.id
     log.info("run %s: %s (attempt %d) as %s", run_id, why, run.attempts, me)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from trainer.reservations import starvation_limit
+from trainer.platform.reservations import starvation_limit
 
 
 def _float(name: str, default: float) -> float:
@@ -63,7 +63,7 @@ class WorkerSettings:
     missing_checkpoint: str = field(
         default_factory=lambda: os.environ.get("AERO_MISSING_CHECKPOINT", "auto").strip().lower())
     # A run asking for several GPUs that has waited this long for them makes the runs asking for
-    # fewer hold back until it is placed (trainer/reservations.py, which reads it in the run's own
+    # fewer hold back until it is placed (trainer/platform/reservations.py, which reads it in the run's own
     # process; parsed here too, so a bad value stops the worker at start naming it). 0 = off.
     starvation_s: float = field(default_factory=starvation_limit)
 

@@ -38,7 +38,7 @@ from backend.db.metrics import (clean_metrics, delete_steps_after, record_checkp
 from backend.db.rollouts import upsert_step_details
 from backend.db.runs import record_progress
 from backend.db.session import session_scope
-from trainer.sinks import MetricSink
+from trainer.platform.sinks import MetricSink
 
 log = logging.getLogger(__name__)
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from sqlalchemy.exc import InterfaceError, OperationalError
 
-from trainer.engines import preload_engines
+from trainer.spec.engine_registry import preload_engines
 
 from worker.celery_app import app
 from worker.runner import execute_run
 
-# Preload what each engine asks (trainer/engines.py ``EngineSpec.preload``: torch, transformers and
+# Preload what each engine asks (trainer/spec/engine_registry.py ``EngineSpec.preload``: torch, transformers and
 # the embedded loop) in the worker's main process: prefork pool processes fork from it with
 # everything imported, so a task, and a takeover after a crash, starts in milliseconds instead of
 # re-importing torch in each pool process (5-15 s on a busy 2-core box).

@@ -1,4 +1,4 @@
-"""The answer to a request that named a renamed run-config field (trainer.config
+"""The answer to a request that named a renamed run-config field (trainer.spec.config
 ``RENAMED_FIELDS``: ``sampler`` is ``rollout.sampler``). The config reads the old field as the
 new one and is stored under the new name; the response says so in a ``Warning`` header (code
 299, a persistent warning), one warning per field, which the OpenAPI document does not list."""
@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from fastapi import Response
 
-from trainer.config import RENAMED_FIELDS
+from trainer.spec.config_renames import RENAMED_FIELDS
 
 
 def warning_text(old: str) -> str:

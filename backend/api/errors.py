@@ -35,7 +35,7 @@ from backend.db.sweeps import SweepConflict, SweepNotFound
 from backend.services.quotas import QuotaExceeded
 from backend.services.submit import EnqueueError
 from backend.services.sweep_submit import SweepEnqueueError
-from trainer.config import ConfigError, RunConfig, operator_field_message
+from trainer.spec.config import ConfigError, RunConfig, operator_field_message
 
 NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "Unknown id."}}
 FORBIDDEN: dict[int | str, dict[str, Any]] = {403: {"description": "The token's role may not do this (a viewer "

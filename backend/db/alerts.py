@@ -1,4 +1,4 @@
-"""Fired alert rules of a run (``alert_events``; trainer/alerts.py): written by its worker,
+"""Fired alert rules of a run (``alert_events``; trainer/spec/alerts.py): written by its worker,
 read by ``GET /api/runs/{id}/alerts`` and Run detail."""
 
 from __future__ import annotations

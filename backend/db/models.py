@@ -101,17 +101,17 @@ class Run(Base):
     # finds the run it was serving through this column.
     ticket: Mapped[int | None] = mapped_column(Id, index=True, default=None)
     # Why a run ended before its last step other than a cancel: the alert rule that stopped it
-    # (trainer/alerts.py). None for a run that ran to its end, was cancelled or crashed.
+    # (trainer/spec/alerts.py). None for a run that ran to its end, was cancelled or crashed.
     stop_reason: Mapped[str | None] = mapped_column(Text, default=None)
-    # GPUs the run holds while it trains (resources.gpus_per_node x nodes, trainer/resources.py):
+    # GPUs the run holds while it trains (resources.gpus_per_node x nodes, trainer/spec/resources.py):
     # set at submit, corrected by the worker once placed; AERO_QUOTA_RUNNING_GPUS counts them.
     gpus: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
-    # What a claimed run waits for before its first step (its GPUs, trainer/placement.py); None
+    # What a claimed run waits for before its first step (its GPUs, trainer/platform/placement.py); None
     # once placed, and for a run that needs no placement.
     waiting_for: Mapped[str | None] = mapped_column(Text, default=None)
     # When it started waiting (the first ``waiting_for`` of this wait); None with ``waiting_for``.
     waiting_since: Mapped[datetime | None] = mapped_column(DateTime, default=None)
-    # Where it trains: the Ray cluster, nodes and GPU ids it was given (trainer/placement.py).
+    # Where it trains: the Ray cluster, nodes and GPU ids it was given (trainer/platform/placement.py).
     placement: Mapped[dict[str, Any] | None] = mapped_column(Json, default=None)
     # The submitter's priority, 0..10 (capped by their role: backend/services/priority.py): the
     # workers claim a queue's higher-priority runs first, before the fair share (backend/db/fair_share.py).
@@ -155,7 +155,7 @@ class MetricSeries(Base):
 
 
 class StepDetail(Base):
-    """A step's detail apart from its numbers (trainer/rollout_sample.py): the bounded sample of its
+    """A step's detail apart from its numbers (trainer/platform/step_detail.py): the bounded sample of its
     rollouts (text clipped, one JSON list) and its fixed-bin histograms (one small JSON dict), in two
     columns so that a heatmap over every step never reads the rollouts' text."""
 
@@ -202,7 +202,7 @@ class Checkpoint(Base):
 
 
 class AlertEvent(Base):
-    """An alert rule of a run that fired (trainer/alerts.py): at most one per (run, rule), so a
+    """An alert rule of a run that fired (trainer/spec/alerts.py): at most one per (run, rule), so a
     resumed run never fires a rule twice. ``delivery`` says what became of its webhook post."""
 
     __tablename__ = "alert_events"

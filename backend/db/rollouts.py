@@ -3,7 +3,7 @@
 Written by the worker's sink (``MetricSink.log_detail``), idempotent on (run, step) like the
 step metrics; a resume deletes the rows past its checkpoint (:func:`delete_after`, called by
 ``backend.db.metrics.delete_steps_after``). What a row holds and the sample rule:
-trainer/rollout_sample.py; the retention rule: docs/metrics.md "Rollouts and histograms".
+trainer/platform/step_detail.py; the retention rule: docs/metrics.md "Rollouts and histograms".
 
 The texts are stored as the trainer clipped them. Everything read back is plain data: the
 API serves it as JSON, the dashboard renders it as text, the CLI strips control characters.

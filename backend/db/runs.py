@@ -152,7 +152,7 @@ _UNSET: Any = object()
 def record_placement(session: Session, run_id: int, worker: str, *, waiting_for: Any = _UNSET,
                      placement: dict[str, Any] | None = None) -> bool:
     """What the running run of ``worker`` waits for (a text, or None once placed) and where it was
-    placed (trainer/placement.py; its GPUs are counted into ``gpus``). ``waiting_since`` keeps when
+    placed (trainer/platform/placement.py; its GPUs are counted into ``gpus``). ``waiting_since`` keeps when
     the wait began while the text changes (what is free now), and is cleared with it. False when
     the run is no longer ``worker``'s."""
     values: dict[str, Any] = {}

@@ -1,6 +1,6 @@
 """Request and response bodies (full-stack-fastapi-template's ladder: XCreate / XUpdate /
 XPublic / XsPublic), one module per feature; this package re-exports them all, so callers
-import ``from backend.schemas import X``. Run configs are trainer.config.RunConfig, so the
+import ``from backend.schemas import X``. Run configs are trainer.spec.config.RunConfig, so the
 OpenAPI schema documents every hyperparameter with its paper default.
 
 - ``base``: the shared field types (Tag, Label, Notes, Priority, UserName, Role, RunStatus, RunState,

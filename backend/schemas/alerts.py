@@ -1,4 +1,4 @@
-"""A run's alert rules and the events they fired (trainer/alerts.py)."""
+"""A run's alert rules and the events they fired (trainer/spec/alerts.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from backend.schemas.base import UtcDatetime
 
 
 class AlertEventPublic(BaseModel):
-    """An alert rule of the run that fired (trainer/alerts.py)."""
+    """An alert rule of the run that fired (trainer/spec/alerts.py)."""
 
     model_config = ConfigDict(from_attributes=True)
 

@@ -9,7 +9,8 @@ from typing import Annotated, Any, Literal
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ModelWrapValidatorHandler, PrivateAttr,
                       StringConstraints, model_validator)
 
-from trainer.config import RENAMED_FIELDS, names_field, no_control_chars  # no_control_chars: trainer.safetext's, re-exported
+from trainer.spec.config_renames import RENAMED_FIELDS, names_field
+from trainer.spec.safetext import no_control_chars
 from backend.services.configs import json_safety_issues, json_shape_issue, string_issue
 
 
@@ -39,7 +40,7 @@ RunStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 # A run as lists show it: its status, or "waiting" for a running run that waits for its GPUs
 # (waiting_for set; not a stored status, backend/db/runs.py). The runs list filters on these.
 RunState = Literal["queued", "waiting", "running", "succeeded", "failed", "cancelled"]
-# No control characters (C0, DEL, C1) nor bidi overrides in short labels (trainer.safetext);
+# No control characters (C0, DEL, C1) nor bidi overrides in short labels (trainer.spec.safetext);
 # no NUL anywhere (PostgreSQL rejects it in text).
 Tag = Annotated[str, StringConstraints(min_length=1, max_length=64), AfterValidator(no_control_chars), AfterValidator(_storable)]
 Label = Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(no_control_chars), AfterValidator(_storable)]
@@ -62,7 +63,7 @@ class InputModel(BaseModel):
 
 
 class ConfigBody(InputModel):
-    """A request body that carries run configs. It notes the renamed fields (trainer.config
+    """A request body that carries run configs. It notes the renamed fields (trainer.spec.config
     ``RENAMED_FIELDS``) they name: the configs read them as their new fields, and the route
     answers with a deprecation warning (backend/api/deprecation.py)."""
 

@@ -6,7 +6,7 @@ from pydantic import BaseModel, Field
 
 
 class RolloutPublic(BaseModel):
-    """One stored rollout of a step (trainer/rollout_sample.py). ``prompt`` and ``response`` are
+    """One stored rollout of a step (trainer/platform/step_detail.py). ``prompt`` and ``response`` are
     model text: untrusted, clipped to the operator's AERO_ROLLOUT_TEXT_CHARS (``clipped``); a
     client renders them as text, never as markup."""
 

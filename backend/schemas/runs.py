@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
-from trainer.config import RunConfig
+from trainer.spec.config import RunConfig
 from backend.schemas.base import ConfigBody, InputModel, Label, Notes, Priority, RunState, RunStatus, Tag, UtcDatetime
 
 
@@ -57,7 +57,7 @@ class RunPublic(BaseModel):
     attempts: int
     owner: str | None = Field(None, description="The submitting user; null for runs stored before users existed.")
     config: dict[str, Any]
-    stop_reason: str | None = Field(None, description="The alert rule that stopped the run early (trainer/alerts.py), "
+    stop_reason: str | None = Field(None, description="The alert rule that stopped the run early (trainer/spec/alerts.py), "
                                     "if one did.")
     gpus: int = Field(0, description="GPUs the run holds while it trains (resources.gpus_per_node x nodes; logical "
                       "GPUs on device=cpu).")

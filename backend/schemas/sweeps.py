@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, Field
 
-from trainer.config import Method, SharedConfig
+from trainer.spec.config import Method, SharedConfig
 from backend.schemas.base import ConfigBody, Label, Override, Priority, Tag, UtcDatetime
 from backend.schemas.runs import RunPublic
 

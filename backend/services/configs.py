@@ -1,4 +1,4 @@
-"""Run-config validation for the API: trainer.config.parse_run_config plus what the store needs
+"""Run-config validation for the API: trainer.spec.config.parse_run_config plus what the store needs
 (strings without NUL characters or lone surrogates, finite numbers: PostgreSQL's JSONB accepts
 none of them), and the shape limits of free-form JSON (sweep overrides)."""
 
@@ -7,10 +7,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from trainer.config import ConfigError, RunConfig, parse_run_config
-from trainer.engines import get_engine
-from trainer.operator_policy import RunPolicy
-from trainer.resources import gpus_held
+from trainer.spec.config import ConfigError, RunConfig, parse_run_config
+from trainer.spec.engine_registry import get_engine
+from trainer.spec.operator_policy import RunPolicy
+from trainer.spec.resources import gpus_held
 
 
 MAX_JSON_DEPTH = 8  # nesting levels of a sweep override (RunConfig itself is 2 deep)
@@ -84,14 +84,14 @@ def validate_config(data: dict[str, Any] | RunConfig, policy: RunPolicy | None =
 
 def run_gpus(cfg: RunConfig) -> int:
     """The GPUs the run will hold, as the submit-time quota and the workers' GPU quota count them
-    (trainer/resources.py; an embedded ``device=auto`` run counts 0 here, and its worker records 1
+    (trainer/spec/resources.py; an embedded ``device=auto`` run counts 0 here, and its worker records 1
     once it places it on a GPU)."""
     return gpus_held(cfg, cuda=cfg.device == "cuda")
 
 
 def queue_for(cfg: RunConfig, cpu_queue: str = "cpu", gpu_queue: str = "gpu") -> str:
     """GPU queue for ``device="cuda"``, and for an engine made for clusters (``gpu_by_default``,
-    trainer/engines.py: verl) unless ``device="cpu"`` (verl on the CPU, docs/engines.md: a CPU
+    trainer/spec/engine_registry.py: verl) unless ``device="cpu"`` (verl on the CPU, docs/engines.md: a CPU
     worker with the verl extra runs it); CPU queue otherwise.
     ``device="auto"`` on the embedded engine (``sampler="vllm"`` included, which falls back to
     the hf sampler without CUDA) goes to the CPU queue, so the embedded single-worker setup,

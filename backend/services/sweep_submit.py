@@ -14,8 +14,8 @@ from backend.queue import Enqueuer
 from backend.services.configs import queue_for, run_gpus, validate_config
 from backend.services.sweeps import MAX_RUNS_PER_SWEEP, expand_grid, run_name
 from common.dotted import flatten, nest
-from trainer.config import ConfigError, RunConfig, SharedConfig, for_method, unread_sections
-from trainer.operator_policy import RunPolicy
+from trainer.spec.config import ConfigError, RunConfig, SharedConfig, for_method, unread_sections
+from trainer.spec.operator_policy import RunPolicy
 
 
 class SweepConfigError(Exception):

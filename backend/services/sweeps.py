@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from common.dotted import flatten, merge, nest
-from trainer.config import for_method, renamed_fields
+from trainer.spec.config import for_method
+from trainer.spec.config_renames import renamed_fields
 from trainer.tasks.registry import retasked
 
 MAX_RUNS_PER_SWEEP = 512

@@ -27,7 +27,7 @@ def tiny_config(method: str, steps: int, batch_prompts: int, seed: int = 0, max_
     """A run of a few seconds: the tiny preset, a small rollout budget, a checkpoint every step;
     ``max_staleness`` 1 trains asynchronously (the sampler one step ahead), so the invariants
     cover runs with steps in flight at a kill."""
-    from trainer.config import RunConfig, for_method
+    from trainer.spec.config import RunConfig, for_method
 
     cfg = dict(method=method, preset="tiny", steps=steps, batch_prompts=batch_prompts, n_total=4, max_new_tokens=8,
                eval_every=0, eval_problems=4, eval_n=2, checkpoint_every=1, device="cpu", seed=seed,

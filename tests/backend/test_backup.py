@@ -23,7 +23,7 @@ from backend.db.tokens import create_token
 from cli.main import app
 from tests.backend.conftest import _require
 from tests.stores import temp_database
-from trainer.config import parse_run_config
+from trainer.spec.config import parse_run_config
 
 CONFIG = parse_run_config({"method": "grpo", "steps": 50}).model_dump(mode="json")
 

@@ -10,7 +10,7 @@ from kombu import Connection
 from backend.queue import TRAIN_TASK, celery_client, enqueue_run
 from backend.services.configs import queue_for
 from backend.settings import Settings, broker_url
-from trainer.config import RunConfig
+from trainer.spec.config import RunConfig
 
 REDIS = "redis://127.0.0.1:6379/15"
 

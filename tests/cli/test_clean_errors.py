@@ -284,7 +284,7 @@ def test_the_mapping(monkeypatch, tmp_path):
 
 def test_a_lost_node_and_an_unplaceable_run_are_operational_failures():
     # `aero train` on a cluster: not "unexpected error: NodeLost", which reads as a bug to report
-    from trainer.placement import NodeLost, PlacementError
+    from trainer.platform.placement import NodeLost, PlacementError
 
     what, hint = _explained(NodeLost("node 10.0.0.2 (Ray node id ab) of the run's 2 nodes left the Ray cluster after "
                                      "step 3; a retry resumes from its last checkpoint, step 3"))

@@ -16,7 +16,7 @@ from backend.db.runs import create_run
 from backend.db.session import session_scope
 from backend.main import create_app
 from backend.settings import Settings
-from trainer.config import RunConfig
+from trainer.spec.config import RunConfig
 
 HOSTILE = "\x1b[2J\x1b[31m[bold]pwned[/bold] \u202eevil\nsecond line"
 

@@ -26,7 +26,8 @@ from backend.db.tokens import create_token
 from backend.main import create_app
 from backend.settings import Settings
 from cli.main import app
-from trainer.config import ConfigDeprecationWarning, RunConfig
+from trainer.spec.config import RunConfig
+from trainer.spec.config_renames import ConfigDeprecationWarning
 
 runner = CliRunner()
 

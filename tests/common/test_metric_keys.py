@@ -41,9 +41,9 @@ ASYNC_ONLY = {mk.STALENESS_MEAN, mk.STALENESS_MAX, mk.IS_WEIGHT_MEAN, mk.IS_CAPP
 def test_the_trainer_logs_the_shared_keys(tmp_path):
     """One tiny synchronous AERO step through the real loop logs every shared per-step key (KL
     only with kl_coef > 0) and none of asynchronous training's."""
-    from trainer.config import parse_run_config
-    from trainer.engines import run_training
-    from trainer.sinks import MemorySink
+    from trainer.spec.config import parse_run_config
+    from trainer.platform.run import run_training
+    from trainer.platform.sinks import MemorySink
 
     cfg = parse_run_config({"method": "aero", "steps": 1, "batch_prompts": 4, "n_total": 4,
                             "aero": {"n_explore": 2, "n_max": 4, "k_max": 1}, "eval_every": 0, "eval_problems": 4,

@@ -33,8 +33,8 @@ from backend.db.sweeps import create_sweep
 from backend.db.tokens import create_token
 from backend.main import create_app
 from backend.settings import Settings
-from trainer.config import RunConfig
 from tests.ports import free_port
+from trainer.spec.config import RunConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = str(ROOT / "dashboard" / "app.py")

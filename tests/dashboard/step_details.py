@@ -1,5 +1,5 @@
 """Seeding helpers for the step-detail tests (Rollouts view, key picker, heatmaps): stored
-rollout samples and histograms shaped as trainer/rollout_sample.py writes them."""
+rollout samples and histograms shaped as trainer/platform/step_detail.py writes them."""
 
 from __future__ import annotations
 

@@ -55,7 +55,7 @@ def test_sections_follow_the_method(doc, seeded):
 
 
 def test_offpolicy_fields_carry_the_schemas_defaults_bounds_and_anchors(doc):
-    """The asynchronous-training inputs read trainer/offpolicy.py's defaults (synchronous, tis,
+    """The asynchronous-training inputs read trainer/spec/offpolicy.py's defaults (synchronous, tis,
     C = 2) and help texts, which name the other frameworks' settings."""
     specs_ = {s.path: s for s in forms.form_specs(doc, forms.NO_MENU, ["grpo"])[forms.OFFPOLICY_SECTION]}
     assert list(specs_) == [p for p, _ in forms.OFFPOLICY_FIELDS]
@@ -67,7 +67,7 @@ def test_offpolicy_fields_carry_the_schemas_defaults_bounds_and_anchors(doc):
     assert {s.tier for s in specs_.values()} == {forms.EXPERT}  # synchronous by default: behind the Expert settings expander
 
 def test_the_form_shows_every_basic_field_first_and_the_expert_ones_behind_one_expander(doc, seeded):
-    """The schema names each field's tier (trainer/config_types.py); the form asks for every basic
+    """The schema names each field's tier (trainer/spec/config_types.py); the form asks for every basic
     field of an AERO run, with an input of its own (method, model, seeds) or in the grid above
     the Expert settings expander, and keeps every expert field it shows in that expander."""
     menu = forms.MethodMenu.from_specs(AeroClient(seeded.url).methods())

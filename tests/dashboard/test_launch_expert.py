@@ -14,8 +14,8 @@ from common.dotted import flatten
 from dashboard import expert_fields, forms
 from dashboard.client import AeroClient
 from tests.dashboard.apptest import open_page
-from trainer.config import METHOD_SECTION_NAMES, TASK_SECTION_NAMES, RunConfig
-from trainer.config_types import leaf_tiers
+from trainer.spec.config import METHOD_SECTION_NAMES, TASK_SECTION_NAMES, RunConfig
+from trainer.spec.config_types import leaf_tiers
 
 # the keys of the expert fields whose inputs are not named f_<path>; the Name input is outside the expander
 KEYS = {"alerts.rules": "f_alerts_rules", "alerts.webhook_url": "f_alerts_webhook", "trackers": "f_trackers"}

@@ -1,4 +1,4 @@
-"""Asynchronous training in the dashboard (trainer/offpolicy.py): the Launch form's staleness
+"""Asynchronous training in the dashboard (trainer/spec/offpolicy.py): the Launch form's staleness
 inputs and staleness sweep, Run detail's chart of staleness, importance weights and idle time,
 and the Compare page's runs and seed groups told apart by their staleness ("k=2"). The builders
 are pure (hand-made series); the pages run under AppTest against a live API."""

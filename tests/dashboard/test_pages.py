@@ -131,7 +131,7 @@ EXPERT_KEYS = ("f_aero.tau", "f_clip_eps", "f_temperature", "f_offpolicy.max_sta
 
 
 def test_launch_shows_basic_fields_first_and_every_expert_one_in_one_expander(fresh_api, use_api):
-    """The schema's basic fields (trainer/config_types.py) are outside any expander; the expert
+    """The schema's basic fields (trainer/spec/config_types.py) are outside any expander; the expert
     ones the form shows are in Expert settings, closed until the API names a field inside it."""
     use_api(fresh_api)
     at = open_page("launch")

@@ -201,7 +201,7 @@ def test_the_schema_checks_find_what_they_look_for():
 
 
 def test_ray_announces_exactly_the_gpus_and_cpus_each_pod_is_given():
-    from trainer.placement import BUNDLE_CPUS
+    from trainer.platform.placement import BUNDLE_CPUS
 
     for group, template in ray_pods():
         c = ray_container(template)
@@ -218,7 +218,7 @@ def test_ray_announces_exactly_the_gpus_and_cpus_each_pod_is_given():
 
 
 def test_the_operator_caps_match_the_cluster():
-    from trainer.operator_policy import RunPolicy
+    from trainer.spec.operator_policy import RunPolicy
 
     env = find("ConfigMap", "aero-env")["data"]
     nodes = 1 + sum(g["replicas"] for g in GROUPS)
@@ -302,7 +302,7 @@ def test_no_script_runs_ray_stop():
 
 
 def test_ray_pods_do_not_prestart_a_worker_per_cpu():
-    from trainer.placement import NO_PRESTART
+    from trainer.platform.placement import NO_PRESTART
 
     for group, template in ray_pods():
         assert container_env(ray_container(template))[NO_PRESTART[0]] == NO_PRESTART[1], group
@@ -387,10 +387,10 @@ def test_secrets_are_the_documented_one():
 
 
 def test_every_aero_variable_is_one_the_code_reads():
-    from trainer.operator_policy import ENV
+    from trainer.spec.operator_policy import ENV
 
     known = set(ENV.values())  # the operator's run policy: caps, sandbox, data roots
-    for path in ("backend/settings.py", "worker/settings.py", "trainer/placement.py"):
+    for path in ("backend/settings.py", "worker/settings.py", "trainer/platform/placement.py"):
         known |= set(re.findall(r"\b(AERO_[A-Z_]+|DATABASE_URL|REDIS_URL)\b", (ROOT / path).read_text()))
     known |= {"AERO_API_URL", "AERO_API_TOKEN", "AERO_DASHBOARD_ASK_TOKEN"}  # the dashboard's and the CLI's
     for name, template in pod_templates().items():
@@ -601,7 +601,7 @@ def submit_run(data: Path) -> int:
     from backend.queue import enqueue_run
     from backend.services.configs import queue_for, run_gpus, validate_config
     from backend.settings import Settings
-    from trainer.config import for_method
+    from trainer.spec.config import for_method
 
     settings = Settings(data_dir=data, database_url_env=None, redis_url=None)
     raw = dict(method="grpo", preset="tiny", steps=2, batch_prompts=4, n_total=4, max_new_tokens=8, eval_every=0,

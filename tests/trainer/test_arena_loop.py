@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from trainer.config import parse_run_config
+from trainer.spec.config import parse_run_config
 from trainer.embedded.checkpoint import load_latest_checkpoint
-from trainer.engines import run_training
-from trainer.sinks import JsonlSink
+from trainer.platform.run import run_training
+from trainer.platform.sinks import JsonlSink
 
 # 8 problems, 4 per step: an epoch every 2 steps, so the history is used from step 3 on.
 BASE = {"preset": "tiny", "steps": 6, "batch_prompts": 4, "n_total": 8, "train_size": 8, "eval_every": 0,

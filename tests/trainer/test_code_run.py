@@ -7,9 +7,9 @@ import json
 import pytest
 import torch
 
-from trainer.config import for_method, parse_run_config
-from trainer.engines import run_training
-from trainer.sinks import MemorySink
+from trainer.spec.config import for_method, parse_run_config
+from trainer.platform.run import run_training
+from trainer.platform.sinks import MemorySink
 from trainer.tasks.code import PAPER_CODE_SYSTEM_PROMPT, CodeTask
 
 # The warm start teaches ANSWER for every question; it solves "Double" and fails "Triple",

@@ -1,6 +1,7 @@
-"""The engine registry (trainer/engines.py): every registered engine resolves, the entry point
-trains on the engine the config names, and a new engine is its package plus one registration
-(shown with a throwaway engine written to a temporary package)."""
+"""The engine registry (trainer/spec/engine_registry.py) and the entry point (trainer/platform/run.py):
+every registered engine resolves, the entry point trains on the engine the config names, and a new
+engine is its package plus one registration (shown with a throwaway engine written to a temporary
+package)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ import textwrap
 
 import pytest
 
-from trainer.config import parse_run_config
+from trainer.spec.config import parse_run_config
 from common.refs import load
-from trainer.engines import ENGINE_NAMES, ENGINE_SPECS, EngineSpec, engine_issues, get_engine, run_training
+from trainer.platform.run import run_training
+from trainer.spec.config_rules import engine_issues
+from trainer.spec.engine_registry import ENGINE_NAMES, ENGINE_SPECS, EngineSpec, get_engine
 from trainer.methods.spec import specs
-from trainer.sinks import MemorySink
+from trainer.platform.sinks import MemorySink
 from trainer.tasks.registry import TASK_SPECS
 
 TOY_ENGINE = textwrap.dedent('''
@@ -31,7 +34,7 @@ TOY_ENGINE = textwrap.dedent('''
 
 
 def test_every_registered_engine_resolves_and_verl_loads_only_when_a_run_uses_it():
-    code = ("import sys; from common.refs import load; from trainer.engines import ENGINE_SPECS\n"
+    code = ("import sys; from common.refs import load; from trainer.spec.engine_registry import ENGINE_SPECS\n"
             "for s in ENGINE_SPECS.values():\n"
             "    assert callable(load(s.run)), s.name\n"
             "    assert s.rules is None or callable(load(s.rules)), s.name\n"

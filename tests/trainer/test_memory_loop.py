@@ -5,10 +5,10 @@ uninterrupted one (timings aside)."""
 import json
 
 from trainer.embedded.checkpoint import load_latest_checkpoint
-from trainer.config import parse_run_config
+from trainer.spec.config import parse_run_config
 from trainer.core.memory import from_dict
-from trainer.engines import run_training
-from trainer.sinks import JsonlSink
+from trainer.platform.run import run_training
+from trainer.platform.sinks import JsonlSink
 
 # 8 problems, 4 per step: an epoch every 2 steps. Loose thresholds so (a), (b), (c), (d) all fire.
 CFG = {"preset": "tiny", "method": "aero-mem", "steps": 6, "batch_prompts": 4, "train_size": 8, "eval_every": 0,

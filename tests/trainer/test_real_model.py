@@ -7,9 +7,9 @@ import json
 import pytest
 import torch
 
-from trainer.config import ConfigError, for_method, parse_run_config
-from trainer.engines import run_training
-from trainer.sinks import MemorySink
+from trainer.spec.config import ConfigError, for_method, parse_run_config
+from trainer.platform.run import run_training
+from trainer.platform.sinks import MemorySink
 from trainer.embedded.model import is_gradient_checkpointing
 from trainer.embedded.presets import load_setup, weight_dtype
 from trainer.tasks.math import PAPER_MATH_SYSTEM_PROMPT

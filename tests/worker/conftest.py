@@ -12,7 +12,7 @@ import pytest
 from backend.db.migrate import migrate
 from backend.db.runs import create_run
 from backend.db.session import get_engine, session_scope
-from trainer.config import RunConfig, for_method
+from trainer.spec.config import RunConfig, for_method
 
 PG_DSN = os.environ.get("AERO_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 

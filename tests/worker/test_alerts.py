@@ -15,8 +15,8 @@ from backend.db import runs as repo
 from backend.db.models import Checkpoint, Run, StepMetric
 from backend.db.session import session_scope
 from backend.settings import Settings
-from trainer.alerts import AlertsConfig
-from trainer.operator_policy import RunPolicy
+from trainer.spec.alerts import AlertsConfig
+from trainer.spec.operator_policy import RunPolicy
 from worker.alerts import AlertSink, post_webhook
 from worker.runner import execute_run
 from worker.settings import WorkerSettings
@@ -141,7 +141,7 @@ def test_a_rule_stops_a_real_run_with_a_checkpoint_and_the_run_resumes(pg_url, t
 
 
 def test_an_eval_target_stop_succeeds_and_records_its_reason(db_url, make_run):
-    from trainer.alerts import Alert
+    from trainer.spec.alerts import Alert
     from worker.alerts import early_stop_outcome
 
     rid = make_run()

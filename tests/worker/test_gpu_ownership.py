@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from tests.worker.runs import run_row as get_run
-from trainer.config import parse_run_config
+from trainer.spec.config import parse_run_config
 from worker.ray_head import OWNED_ENV, gpu_claim_issue, owned_gpus, visible_gpus
 from worker.settings import WorkerSettings
 

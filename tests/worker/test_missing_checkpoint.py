@@ -64,9 +64,9 @@ def stored(url: str, rid: int) -> dict:
 @pytest.fixture(scope="module")
 def embedded_checkpoint(tmp_path_factory):
     """A real run directory with the embedded engine's checkpoint of step 2 (a tiny 2-step run)."""
-    from trainer.config import parse_run_config
-    from trainer.engines import run_training
-    from trainer.sinks import JsonlSink
+    from trainer.spec.config import parse_run_config
+    from trainer.platform.run import run_training
+    from trainer.platform.sinks import JsonlSink
 
     out = tmp_path_factory.mktemp("trained")
     cfg = parse_run_config(tiny_config(steps=2, checkpoint_every=2))

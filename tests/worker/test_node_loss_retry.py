@@ -1,4 +1,4 @@
-"""A run whose attempt loses a node of its Ray cluster (trainer.placement.NodeLost) is retried by
+"""A run whose attempt loses a node of its Ray cluster (trainer.platform.placement.NodeLost) is retried by
 the platform: its worker re-queues it and sends a ticket, the next attempt resumes from the last
 checkpoint, and each attempt is visible (the run's attempts and error while queued, a run.retry
 audit event). Out of attempts it fails saying so. The engine's node loss is raised by a stand-in
@@ -12,14 +12,14 @@ import pytest
 from backend.db import audit
 from backend.db.session import session_scope
 from tests.worker.runs import run_row as get_run
-from trainer.placement import NodeLost
+from trainer.platform.placement import NodeLost
 from worker.settings import WorkerSettings
 
 
 def lose_a_node_once(monkeypatch):
     """run_training fails its first call with NodeLost after logging step 1 and checkpointing it
     (what a verl run that loses a node after a checkpoint leaves behind); later calls train."""
-    import trainer.engines as engines
+    import trainer.platform.run as engines
 
     real, calls = engines.run_training, {"n": 0}
 

@@ -10,8 +10,8 @@ from backend.db.models import Run
 from backend.db.runs import create_run
 from backend.db.session import session_scope
 from backend.settings import Settings
-from trainer.config import RunConfig
-from trainer.operator_policy import RunPolicy
+from trainer.spec.config import RunConfig
+from trainer.spec.operator_policy import RunPolicy
 from worker.runner import execute_run, run_dir
 from worker.settings import WorkerSettings
 

@@ -122,7 +122,7 @@ def test_a_store_outage_mid_run_is_resumed_by_the_process_that_owns_the_run(db_u
     # with no trainer until the reaper's stale timeout. The owner resumes it itself instead. A
     # stand-in trainer raises the outage's error here; benchmarks/soak/ restarts the real
     # PostgreSQL under real workers (and tests/worker/test_soak_short.py restarts Redis and the API).
-    import trainer.engines
+    import trainer.platform.run
     from backend.settings import Settings
     from worker import runner
 
@@ -135,7 +135,7 @@ def test_a_store_outage_mid_run_is_resumed_by_the_process_that_owns_the_run(db_u
         return {"status": "completed", "last_step": cfg.steps}
 
     rid = make_run()
-    monkeypatch.setattr(trainer.engines, "run_training", run_training)
+    monkeypatch.setattr(trainer.platform.run, "run_training", run_training)
     outcome = runner.execute_run(rid, Settings(data_dir=tmp_path, database_url=db_url), WS)
     r = get_run(db_url, rid)
     assert outcome == "succeeded" and r.status == "succeeded" and r.attempts == 2
@@ -144,7 +144,7 @@ def test_a_store_outage_mid_run_is_resumed_by_the_process_that_owns_the_run(db_u
 
 def test_a_store_still_down_after_the_wait_raises_for_celerys_retry_and_the_run_stays_owned(db_url, make_run, tmp_path,
                                                                                               monkeypatch):
-    import trainer.engines
+    import trainer.platform.run
     from backend.settings import Settings
     from worker import runner
 
@@ -152,7 +152,7 @@ def test_a_store_still_down_after_the_wait_raises_for_celerys_retry_and_the_run_
         raise _store_outage()
 
     rid = make_run()
-    monkeypatch.setattr(trainer.engines, "run_training", run_training)
+    monkeypatch.setattr(trainer.platform.run, "run_training", run_training)
     monkeypatch.setattr(runner, "wait_for_store", lambda url: False)
     with pytest.raises(Exception, match="terminating connection"):
         runner.execute_run(rid, Settings(data_dir=tmp_path, database_url=db_url), WS)

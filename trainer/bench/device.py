@@ -16,7 +16,7 @@ each step through /proc/self/clear_refs; they leave out the interpreter's and li
 baseline (in use before the method's first step), and memory freed to the allocator may stay
 resident, so CPU figures are approximate. ``None`` where the platform reports neither.
 
-MFU of the update: training FLOPs per step (trainer/flops.py, the paper's 6N-per-token
+MFU of the update: training FLOPs per step (trainer/core/flops.py, the paper's 6N-per-token
 convention plus attention) over train seconds per step, over the device's peak dense bf16
 FLOP/s (:data:`PEAK_BF16_FLOPS`, matched on the CUDA device name; ``AERO_PEAK_FLOPS`` overrides
 it). ``None`` on a CPU unless ``AERO_PEAK_FLOPS`` is set.

@@ -28,12 +28,12 @@ import torch
 import common.metric_keys as mk
 from common.dotted import merge
 from trainer.bench.device import MethodMemory, device_name, peak_flops
-from trainer.config import ConfigError, RunConfig, for_method, parse_run_config, unread_sections
-from trainer.operator_policy import RunPolicy
+from trainer.spec.config import ConfigError, RunConfig, for_method, parse_run_config, unread_sections
+from trainer.spec.operator_policy import RunPolicy
 from trainer.core.reach import COSTS, ReachCurve, cumulative, final_accuracy, reach
 from trainer.embedded.loop import iter_training
 from trainer.methods.spec import baseline_method, method_names
-from trainer.sinks import JsonlSink, MemorySink, MultiSink
+from trainer.platform.sinks import JsonlSink, MemorySink, MultiSink
 from trainer.tasks.registry import get_task_spec
 from trainer.embedded.presets import preset_dir, resolve_device
 

@@ -1,7 +1,8 @@
 """Pure algorithm core: correctness and strata, advantages, AERO's rescue rounds and curation, DAPO,
-losses, pass@k, savings, and the statistics of comparisons across seeds.
+losses, pass@k, savings, the FLOPs formula (flops.py), and the statistics of comparisons across seeds.
 
-Imports only torch, numpy, scipy and the stdlib. See docs/algorithms.md for the spec.
+Imports only torch, numpy, scipy, the stdlib and common's stdlib-only contracts (flops.py labels
+its results with common/metric_keys.py's keys). See docs/algorithms.md for the spec.
 Names are re-exported lazily (PEP 562) so that the numpy-only modules (``passk``, ``stats``, ``strata``)
 can be imported by the backend without loading torch.
 """

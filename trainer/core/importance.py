@@ -1,5 +1,5 @@
 """Off-policy correction of the policy loss: rows sampled by an older policy (asynchronous
-training, trainer/offpolicy.py) weighted back to the policy the update starts from.
+training, trainer/spec/offpolicy.py) weighted back to the policy the update starts from.
 
 Three policies meet in one update (decoupled PPO; Hilton, Cobbe, Schulman 2022, "Batch
 size-invariance for policy optimization", §3; AReaL, Fu et al. 2025, arXiv 2505.24298, §5.2):

@@ -24,14 +24,14 @@ import numpy as np
 import torch
 
 import common.metric_keys as mk
-from trainer.config import RunConfig
+from trainer.spec.config import RunConfig
 from trainer.core.strata import is_correct
-from trainer.flops import step_accounting
+from trainer.core.flops import step_accounting
 from trainer.methods.sampler import Samples
 from trainer.methods.spec import get_step
 from trainer.methods.step import CostMetrics, StepResult
 from trainer.rollout.base import Rollout, RolloutSampler, SamplingParams
-from trainer.rollout_sample import SampleRules, StepRows, step_detail
+from trainer.platform.step_detail import SampleRules, StepRows, step_detail
 from trainer.tasks.base import Problem, Task
 from trainer.tasks.verify import score_batch
 
@@ -46,7 +46,7 @@ class StepContext:
     rng: np.random.Generator  # curation RNG (checkpointed)
     method_state: dict = field(default_factory=dict)  # a method's plain-data state across steps (checkpointed)
     sample_rules: SampleRules | None = None  # the stored rollout sample's rule (None: store no detail)
-    # the last step's rollout sample and histograms (trainer/rollout_sample.py), built on demand by
+    # the last step's rollout sample and histograms (trainer/platform/step_detail.py), built on demand by
     # the loop after the step's clock stops, so storing it never counts as the method's time
     detail: Callable[[], dict | None] | None = None
 

@@ -1,7 +1,7 @@
 """Training batches from rollouts, and the log-prob forward pass the PPO ratio needs: the
 training forward of the embedded engine's update (trainer/embedded/update.py, packing.py,
 memory_plan.py). The sampler (trainer/rollout/) never uses it; the two share only how a prompt is
-prefilled into a KV cache (trainer/kv_cache.py).
+prefilled into a KV cache (trainer/rollout/kv_cache.py).
 
 Alignment convention (shared with the engine and the losses): tensors are [N, T] over the
 RIGHT-padded sequence prompt + response; a value at position t belongs to TOKEN t.

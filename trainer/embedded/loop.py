@@ -23,19 +23,19 @@ import numpy as np
 import torch
 
 import common.metric_keys as mk
-from trainer.config import ConfigError, RunConfig
+from trainer.spec.config import ConfigError, RunConfig
 from trainer.embedded.checkpoint import TrainingState
 from trainer.embedded.collect import StepContext, collect, step_metrics
 from trainer.embedded.memory_plan import plan_memory
 from trainer.embedded.pipeline import AsyncSampler
 from trainer.embedded.presets import Setup, load_setup
 from trainer.embedded.update import Updater
-from trainer.evaluate import eval_sampling, eval_seed, evaluate
-from trainer.operator_policy import RunPolicy
+from trainer.tasks.evaluate import eval_sampling, eval_seed, evaluate
+from trainer.spec.operator_policy import RunPolicy
 from trainer.rollout.base import SamplingParams
-from trainer.rollout_sample import SampleRules
-from trainer.sinks import MetricSink
-from trainer.system_metrics import SystemMonitor, device_gpus
+from trainer.platform.step_detail import SampleRules
+from trainer.platform.sinks import MetricSink
+from trainer.platform.system_metrics import SystemMonitor, device_gpus
 
 
 def validate_lengths(cfg: RunConfig, model: torch.nn.Module) -> None:
@@ -50,9 +50,9 @@ def run_embedded(cfg: RunConfig, out_dir: str | Path, sink: MetricSink,
                  should_stop: Callable[[], bool] | None = None,
                  progress: Callable[[int, int, dict], None] | None = None,
                  policy: RunPolicy | None = None) -> dict[str, Any]:
-    """The embedded engine's run (the contract in trainer/engines.py, whose ``run_training``
+    """The embedded engine's run (the contract in trainer/platform/run.py, whose ``run_training``
     calls it): train (or resume) one run to the end; ``progress(step, steps, metrics)`` after
-    each step. ``policy`` is the operator's (trainer/operator_policy.py): the code sandbox takes
+    each step. ``policy`` is the operator's (trainer/spec/operator_policy.py): the code sandbox takes
     its isolation, interpreter and uid from it."""
     steps = iter_training(cfg, out_dir, sink, should_stop, policy)
     while True:
@@ -168,7 +168,7 @@ def iter_training(cfg: RunConfig, out_dir: str | Path, sink: MetricSink,
 
     start, status = state.step, "completed"
     pipe = None
-    if cfg.offpolicy.max_staleness > 0 and start < cfg.steps:  # the sampler runs ahead (trainer/offpolicy.py)
+    if cfg.offpolicy.max_staleness > 0 and start < cfg.steps:  # the sampler runs ahead (trainer/spec/offpolicy.py)
         pipe = AsyncSampler(ctx, state.updater.model, start=start, steps=cfg.steps, data_pos=state.data_pos,
                             max_staleness=cfg.offpolicy.max_staleness)
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from trainer.config import ConfigError, RunConfig
+from trainer.spec.config import ConfigError, RunConfig
 from trainer.embedded.forward import chunk_elements
 
 GIB = 1 << 30

@@ -1,5 +1,5 @@
 """Asynchronous training on the embedded engine: a sampler thread runs the method's steps up to
-``k = offpolicy.max_staleness`` policy versions ahead of the trainer (trainer/offpolicy.py).
+``k = offpolicy.max_staleness`` policy versions ahead of the trainer (trainer/spec/offpolicy.py).
 
     sampler thread                                    trainer (the loop's thread)
     for j in start+1 .. steps:                        for j in start+1 .. steps:

@@ -11,11 +11,11 @@ from typing import Any
 import torch
 
 from common.refs import load
-from trainer.config import ConfigError, RunConfig
+from trainer.spec.config import ConfigError, RunConfig
 from trainer.embedded.model import count_parameters, load_policy
-from trainer.operator_policy import RunPolicy
+from trainer.spec.operator_policy import RunPolicy
 from trainer.rollout.attention import use_packed_gqa
-from trainer.sampler_registry import get_sampler
+from trainer.spec.sampler_registry import get_sampler
 from trainer.models.catalog import installed, model_dir, not_installed_message
 from trainer.tasks.registry import SHIPPED_PRESETS, get_task_spec
 

@@ -30,7 +30,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from trainer.config import RunConfig
+from trainer.spec.config import RunConfig
 from trainer.embedded.model import build_model, tiny_qwen2_config
 from trainer.rollout.base import SamplingParams
 from trainer.tasks.generated import GeneratedTask
@@ -125,7 +125,7 @@ def describe_base(model, task: GeneratedTask, k: int = 8, n: int = 32, problems:
     GRPO's budget, and at AERO's rescue cap n_max. The last is the floor of AERO's zero-accuracy
     after rescue: a prompt that fails 32 times cannot be rescued. Plus the RL strata at step 0."""
     from trainer.core.passk import pass_at_k
-    from trainer.evaluate import evaluate
+    from trainer.tasks.evaluate import evaluate
     from trainer.rollout.embedded import HFSampler
 
     engine = HFSampler(model, eos_id=task.tokenizer.eos_id, pad_id=task.tokenizer.pad_id)

@@ -1,7 +1,7 @@
 """Model shapes: the real Qwen2.5 architectures with random weights, built from config files
 the repository ships (trainer/assets/shapes/<name>/config.json); nothing is downloaded.
 
-A shape is what ``model_shape`` selects (trainer/config.py): the real vocabulary, widths, depths
+A shape is what ``model_shape`` selects (trainer/spec/config.py): the real vocabulary, widths, depths
 and heads, so generation and the update cost what they cost at that size, with weights drawn
 from the config's ``initializer_range`` (seeded). Only the scripted strata task
 (trainer/tasks/scripted.py) runs on a shape: random weights have nothing to learn and no tokenizer.
@@ -29,7 +29,7 @@ from typing import get_args
 
 import torch
 
-from trainer.config import ModelShape
+from trainer.spec.config import ModelShape
 from trainer.embedded.model import enable_gradient_checkpointing
 
 SHAPES_DIR = Path(__file__).parents[1] / "assets" / "shapes"  # package data

@@ -22,11 +22,11 @@ from trainer.core.losses import Aggregation, clipped_surrogate, kl_k3
 from trainer.embedded.forward import TrainBatch, collate, head_logprobs_and_entropy, lm_parts, sequence_logprobs
 from trainer.embedded.model import is_gradient_checkpointing
 from trainer.embedded.packing import PackedRows, pack_rows, packed_logprobs, packed_micro_batches, packs
-from trainer.kv_cache import forward_kwargs, left_pad, output_cache
+from trainer.rollout.kv_cache import forward_kwargs, left_pad, output_cache
 from trainer.rollout.base import Rollout
 
 if TYPE_CHECKING:  # the config (pydantic) stays out of torch-only users (scripts/gpu_check.py)
-    from trainer.config import RunConfig
+    from trainer.spec.config import RunConfig
 
 SHUFFLE_STREAM = 1
 """Second word of the mini-batch shuffle RNG's seed, ``(seed, SHUFFLE_STREAM)``: a stream of its

@@ -23,14 +23,14 @@ from typing import TYPE_CHECKING, Annotated, Literal
 import numpy as np
 
 import common.metric_keys as mk
-from trainer.config_types import Cap, Field, Issues, Strict, basic
+from trainer.spec.config_types import Cap, Field, Issues, Strict, basic
 from trainer.methods.aero_strategies import ALL, NONE, AeroStrategies
 from trainer.methods.section import Section
 from trainer.methods.spec import BOTH_ENGINES, Display, MethodSpec, Needs, VerlMapping, register
 from trainer.methods.step import StepResult, strata_stats
 
 if TYPE_CHECKING:
-    from trainer.config import RunConfig
+    from trainer.spec.config import RunConfig
     from trainer.methods.sampler import Sampler
 
 

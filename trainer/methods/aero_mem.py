@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from trainer.config_types import Field, Strict
+from trainer.spec.config_types import Field, Strict
 from trainer.methods.aero import AERO_SECTION, AERO_VERL
 from trainer.methods.aero_strategies import ALL
 from trainer.methods.section import Section
@@ -33,7 +33,7 @@ from trainer.methods.spec import BOTH_ENGINES, Display, MethodSpec, Needs, regis
 from trainer.methods.step import StepResult
 
 if TYPE_CHECKING:
-    from trainer.config import RunConfig
+    from trainer.spec.config import RunConfig
     from trainer.methods.sampler import Sampler, Samples
 
 STATE_KEY = "aero_mem"

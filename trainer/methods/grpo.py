@@ -14,7 +14,7 @@ from trainer.methods.spec import BOTH_ENGINES, Display, MethodSpec, Needs, VerlM
 from trainer.methods.step import StepResult, group_advantages, strata_stats
 
 if TYPE_CHECKING:
-    from trainer.config import RunConfig
+    from trainer.spec.config import RunConfig
     from trainer.methods.sampler import Sampler
 
 

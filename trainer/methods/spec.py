@@ -18,7 +18,7 @@ Nothing outside trainer/methods/ compares method names (tests/test_registry_name
 The registry fills itself on first use by importing every module of this package
 (:func:`_load`). Method modules import numpy and pydantic at most at module level (torch-using
 code is imported inside the step functions), which keeps loading the registry light, and never
-``trainer.config`` (it imports this registry to build ``RunConfig``; type hints go under
+``trainer.spec.config`` (it imports this registry to build ``RunConfig``; type hints go under
 TYPE_CHECKING).
 """
 
@@ -36,7 +36,7 @@ from trainer.methods.aero_strategies import AeroStrategies, strategies_json
 from trainer.methods.section import Section
 
 if TYPE_CHECKING:
-    from trainer.config import RunConfig
+    from trainer.spec.config import RunConfig
 
 Step = Callable[..., Any]  # (cfg, sampler, rng, *, spec) -> trainer.methods.step.StepResult
 INFRASTRUCTURE = ("spec", "sampler", "step", "section")  # modules of this package that define no method
@@ -73,7 +73,7 @@ class Needs:
     config naming an engine it did not declare is refused at submit, naming the method);
     prompt_ids: it keys state by a stable prompt id, so the arithmetic task must draw a finite
     training set (``train_size``); off_policy: its step can train rows sampled by an older policy
-    (``offpolicy.max_staleness > 0``, trainer/offpolicy.py). Every step runs whole on the sampler's
+    (``offpolicy.max_staleness > 0``, trainer/spec/offpolicy.py). Every step runs whole on the sampler's
     side with one policy version, its state (histories, memories) updated in sampling order, so
     the built-in methods all can; a method whose step reads the trainer's current policy says
     False and is refused at submit; streams: its step generates in rounds that can share one

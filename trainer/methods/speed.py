@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 import common.metric_keys as mk
-from trainer.config_types import Field, Issues, Strict
+from trainer.spec.config_types import Field, Issues, Strict
 from trainer.methods.section import Section
 from trainer.methods.spec import BOTH_ENGINES, Display, MethodSpec, Needs, VerlMapping, register
 from trainer.methods.step import StepResult, group_advantages, strata_stats
 
 if TYPE_CHECKING:
-    from trainer.config import RunConfig
+    from trainer.spec.config import RunConfig
     from trainer.methods.sampler import Sampler
 
 

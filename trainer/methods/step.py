@@ -17,7 +17,7 @@ import common.metric_keys as mk
 from trainer.core.strata import Stratum, stratify
 
 if TYPE_CHECKING:
-    from trainer.config import RunConfig
+    from trainer.spec.config import RunConfig
     from trainer.methods.spec import MethodSpec
 
 # Metrics that need the step's measured cost per trained token: (flops_per_token, seconds_per_token) -> metrics

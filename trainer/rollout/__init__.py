@@ -1,5 +1,5 @@
 """Samplers (what generates a run's rollouts: the config's ``sampler``), registered with what they
-can do in trainer/sampler_registry.py (``SamplerSpec.build`` names the builders below); heavy
+can do in trainer/spec/sampler_registry.py (``SamplerSpec.build`` names the builders below); heavy
 backends import lazily. Every sampler is built from the same keywords
 (:class:`~trainer.rollout.base.SamplerArgs`):
 
@@ -16,7 +16,7 @@ import torch
 
 from common.refs import load
 from trainer.rollout.base import Rollout, RolloutSampler, SamplerArgs, SamplingParams
-from trainer.sampler_registry import get_sampler
+from trainer.spec.sampler_registry import get_sampler
 
 
 def build_hf(a: SamplerArgs) -> RolloutSampler:
@@ -44,7 +44,7 @@ def make_sampler(name: str, *, stop_ids: Sequence[int], pad_id: int, model: torc
                  model_path: str | Path | None = None, device: torch.device | None = None,
                  dtype: torch.dtype | None = None, seed: int = 0, max_model_len: int | None = None,
                  decode: str = "dynamic") -> RolloutSampler:
-    """Build the sampler registered as ``name`` (trainer/sampler_registry.py); the keywords are the
+    """Build the sampler registered as ``name`` (trainer/spec/sampler_registry.py); the keywords are the
     same for every sampler (:class:`SamplerArgs`)."""
     build = load(get_sampler(name).build)
     return build(SamplerArgs(stop_ids=stop_ids, pad_id=pad_id, model=model, model_path=model_path, device=device,

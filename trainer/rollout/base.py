@@ -64,7 +64,7 @@ class SamplerArgs:
 
 
 class RolloutSampler(Protocol):
-    """What the loop and the evaluation call on a sampler (registered in trainer/sampler_registry.py)."""
+    """What the loop and the evaluation call on a sampler (registered in trainer/spec/sampler_registry.py)."""
 
     device: torch.device  # where generation runs: the evaluation seeds its own generator there
 

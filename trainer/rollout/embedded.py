@@ -7,7 +7,7 @@ One ``generate`` call samples every row (sum of ``n_per_prompt``) in one batch:
    the same positions as an unpadded one and the numbers match right-padded training),
 3. prefill once per DISTINCT prompt with ``use_cache=True`` keeping only the last position's
    logits, then copy each prompt's KV cache to its rows (n samples share one prefill; the
-   padding and the cache's names are trainer/kv_cache.py's, which the update shares),
+   padding and the cache's names are trainer/rollout/kv_cache.py's, which the update shares),
 4. decode one token per step for all rows from the KV cache.
 
 Conventions (the open points, decided here):
@@ -44,7 +44,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from trainer.kv_cache import forward_kwargs, left_pad, output_cache
+from trainer.rollout.kv_cache import forward_kwargs, left_pad, output_cache
 from trainer.rollout.base import Rollout, SamplingParams
 from trainer.rollout.continuous import Block, decode_stream
 from trainer.rollout.keyed import check_finite, sample_keyed

@@ -55,7 +55,7 @@ class StaticSettings:
 
     pad_id: int
     stop_ids: torch.Tensor  # [n] long, on the decode's device
-    cache_kw: str  # the forward's keyword for the KV cache (trainer/kv_cache.py::forward_kwargs)
+    cache_kw: str  # the forward's keyword for the KV cache (trainer/rollout/kv_cache.py::forward_kwargs)
     compact_at: float  # the batch shrinks once about this fraction of it has finished (> 1: never)
     sync_every: int  # steps between host reads
     graphs: bool  # replay each decode step as a CUDA graph per batch size (CUDA only)

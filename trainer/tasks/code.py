@@ -40,8 +40,8 @@ from trainer.tasks.math import FileTask, row_field, chat_messages, format_prompt
 from trainer.tasks.sandbox import Limits, Result, TestSuite, run_candidate, run_many
 
 if TYPE_CHECKING:
-    from trainer.config import RunConfig
-    from trainer.operator_policy import RunPolicy
+    from trainer.spec.config import RunConfig
+    from trainer.spec.operator_policy import RunPolicy
 
 # Appendix E, "System Prompt Design", verbatim except that the paper's typeset quotes
 # (‘‘‘python ... ‘‘‘) are the Markdown fence the model is asked to write (```python ... ```).
@@ -314,8 +314,8 @@ def build_code_task(cfg: RunConfig, common: dict, policy: RunPolicy | None = Non
     is required but unavailable or no interpreter runs in the sandbox."""
     import os
 
-    from trainer.config import ConfigError
-    from trainer.operator_policy import RunPolicy
+    from trainer.spec.config import ConfigError
+    from trainer.spec.operator_policy import RunPolicy
     from trainer.tasks import make_task
     from trainer.tasks.sandbox import isolation, sandbox_python
 

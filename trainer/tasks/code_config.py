@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Literal
 
-from trainer.config_types import Cap, Field, Issues, Section, Strict
+from trainer.spec.config_types import Cap, Field, Issues, Section, Strict
 
 if TYPE_CHECKING:
-    from trainer.config import RunConfig
+    from trainer.spec.config import RunConfig
 
 
 class CodeConfig(Strict):

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from trainer.config_types import Section
+from trainer.spec.config_types import Section
 from trainer.models.catalog import MODELS
 from trainer.tasks.code_config import CODE_SECTION
 
@@ -45,7 +45,7 @@ class TaskSpec:
     score_problem: str | None = None  # generated tasks: "module:function(response, Problem) -> float"
     # generated tasks asked in words (a real model's chat template): the free-text verifier, same signature
     score_text: str | None = None
-    # the config block this task owns (trainer/config_types.py Section), present exactly when it runs
+    # the config block this task owns (trainer/spec/config_types.py Section), present exactly when it runs
     section: Section | None = None
     # "module:function(cfg, common, policy) -> Task": builds a files task the embedded engine trains
     # (``common``: tokenizer, benchmark paths, prompt cap); None = make_task(name, train_path, **common)
@@ -125,7 +125,7 @@ def without_stale_task_sections(data: Mapping[str, Any], task: Any) -> Mapping[s
         return data
     from pydantic import ValidationError  # here: scripts/gpu_check.py imports the registry without pydantic
 
-    from trainer.config_renames import ConfigDeprecationWarning
+    from trainer.spec.config_renames import ConfigDeprecationWarning
 
     out = dict(data)
     for sec in stale:

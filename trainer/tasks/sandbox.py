@@ -64,8 +64,8 @@ SANDBOX_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_AL
 
 @dataclass(frozen=True)
 class Limits:
-    """Per-candidate limits (``CodeConfig`` in trainer/config.py documents each default; ``network``,
-    ``run_as_uid``, ``uid_count`` and ``python`` come from the operator's ``trainer.operator_policy.RunPolicy`` only)."""
+    """Per-candidate limits (``CodeConfig`` in trainer/spec/config.py documents each default; ``network``,
+    ``run_as_uid``, ``uid_count`` and ``python`` come from the operator's ``trainer.spec.operator_policy.RunPolicy`` only)."""
 
     timeout_s: float = 30.0
     test_timeout_s: float = 4.0

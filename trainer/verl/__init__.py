@@ -3,7 +3,7 @@ and on a laptop CPU (trainer/verl/plugins).
 
 Optional extra ``aero-lab[verl]`` (pinned verl==0.9.1), imported lazily: importing this package
 does not import verl. Entry point for the worker: :func:`run_verl` (the contract of
-``trainer.engines.run_training``), registered in trainer/engines.py. Modules:
+``trainer.platform.run.run_training``), registered in trainer/spec/engine_registry.py. Modules:
 
     overrides   RunConfig -> verl hydra overrides (reward.* keys; legacy keys refused); compose
     data        the run's math files -> verl parquet (paper system prompt, benchmark names)
@@ -27,7 +27,7 @@ VERL_VERSION = "0.9.1"
 
 def run_verl(cfg, out_dir, sink, should_stop=None, progress=None, policy=None, on_wait=None,
              on_placed=None) -> dict[str, Any]:
-    """The verl engine's run (the contract in trainer/engines.py): see
+    """The verl engine's run (the contract in trainer/platform/run.py): see
     :func:`trainer.verl.runner.run_verl` (imported lazily). ``policy`` is accepted for the
     contract; verl trains no task that runs the code sandbox (trainer/verl/rules.py)."""
     from trainer.verl.runner import run_verl as _run

@@ -66,8 +66,8 @@ def load_config(path: Path, sets: list[str]) -> dict:
 
 def run(argv: list[str] | None = None) -> tuple[int, dict | None]:
     """(exit status, summary or None)."""
-    from trainer.config import ConfigError, parse_run_config
-    from trainer.operator_policy import RunPolicy
+    from trainer.spec.config import ConfigError, parse_run_config
+    from trainer.spec.operator_policy import RunPolicy
 
     ap = argparse.ArgumentParser(prog="python -m trainer.verl", description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", type=Path, required=True, help="JSON run config (engine is forced to 'verl')")
@@ -86,7 +86,7 @@ def run(argv: list[str] | None = None) -> tuple[int, dict | None]:
     except ValueError as e:  # a malformed AERO_* setting: the operator's, not the config's
         return _fail([("environment", str(e).replace("\n", " "))]), None
 
-    from trainer.sinks import JsonlSink
+    from trainer.platform.sinks import JsonlSink
     from trainer.verl import run_verl
 
     try:

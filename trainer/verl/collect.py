@@ -26,7 +26,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from trainer.config import RunConfig
+from trainer.spec.config import RunConfig
 from trainer.methods.sampler import Samples
 from trainer.methods.spec import get_step
 from trainer.methods.step import CostMetrics

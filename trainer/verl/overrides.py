@@ -41,11 +41,11 @@ import json
 from pathlib import Path
 from typing import Any, Iterable
 
-from trainer.config import RunConfig
+from trainer.spec.config import RunConfig
 from trainer.methods.spec import get_method
-from trainer.sampler_registry import get_sampler
+from trainer.spec.sampler_registry import get_sampler
 from trainer.tasks.registry import get_task_spec
-from trainer.trackers import TrackerSettings
+from trainer.platform.trackers import TrackerSettings
 
 REWARD_FN = Path(__file__).with_name("reward.py")
 LEGACY_REWARD_PREFIXES = ("custom_reward_function.", "reward_model.")
@@ -188,7 +188,7 @@ def to_overrides(cfg: RunConfig, *, out_dir: str | Path, train_file: str | Path,
         "trainer.total_training_steps": cfg.steps,
         "trainer.total_epochs": 1_000_000,  # steps bound the run, not epochs
         # the platform logger is attached by PlatformTrainer; the run's trackers are verl's own
-        # loggers (trainer/trackers.py verl_env points them at the run directory)
+        # loggers (trainer/platform/trackers.py verl_env points them at the run directory)
         "trainer.logger": ["console", *TrackerSettings().chosen(cfg.trackers)],
         "trainer.project_name": "aero-lab",
         "trainer.experiment_name": cfg.name or cfg.method,

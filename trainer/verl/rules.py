@@ -1,4 +1,4 @@
-"""The verl engine's own submit-time rules (registered in trainer/engines.py), checked with
+"""The verl engine's own submit-time rules (registered in trainer/spec/engine_registry.py), checked with
 the config so the API refuses them at submit instead of the worker failing later. Light: no
 verl import."""
 
@@ -7,11 +7,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from trainer.methods.spec import get_method
-from trainer.sampler_registry import get_sampler, samplers_that
+from trainer.spec.sampler_registry import get_sampler, samplers_that
 from trainer.tasks.registry import TASK_SPECS, get_task_spec
 
 if TYPE_CHECKING:
-    from trainer.config import RunConfig
+    from trainer.spec.config import RunConfig
 
 
 def verl_issues(cfg: RunConfig) -> list[tuple[str, str]]:

@@ -1,6 +1,6 @@
 """Launch a platform run on verl (Ray): ``run_verl(cfg, out_dir, sink, should_stop)``.
 
-Same contract as ``trainer.engines.run_training``: validates the config, writes OUT/config.json,
+Same contract as ``trainer.platform.run.run_training``: validates the config, writes OUT/config.json,
 logs every step to ``sink`` (``log``/``log_eval``), resumes from OUT's latest checkpoint
 (verl's own, OUT/verl_checkpoints), polls ``should_stop`` and returns
 ``{"status": "completed" | "stopped", "last_step", "final_eval", "n_params", "data_pos"}``.
@@ -32,10 +32,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from trainer.config import ConfigError, RunConfig, parse_run_config
-from trainer.placement import NodeLost
-from trainer.sinks import JsonlSink, MetricSink
-from trainer.trackers import verl_env
+from trainer.spec.config import ConfigError, RunConfig, parse_run_config
+from trainer.platform.placement import NodeLost
+from trainer.platform.sinks import JsonlSink, MetricSink
+from trainer.platform.trackers import verl_env
 
 POLL_S = 0.5  # how often the launcher relays metrics and looks for a stop request
 
@@ -54,7 +54,7 @@ def model_shape(model_path: str | Path) -> tuple[int, int, int]:
 def check_verl_config(cfg: RunConfig) -> None:
     """The worker-side check before anything starts: ``model_path`` is a local model directory
     (ConfigError naming it). The config's rules, verl's included, are
-    ``trainer.config.cross_field_issues``'s, so the API refuses them at submit; this one needs
+    ``trainer.spec.config.cross_field_issues``'s, so the API refuses them at submit; this one needs
     the worker's filesystem, and the API never says whether a path exists."""
     assert cfg.engine == "verl", "run_verl runs verl configs"
     if cfg.model_path is not None and not (Path(cfg.model_path).expanduser() / "config.json").is_file():
@@ -74,16 +74,16 @@ def resolve_device(cfg: RunConfig) -> str:
 def run_gpus_per_node(cfg: RunConfig) -> int:
     """FSDP ranks per node: the run's ``resources.gpus_per_node``, which the API resolved into the
     stored config at submit; a config parsed without the policy (a direct ``run_verl`` call) gets
-    the operator's default here the same way (trainer/resources.py ``resolve_gpus``)."""
-    from trainer.operator_policy import RunPolicy
+    the operator's default here the same way (trainer/spec/resources.py ``resolve_gpus``)."""
+    from trainer.spec.operator_policy import RunPolicy
 
     return RunPolicy.from_env().resolve(cfg).resources.gpus_per_node
 
 
 def sample_rule_env() -> dict[str, str]:
-    """The operator's rollout-sample settings (AERO_ROLLOUT_*, trainer/operator_policy.py) as set here, for
+    """The operator's rollout-sample settings (AERO_ROLLOUT_*, trainer/spec/operator_policy.py) as set here, for
     the trainer actor, which reads them with ``SampleRules.from_env``."""
-    from trainer.operator_policy import ENV
+    from trainer.spec.operator_policy import ENV
 
     names = [var for field, var in ENV.items() if field.startswith("rollout_")]
     return {v: os.environ[v] for v in names if os.environ.get(v, "").strip()}
@@ -138,7 +138,7 @@ class PlatformTaskRunner:
         from verl.utils.dataset.rl_dataset import collate_fn
         from verl.workers.config import HFModelConfig
 
-        from trainer.system_metrics import NvmlGpus, RunGpus, SystemMonitor
+        from trainer.platform.system_metrics import NvmlGpus, RunGpus, SystemMonitor
         from trainer.verl.step_metrics import StopRequested, stop_file_flag
         from trainer.verl.trainer import PlatformTrainer
 
@@ -179,7 +179,7 @@ class PlatformTaskRunner:
 
 def held_pools(manager, groups: list | None):
     """verl's resource-pool manager over the placement groups the run already holds
-    (trainer/placement.py): its pools use them instead of making their own, and skip verl's
+    (trainer/platform/placement.py): its pools use them instead of making their own, and skip verl's
     "available GPUs less than desired" check (the held GPUs are the run's, not free)."""
     if groups is None:
         return manager
@@ -215,7 +215,7 @@ def run_verl(cfg: RunConfig, out_dir: str | Path, sink: MetricSink,
              on_wait: Callable[[str | None], None] | None = None,
              on_placed: Callable[[dict], None] | None = None) -> dict[str, Any]:
     """Train ``cfg`` (engine 'verl', parsed by the caller) on a Ray cluster; the contract of
-    trainer.engines.run_training. The run is a Ray job of its own (trainer/placement.py): it
+    trainer.platform.run.run_training. The run is a Ray job of its own (trainer/platform/placement.py): it
     holds one placement group per node until it ends, waits (``on_wait``) while they are taken,
     and frees only what it made."""
     check_verl_config(cfg)
@@ -223,8 +223,8 @@ def run_verl(cfg: RunConfig, out_dir: str | Path, sink: MetricSink,
         import ray  # noqa: F401  (fail here, with what to install, before any data is written)
     except ImportError as e:
         raise ImportError("the verl engine needs verl: pip install 'aero-lab[verl]' (verl==0.9.1)") from e
-    from trainer.placement import (Placement, check_network, check_shared_dir, cluster_address, describe_groups,
-                                   forwarded_env, node_groups, ray_session, release_groups)
+    from trainer.platform.placement import (Placement, check_network, check_shared_dir, cluster_address, describe_groups,
+                                            forwarded_env, node_groups, ray_session, release_groups)
 
     if cfg.resources.nodes > 1 and cluster_address() is None:
         raise ConfigError([("resources.nodes", f"{cfg.resources.nodes} nodes need a Ray cluster of several nodes: the "
@@ -236,7 +236,7 @@ def run_verl(cfg: RunConfig, out_dir: str | Path, sink: MetricSink,
     stop_file = out_dir / "verl" / "STOP"
     stop_file.unlink(missing_ok=True)
     device = resolve_device(cfg)
-    # verl's own trackers (trainer/trackers.py), and the operator's network settings for every rank
+    # verl's own trackers (trainer/platform/trackers.py), and the operator's network settings for every rank
     network = forwarded_env()
     env = {**platform_env(device), **verl_env(cfg.trackers, out_dir), **network}
     os.environ.update(env)  # this process too: verl reads VERL_PLATFORM when it first asks for the platform
@@ -281,7 +281,7 @@ def _fit(cfg: RunConfig, config, out_dir: Path, sink: MetricSink, groups: list, 
          should_stop: Callable[[], bool] | None, progress: Callable[[int, int, dict], None] | None,
          where=None):
     """The task runner's fit on the held groups, relaying its metrics to ``sink`` as they come.
-    A node of the run (``where``, a trainer.placement.Placement) that dies fails it with
+    A node of the run (``where``, a trainer.platform.placement.Placement) that dies fails it with
     :class:`NodeLost` (:func:`check_nodes`), not a Ray traceback or a wait for gloo's timeout."""
     import ray
 

@@ -1,4 +1,4 @@
-"""A verl step's stored detail (trainer/rollout_sample.py): its generated DataProto described as
+"""A verl step's stored detail (trainer/platform/step_detail.py): its generated DataProto described as
 ``StepRows`` (texts decoded with the trainer's tokenizer, only for the rows sampled), for the
 curated loop (AERO, DAPO: every generation round, with the rows curated out) and for the stock
 fit (GRPO, Dr.GRPO: one round, every row trained). The same sample rule and histograms as the
@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from trainer.rollout_sample import SampleRules, StepRows, step_detail
+from trainer.platform.step_detail import SampleRules, StepRows, step_detail
 from trainer.verl.rows import response_lengths, row_correct
 
 log = logging.getLogger(__name__)

@@ -4,7 +4,7 @@ calls (``log(data, step)``).
 
 verl's own throughput metrics count trained tokens only; AERO generates more rollouts than it
 trains, so generation is accounted separately here, with the platform's formulas
-(trainer/flops.py, docs/metrics.md "FLOPs"): rollout FLOPs over every generated row
+(trainer/core/flops.py, docs/metrics.md "FLOPs"): rollout FLOPs over every generated row
 (prompt + response), training FLOPs over every trained real row with (3 + extra) forwards.
 verl recomputes old log-probs before the update, so ``extra`` is 1, plus 1 with a reference
 policy (KL). Masked pad rows are excluded; generation pad rows (the agent-loop divisor) are
@@ -23,7 +23,7 @@ import numpy as np
 
 import common.metric_keys as mk
 from trainer.core.strata import is_correct
-from trainer.flops import step_accounting as flops_step_accounting
+from trainer.core.flops import step_accounting as flops_step_accounting
 from trainer.verl.rows import ADV_COLUMN
 
 # verl metric name -> platform key (docs/metrics.md). Anything else verl logs is kept under
@@ -96,7 +96,7 @@ def truncated_rows(batch, stop_ids: Sequence[int]) -> np.ndarray:
 
 def step_accounting(generated, train, shape: tuple[int, int, int], *, extra_forwards: int,
                     stop_ids: Sequence[int]) -> dict[str, float]:
-    """``trainer.flops.step_accounting`` (the one every engine calls) over verl's rows.
+    """``trainer.core.flops.step_accounting`` (the one every engine calls) over verl's rows.
 
     Args:
         generated: every generated real row of the step (DataProto; None when the step made no
@@ -129,9 +129,9 @@ def step_accounting(generated, train, shape: tuple[int, int, int], *, extra_forw
 
 def eval_results(data_sources, sample_uids, correct, k: int, seed: int = 0) -> dict[str, dict[str, Any]]:
     """Per-benchmark (data_source) Avg@k / Pass@k with per-problem (n, c) from verl's validation
-    samples, through trainer.evaluate.summarize; plus the pooled 'overall' row (as the embedded
+    samples, through trainer.tasks.evaluate.summarize; plus the pooled 'overall' row (as the embedded
     evaluation)."""
-    from trainer.evaluate import summarize
+    from trainer.tasks.evaluate import summarize
 
     data_sources, sample_uids = np.asarray(data_sources, dtype=object), np.asarray(sample_uids, dtype=object)
     correct = is_correct(correct)
@@ -160,7 +160,7 @@ class PlatformLogger:
     ``on_stop(step)`` runs (the trainer saves a checkpoint) and :class:`StopRequested` is raised.
     ``on_logged(step)`` runs once a training step is written (the trainer commits its checkpoint).
     ``pending_detail()``: the step's rollout sample and histograms (``sink.log_detail``);
-    ``system``: a trainer.system_metrics.SystemMonitor whose sample joins each step's metrics.
+    ``system``: a trainer.platform.system_metrics.SystemMonitor whose sample joins each step's metrics.
     """
 
     def __init__(self, sink, extra: Callable[[], dict] | None = None, pending_eval: Callable[[], dict | None] | None = None,

@@ -57,15 +57,15 @@ from verl.utils.py_functional import rename_dict
 from verl.workers.utils.padding import left_right_2_no_padding
 
 import common.metric_keys as mk
-from trainer.config import RunConfig
-from trainer.local_checkpoint import prune_verl_steps
+from trainer.spec.config import RunConfig
+from trainer.platform.local_checkpoint import prune_verl_steps
 from trainer.embedded.checkpoint import numpy_rng_from_state, numpy_rng_state
 from trainer.methods.spec import get_method
 from trainer.methods.step import strata_stats
 from trainer.verl.collect import VerlCollected, collect
 from trainer.verl.model_dir import stop_ids
-from trainer.rollout_sample import SampleRules
-from trainer.system_metrics import SystemMonitor
+from trainer.platform.step_detail import SampleRules
+from trainer.platform.system_metrics import SystemMonitor
 from trainer.verl.rows import ADV_COLUMN, pad_for_update, real_rows, row_correct, unpad_masked
 from trainer.verl.step_detail import best_effort, curated_detail, stock_detail
 from trainer.verl.step_metrics import (CHECKPOINTS_FILE, PlatformLogger, eval_results, latest_checkpoint_step,

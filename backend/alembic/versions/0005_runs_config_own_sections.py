@@ -2,7 +2,7 @@
 
 Before this revision every stored run config carried every method's section (``aero``,
 ``aero_mem``, ``dapo``), whatever its method; a config now holds exactly its method's
-(trainer/config.py refuses a GRPO config with an ``aero`` block). This migration drops the
+(trainer/spec/config.py refuses a GRPO config with an ``aero`` block). This migration drops the
 others from every stored run, so a queued run written before it still parses when a worker
 takes it, and a finished one still opens. The method -> sections table is written out here as
 it stood at this revision, so this migration does the same whatever the registry says later;

@@ -1,7 +1,7 @@
 """step_details: each step's stored rollout sample and fixed-bin histograms.
 
 One row per (run, step), written by the worker's sink beside the step's metrics
-(trainer/rollout_sample.py says what is sampled). Deleted with the run (cascade) and, on a
+(trainer/platform/step_detail.py says what is sampled). Deleted with the run (cascade) and, on a
 resume, past the checkpoint's step, like the step metrics.
 
 The small histograms column comes before the large rollouts column: SQLite reaches a column

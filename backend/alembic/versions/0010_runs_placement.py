@@ -1,6 +1,6 @@
 """Runs record their placement: the GPUs they hold, what they wait for, where they train.
 
-``gpus`` (resources.gpus_per_node x resources.nodes, trainer/resources.py) is what the
+``gpus`` (resources.gpus_per_node x resources.nodes, trainer/spec/resources.py) is what the
 ``AERO_QUOTA_RUNNING_GPUS`` quota counts; ``waiting_for`` says what a claimed run waits for
 before its first step; ``placement`` is the Ray cluster, nodes and GPU ids it was given. Runs
 stored before hold 0 GPUs (they were placed by nothing).

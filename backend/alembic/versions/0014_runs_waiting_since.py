@@ -1,6 +1,6 @@
 """Runs record since when they wait for their GPUs: ``waiting_since``.
 
-A claimed run that waits for its GPUs (``waiting_for`` set, trainer/placement.py) is listed as
+A claimed run that waits for its GPUs (``waiting_for`` set, trainer/platform/placement.py) is listed as
 waiting, with how long it has waited; ``waiting_since`` is when it started waiting, cleared with
 ``waiting_for`` once placed or finished. A run waiting while this migration runs is taken to wait
 since it started (a run waits before its first step).

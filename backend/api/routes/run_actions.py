@@ -1,5 +1,5 @@
 """/api/runs/{id}/resume and /api/runs/{id}/alerts: run a failed or cancelled run again from its
-last checkpoint; read its alert rules and the ones that fired (trainer/alerts.py)."""
+last checkpoint; read its alert rules and the ones that fired (trainer/spec/alerts.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from backend.schemas import AlertsPublic, RunPublic
 from backend.services.configs import validate_config
 from backend.services.quotas import Quotas, admit, run_work
 from backend.services.submit import enqueue_or_fail
-from trainer.config import ConfigError
+from trainer.spec.config import ConfigError
 
 router = APIRouter(prefix="/runs", tags=["runs"])
 

@@ -17,7 +17,7 @@ from backend.services.configs import queue_for, run_gpus, validate_config
 from backend.services.priority import check_priority
 from backend.services.quotas import Quotas, admit, run_work
 from backend.services.submit import enqueue_or_fail
-from trainer.config import ConfigError
+from trainer.spec.config import ConfigError
 
 router = APIRouter(prefix="/runs", tags=["runs"])
 

@@ -11,7 +11,7 @@ from sqlalchemy import func, select
 from backend.db import runs as repo
 from backend.db.models import AuditEvent, Run
 from backend.db.tokens import create_token
-from trainer.config import RunConfig
+from trainer.spec.config import RunConfig
 
 TINY = {"steps": 2, "batch_prompts": 2, "n_total": 8}
 

@@ -6,7 +6,7 @@ import pytest
 from backend.db import runs as repo
 from backend.db.metrics import upsert_eval_results, upsert_step_metrics
 from backend.db.sweeps import create_sweep
-from trainer.config import RunConfig
+from trainer.spec.config import RunConfig
 
 GRPO_STEPS = {1: {"time/step_s": 2.0, "time/rollout_s": 1.0, "time/train_s": 1.0, "flops/total": 10.0, "flops/train": 6.0,
                   "tokens/trained": 100.0, "tokens/generated": 80.0, "rollout/trained": 64.0, "rollout/generated": 64.0,

@@ -9,7 +9,7 @@ from backend.db import runs as repo
 from backend.db.metrics import upsert_eval_results, upsert_step_metrics
 from backend.db.sweeps import create_sweep
 from backend.services.groups import STALENESS, Group, label_groups
-from trainer.config import RunConfig
+from trainer.spec.config import RunConfig
 
 T975_2 = 4.302652730  # Student-t 0.975 quantile, 2 degrees of freedom
 

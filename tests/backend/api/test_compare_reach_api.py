@@ -14,7 +14,7 @@ import pytest
 
 from backend.db import runs as repo
 from backend.db.metrics import upsert_eval_results, upsert_step_metrics
-from trainer.config import RunConfig
+from trainer.spec.config import RunConfig
 
 GRPO = [0.30, 0.35, 0.40, 0.45, 0.50, 0.50, 0.50]
 AERO = [0.30, 0.40, 0.50, 0.50, 0.50, 0.50, 0.50]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from trainer.safetext import first_forbidden
+from trainer.spec.safetext import first_forbidden
 
 BAD = ["\x1b[31mred", "x\x9b2J", "a\u202eb", "tab\there", "nl\nx", "del\x7f", "iso\u2066x"]
 

@@ -1,4 +1,4 @@
-"""POST /api/runs refuses a config its method cannot run (trainer.config's method rule, read
+"""POST /api/runs refuses a config its method cannot run (trainer.spec.config's method rule, read
 from the method spec) with 422 naming the field, before anything is stored or enqueued."""
 
 T = {"steps": 3, "batch_prompts": 4}

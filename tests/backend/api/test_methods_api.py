@@ -4,7 +4,7 @@ order, behind the same read access rule as the other read routes, and is in the 
 from fastapi.testclient import TestClient
 
 from backend.main import create_app
-from trainer.config import RunConfig
+from trainer.spec.config import RunConfig
 from trainer.methods.spec import get_method, method_names
 
 

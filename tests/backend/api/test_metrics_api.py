@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from backend.db import runs as repo
 from backend.db.metrics import upsert_eval_results, upsert_step_metrics
-from trainer.config import RunConfig
+from trainer.spec.config import RunConfig
 
 
 @pytest.fixture

@@ -160,8 +160,8 @@ def test_one_gpu_count_from_submit_to_claim_to_placement(quota_client, session, 
     # The operator's default (AERO_VERL_GPUS=3) is resolved once, at submit, into the stored config:
     # the cap, the quota, runs.gpus, the worker's parse at claim and verl's rank count all read 3,
     # even after the operator changes the default.
-    from trainer.config import parse_run_config
-    from trainer.operator_policy import RunPolicy
+    from trainer.spec.config import parse_run_config
+    from trainer.spec.operator_policy import RunPolicy
     from trainer.verl.runner import run_gpus_per_node
 
     policy = make_settings().run_policy.model_copy(update={"verl_gpus": 3, "max_gpus": 4})
@@ -189,8 +189,8 @@ def test_one_gpu_count_from_submit_to_claim_to_placement(quota_client, session, 
 
 
 def test_resolve_gpus_per_engine_and_device():
-    from trainer.config import parse_run_config
-    from trainer.resources import resolve_gpus
+    from trainer.spec.config import parse_run_config
+    from trainer.spec.resources import resolve_gpus
 
     def gpus(**kw):
         return resolve_gpus(parse_run_config(kw), verl_gpus=2).resources.gpus_per_node

@@ -7,7 +7,7 @@ import pytest
 from backend.db import runs as repo
 from backend.db.metrics import delete_steps_after, upsert_step_metrics
 from backend.db.rollouts import upsert_step_details
-from trainer.config import RunConfig
+from trainer.spec.config import RunConfig
 
 HOSTILE = "<script>alert('x')</script> **bold** [link](javascript:1) :red[hi] \x1b[31mred\x00 \u202eevil"
 

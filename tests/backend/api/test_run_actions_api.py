@@ -7,7 +7,7 @@ from fastapi.testclient import TestClient
 from backend.db import alerts as alert_repo
 from backend.db import runs as repo
 from backend.main import create_app
-from trainer.operator_policy import RunPolicy
+from trainer.spec.operator_policy import RunPolicy
 
 TINY = {"method": "grpo", "steps": 3, "batch_prompts": 4, "eval_every": 0, "eval_problems": 8}
 

@@ -1,4 +1,4 @@
-"""The operator's run policy (trainer/operator_policy.py, docs/deploy.md "Run policy") at submit: a token
+"""The operator's run policy (trainer/spec/operator_policy.py, docs/deploy.md "Run policy") at submit: a token
 holder cannot weaken the code sandbox, exceed a resource cap, or point a run at a file outside
 the operator's data roots. Each attempt is a 422 naming the field; nothing is stored or sent.
 POST /api/runs and POST /api/sweeps both apply it."""
@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 
 from backend.main import create_app
 from backend.settings import Settings
-from trainer.operator_policy import RunPolicy
+from trainer.spec.operator_policy import RunPolicy
 
 T = {"steps": 3, "batch_prompts": 4}
 HUGE = 2**62

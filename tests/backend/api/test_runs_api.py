@@ -6,7 +6,8 @@ from fastapi.testclient import TestClient
 
 from backend.db import runs as repo
 from backend.main import create_app
-from trainer.config import ConfigDeprecationWarning, OptimConfig
+from trainer.spec.config import OptimConfig
+from trainer.spec.config_renames import ConfigDeprecationWarning
 
 TINY = {"method": "grpo", "steps": 3, "batch_prompts": 4, "eval_every": 0, "eval_problems": 8}
 

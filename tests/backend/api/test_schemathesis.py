@@ -20,7 +20,7 @@ from backend.db import runs as repo
 from backend.db.models import AuditEvent
 from backend.db.tokens import create_token
 from backend.db.metrics import upsert_eval_results, upsert_step_metrics
-from trainer.config import RunConfig
+from trainer.spec.config import RunConfig
 
 NO_PARAMETERS = {"GET /api/health", "GET /api/metrics", "GET /metrics", "GET /api/me", "GET /api/tokens", "GET /api/users"}
 WRITES = {"POST", "PATCH", "PUT", "DELETE"}

@@ -15,7 +15,7 @@ from backend.db import runs as repo
 from backend.db.metrics import upsert_step_metrics
 from backend.db.session import get_engine, make_sessionmaker
 from backend.main import create_app
-from trainer.config import RunConfig
+from trainer.spec.config import RunConfig
 
 pytestmark = pytest.mark.timing  # wall-clock budgets: `make test` runs these one at a time
 

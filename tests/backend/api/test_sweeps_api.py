@@ -3,7 +3,8 @@
 import pytest
 
 from backend.services.sweeps import apply_override, expand_grid, run_name
-from trainer.config import ConfigDeprecationWarning, OptimConfig
+from trainer.spec.config import OptimConfig
+from trainer.spec.config_renames import ConfigDeprecationWarning
 
 BASE = {"steps": 3, "batch_prompts": 4, "eval_every": 0}
 

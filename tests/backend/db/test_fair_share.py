@@ -15,7 +15,7 @@ from backend.db import fair_share
 from backend.db import runs as repo
 from backend.db.models import Run, utcnow
 from backend.db.session import get_engine, make_sessionmaker
-from trainer.config import RunConfig
+from trainer.spec.config import RunConfig
 
 CFG = RunConfig(steps=2).model_dump(mode="json")
 T0 = datetime(2026, 1, 1)

@@ -18,7 +18,7 @@ from tests.stores import old_runs_table
 from backend.db.session import get_engine, make_sessionmaker
 from backend.services.downsample import downsample_indices
 from backend.services.metric_reads import dumps, metrics_payload
-from trainer.config import RunConfig
+from trainer.spec.config import RunConfig
 
 C = series.CHUNK_STEPS
 

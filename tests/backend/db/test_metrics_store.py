@@ -17,7 +17,7 @@ from backend.db.metrics import (
     upsert_step_metrics,
 )
 from backend.db.models import StepMetric
-from trainer.config import RunConfig
+from trainer.spec.config import RunConfig
 
 
 @pytest.fixture

@@ -81,7 +81,7 @@ def test_migration_0005_keeps_only_the_sections_each_runs_method_reads(empty_db_
     from sqlalchemy import select
 
     from backend.db.models import Run
-    from trainer.config import parse_run_config
+    from trainer.spec.config import parse_run_config
 
     migrate(empty_db_url, "0004")
     every = {"aero": {"n_explore": 4}, "aero_mem": {"gamma": 0.9}, "dapo": {"eps_high": 0.3}}
@@ -144,7 +144,7 @@ def test_migration_0009_drops_the_code_sections_operator_fields_from_stored_conf
     from sqlalchemy import insert, select
 
     from backend.db.models import Run, Sweep
-    from trainer.config import ConfigError, parse_run_config
+    from trainer.spec.config import ConfigError, parse_run_config
 
     migrate(empty_db_url, "0008")
     old_code = {"network": "auto", "run_as_uid": 65534, "python": None, "workers": 2}
@@ -173,7 +173,7 @@ def test_migration_0011_makes_grpo_runs_with_drgrpos_estimator_drgrpo_runs(empty
     from sqlalchemy import select
 
     from backend.db.models import Run
-    from trainer.config import ConfigError, parse_run_config
+    from trainer.spec.config import ConfigError, parse_run_config
     from trainer.methods.spec import get_method
 
     migrate(empty_db_url, "0010")
@@ -207,7 +207,7 @@ def test_migration_0012_renames_rollout_engine_to_sampler_in_stored_configs(empt
     from sqlalchemy import insert, select
 
     from backend.db.models import Run, Sweep
-    from trainer.config import parse_run_config
+    from trainer.spec.config import parse_run_config
 
     migrate(empty_db_url, "0011")
     stored = {1: {"method": "grpo", "rollout_engine": "embedded", "seed": 3}, 2: {"method": "aero", "rollout_engine": "vllm"},
@@ -243,7 +243,7 @@ def test_migration_0013_drops_the_code_block_from_stored_configs_of_other_tasks(
     from sqlalchemy import select
 
     from backend.db.models import Run
-    from trainer.config import ConfigError, parse_run_config
+    from trainer.spec.config import ConfigError, parse_run_config
 
     migrate(empty_db_url, "0012")
     code = {"test_timeout_s": 4.0, "timeout_s": 30.0, "memory_mb": 512, "workers": 0}
@@ -296,7 +296,7 @@ def test_migration_0016_writes_the_synchronous_offpolicy_block_into_whole_stored
     from sqlalchemy import select
 
     from backend.db.models import Run
-    from trainer.config import parse_run_config
+    from trainer.spec.config import parse_run_config
 
     migrate(empty_db_url, "0015")
     whole = parse_run_config({"method": "aero"}).model_dump(mode="json")
@@ -326,7 +326,7 @@ def test_migration_0017_moves_the_generation_fields_into_the_rollout_block(empty
     from sqlalchemy import insert, select
 
     from backend.db.models import Run, Sweep
-    from trainer.config import parse_run_config
+    from trainer.spec.config import parse_run_config
 
     migrate(empty_db_url, "0016")
     whole = parse_run_config({"method": "aero", "rollout": {"rng": "per-row", "schedule": "continuous"}}).model_dump(mode="json")

@@ -7,7 +7,7 @@ from sqlalchemy import update
 
 from backend.db import runs as repo
 from backend.db.models import RUN_STATUSES, Run, utcnow
-from trainer.config import RunConfig
+from trainer.spec.config import RunConfig
 
 ALLOWED = {
     ("queued", "running"), ("queued", "cancelled"), ("queued", "failed"),

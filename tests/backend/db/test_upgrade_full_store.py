@@ -16,7 +16,7 @@ from backend.db.migrate import migrate
 from backend.db.models import Checkpoint, Run, Sweep
 from backend.db.session import get_engine, make_sessionmaker
 from backend.db.tokens import hash_token, verify_token
-from trainer.config import parse_run_config
+from trainer.spec.config import parse_run_config
 
 METHODS = {1: "grpo", 2: "aero", 3: "dapo"}
 STATUS = {1: "succeeded", 2: "running", 3: "queued"}

@@ -10,7 +10,7 @@ random order, as rows of different lengths do."""
 import numpy as np
 import pytest
 
-from trainer.config import parse_run_config
+from trainer.spec.config import parse_run_config
 from trainer.methods.aero import explore_and_rescue_calls, explore_and_rescue_stream
 from trainer.methods.sampler import Samples
 

@@ -69,9 +69,9 @@ def test_a_corrupt_latest_checkpoint_falls_back_to_the_newest_older_one_that_loa
 @pytest.mark.parametrize("keep", [1, 3])
 def test_a_run_keeps_the_checkpoints_it_asks_for_and_resumes_from_the_newest(tmp_path, keep):
     # a 4-step run checkpointing every step keeps `keep_checkpoints` on disk, and a longer run resumes
-    from trainer.config import parse_run_config
-    from trainer.engines import run_training
-    from trainer.sinks import MemorySink
+    from trainer.spec.config import parse_run_config
+    from trainer.platform.run import run_training
+    from trainer.platform.sinks import MemorySink
 
     base = {"steps": 4, "batch_prompts": 2, "n_total": 4, "aero": {"n_explore": 2}, "eval_every": 0,
             "eval_problems": 2, "eval_n": 2, "checkpoint_every": 1, "keep_checkpoints": keep, "device": "cpu"}
@@ -86,8 +86,8 @@ def test_a_run_keeps_the_checkpoints_it_asks_for_and_resumes_from_the_newest(tmp
 
 
 def test_the_operator_caps_the_checkpoints_a_run_keeps():
-    from trainer.config import ConfigError, parse_run_config
-    from trainer.operator_policy import RunPolicy
+    from trainer.spec.config import ConfigError, parse_run_config
+    from trainer.spec.operator_policy import RunPolicy
 
     policy = RunPolicy.from_env({"AERO_MAX_KEEP_CHECKPOINTS": "3"})
     assert parse_run_config({"keep_checkpoints": 3}, policy).keep_checkpoints == 3
@@ -100,7 +100,7 @@ def test_the_operator_caps_the_checkpoints_a_run_keeps():
 
 
 def test_verl_step_folders_beyond_the_kept_ones_are_deleted_whole(tmp_path):
-    from trainer.local_checkpoint import prune_verl_steps
+    from trainer.platform.local_checkpoint import prune_verl_steps
 
     for s in (1, 2, 9, 10, 11):
         (tmp_path / f"global_step_{s}" / "actor").mkdir(parents=True)

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from trainer.embedded.collect import StepContext, collect
-from trainer.config import ConfigError, parse_run_config
-from trainer.engines import run_training
-from trainer.sinks import JsonlSink, MemorySink, MultiSink
+from trainer.spec.config import ConfigError, parse_run_config
+from trainer.platform.run import run_training
+from trainer.platform.sinks import JsonlSink, MemorySink, MultiSink
 from trainer.embedded.presets import load_setup
 from trainer.rollout.base import SamplingParams
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainer.config import ConfigError, parse_run_config
+from trainer.spec.config import ConfigError, parse_run_config
 from trainer.core.losses import AGG_MODES, Aggregation
 from trainer.embedded.memory_plan import plan_memory
 from trainer.embedded.model import build_model, tiny_qwen2_config

@@ -1,4 +1,4 @@
-"""Asynchronous training on the embedded engine (trainer/offpolicy.py, trainer/embedded/pipeline.py,
+"""Asynchronous training on the embedded engine (trainer/spec/offpolicy.py, trainer/embedded/pipeline.py,
 trainer/core/importance.py): the importance weights and the decoupled loss against a hand
 computation, the proximal log-probs against a forward of the current model, the staleness
 schedule, reproducibility across the two threads, resume with steps in flight, refusals by name."""
@@ -10,12 +10,12 @@ import math
 import pytest
 import torch
 
-from trainer.config import ConfigError, for_method, parse_run_config
+from trainer.spec.config import ConfigError, for_method, parse_run_config
 from trainer.core.importance import importance_weights, weight_stats
 from trainer.core.losses import clipped_surrogate
 from trainer.embedded.pipeline import sampling_version
-from trainer.engines import run_training
-from trainer.sinks import MemorySink
+from trainer.platform.run import run_training
+from trainer.platform.sinks import MemorySink
 
 TINY = {"steps": 6, "batch_prompts": 8, "n_total": 4, "aero": {"n_explore": 2}, "eval_every": 0, "eval_problems": 4, "eval_n": 2,
         "checkpoint_every": 2, "device": "cpu", "seed": 5}

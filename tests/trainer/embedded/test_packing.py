@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from trainer.config import ConfigError, parse_run_config
+from trainer.spec.config import ConfigError, parse_run_config
 from trainer.core.losses import AGG_MODES
 from trainer.embedded.forward import collate, sequence_logprobs
 from trainer.embedded.model import build_model, enable_gradient_checkpointing, tiny_qwen2_config

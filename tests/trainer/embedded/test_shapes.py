@@ -8,7 +8,7 @@ from typing import get_args
 import pytest
 import torch
 
-from trainer.config import ModelShape, parse_run_config
+from trainer.spec.config import ModelShape, parse_run_config
 from trainer.embedded.presets import load_setup
 from trainer.embedded.shapes import SHAPES, SHAPES_DIR, build_shape_model, shape_config, shape_parameters
 

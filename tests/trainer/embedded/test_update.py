@@ -14,7 +14,7 @@ from trainer.embedded.model import build_model, enable_gradient_checkpointing, t
 from trainer.rollout.base import Rollout, SamplingParams
 from trainer.rollout.embedded import HFSampler
 import trainer.core.losses as losses
-from trainer.config import parse_run_config
+from trainer.spec.config import parse_run_config
 from trainer.core.losses import Aggregation
 from trainer.embedded.update import (UpdateSettings, Updater, length_buckets, mini_batch_indices, policy_logprobs,
                                      shared_prompt_logprobs, shares_prompts, shuffle_rng)

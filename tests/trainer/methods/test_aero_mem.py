@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trainer.config import RunConfig
+from trainer.spec.config import RunConfig
 from trainer.methods.spec import get_step
 from tests.trainer.methods.keyed import KeyedSampler
 

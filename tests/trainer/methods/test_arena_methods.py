@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tests.trainer.methods.keyed import KeyedSampler
-from trainer.config import ConfigError, RunConfig, parse_run_config
+from trainer.spec.config import ConfigError, RunConfig, parse_run_config
 from trainer.methods.knapsack import plan_counts
 from trainer.methods.spec import get_method, get_step
 
@@ -146,8 +146,8 @@ def test_sections_belong_to_their_method():
 
 @pytest.mark.parametrize("method", ["knapsack", "speed", "greso"])
 def test_two_real_steps_on_the_embedded_engine(method, tmp_path):
-    from trainer.engines import run_training
-    from trainer.sinks import MemorySink
+    from trainer.platform.run import run_training
+    from trainer.platform.sinks import MemorySink
 
     cfg = parse_run_config({"method": method, "steps": 3, "batch_prompts": 8, "n_total": 8, "eval_every": 0,
                             "eval_problems": 8, "checkpoint_every": 0, "train_size": 8})

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trainer.config import ConfigError, parse_run_config
+from trainer.spec.config import ConfigError, parse_run_config
 from trainer.methods.cppo import kept_per_group, prune_by_abs_advantage
 from trainer.methods.spec import get_method, get_step
 
@@ -60,8 +60,8 @@ def test_the_section_belongs_to_cppo_and_its_rule_names_the_field():
 
 
 def test_two_real_steps_on_the_embedded_engine(tmp_path):
-    from trainer.engines import run_training
-    from trainer.sinks import MemorySink
+    from trainer.platform.run import run_training
+    from trainer.platform.sinks import MemorySink
 
     cfg = parse_run_config({"method": "cppo", "steps": 2, "batch_prompts": 8, "n_total": 8, "eval_every": 0,
                             "eval_problems": 8, "checkpoint_every": 0, "cppo": {"prune_rate": 0.75}})

@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from trainer.embedded.collect import StepContext, collect
-from trainer.config import ConfigError, parse_run_config
-from trainer.engines import run_training
+from trainer.spec.config import ConfigError, parse_run_config
+from trainer.platform.run import run_training
 from trainer.methods.spec import get_method
-from trainer.sinks import MemorySink
+from trainer.platform.sinks import MemorySink
 from trainer.embedded.presets import load_setup
 from trainer.rollout.base import SamplingParams
 
@@ -78,7 +78,7 @@ def test_drgrpo_has_one_route():
 def test_estimators_are_registered_by_key_and_the_config_offers_exactly_them():
     import typing
 
-    from trainer.config import RunConfig
+    from trainer.spec.config import RunConfig
     from trainer.core.estimators import ADV_ESTIMATORS, get_adv_estimator
 
     assert set(typing.get_args(RunConfig.model_fields["adv_estimator"].annotation)) == set(ADV_ESTIMATORS)

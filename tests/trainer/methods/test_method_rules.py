@@ -1,10 +1,10 @@
 """What a method's spec asks of a run config (engines, stable prompt ids) is checked at parse
-time by trainer.config's method rule, so a run that would fail at its first step is refused
+time by trainer.spec.config's method rule, so a run that would fail at its first step is refused
 before any compute, naming the field to change."""
 
 import pytest
 
-from trainer.config import ConfigError, parse_run_config
+from trainer.spec.config import ConfigError, parse_run_config
 from trainer.methods.spec import get_method, specs
 
 MEM = [s.name for s in specs() if s.needs.prompt_ids]
@@ -57,7 +57,7 @@ def test_a_method_that_says_nothing_of_verl_is_refused_there_not_trained_as_grpo
     """The trap this guards: with stock_fit on by default and both engines by default, a new
     method that forgot its verl settings trained verl's stock GRPO under its own name. Now the
     defaults are the embedded engine only and the curated loop (the method's own step)."""
-    from trainer.config_rules import method_issues
+    from trainer.spec.config_rules import method_issues
     from trainer.methods import spec as registry
     from trainer.methods.grpo import grpo_step
 

@@ -10,7 +10,7 @@ import json
 import numpy as np
 import pytest
 
-from trainer.config import ConfigError, parse_run_config
+from trainer.spec.config import ConfigError, parse_run_config
 from trainer.methods.pilot_commit import (COMMIT, TOO_EASY, TOO_HARD, commit_order, evicts, pilot_accuracy,
                                           pilot_quota, pilot_size, pilot_verdict, reward_variance,
                                           solved_streak)
@@ -249,8 +249,8 @@ def test_spec_runs_on_both_engines_with_the_pilot_as_verls_first_call():
 
 
 def test_two_real_steps_on_the_embedded_engine(tmp_path):
-    from trainer.engines import run_training
-    from trainer.sinks import MemorySink
+    from trainer.platform.run import run_training
+    from trainer.platform.sinks import MemorySink
 
     cfg = parse_run_config({"method": "pilot-commit", "steps": 2, "batch_prompts": 8, "n_total": 8, "eval_every": 0,
                             "eval_problems": 8, "checkpoint_every": 0, "train_size": 16})
@@ -267,8 +267,8 @@ def test_state_is_checkpointed_and_a_resumed_run_is_the_same(tmp_path):
     """The evicted / deferred / streak records go into the checkpoint (the sampler's state): a run
     stopped after step 2 and resumed logs what an uninterrupted one does (timings aside)."""
     from trainer.embedded.checkpoint import load_latest_checkpoint
-    from trainer.engines import run_training
-    from trainer.sinks import JsonlSink
+    from trainer.platform.run import run_training
+    from trainer.platform.sinks import JsonlSink
 
     cfg = parse_run_config({"preset": "tiny", "method": "pilot-commit", "steps": 4, "batch_prompts": 4, "n_total": 8,
                             "train_size": 8, "eval_every": 0, "eval_problems": 4, "eval_n": 2, "checkpoint_every": 2,

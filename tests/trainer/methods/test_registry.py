@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from trainer.config import METHODS, ConfigError, RunConfig, parse_run_config
+from trainer.spec.config import METHODS, ConfigError, RunConfig, parse_run_config
 from trainer.methods.spec import Display, MethodSpec, get_method, get_step, method_names, register, specs
 
 
@@ -60,7 +60,7 @@ def test_unknown_method_is_a_config_error_listing_the_methods():
 
 
 def test_registry_loads_without_torch():
-    code = ("import sys, trainer.methods.spec as s; s.specs(); import trainer.config; "
+    code = ("import sys, trainer.methods.spec as s; s.specs(); import trainer.spec.config; "
             "print([m for m in ('torch',) if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from trainer.config import RunConfig
+from trainer.spec.config import RunConfig
 from trainer.core.aero import CurationRules, aero_advantages, curate
 from trainer.core.dapo import nonzero_variance_mask, overlong_penalty
 from trainer.core.rescue import plan_rounds, replay, start_rescue

@@ -3,10 +3,10 @@ serves the tasks it lists, and is refused, naming the command to run, where it i
 
 import pytest
 
-from trainer.config import ConfigError, parse_run_config
+from trainer.spec.config import ConfigError, parse_run_config
 from trainer.methods.spec import method_names
 from trainer.models.catalog import MODELS
-from trainer.operator_policy import RunPolicy
+from trainer.spec.operator_policy import RunPolicy
 
 DEFAULTS = MODELS["smollm2-135m"].defaults
 
@@ -53,7 +53,7 @@ def test_with_the_model_installed_the_policy_admits_it(smollm2):
 @pytest.mark.parametrize("method", ["grpo", "aero", "dapo"])
 def test_verl_admits_the_real_model_preset_at_its_defaults(method):
     # verl trains it (tests/trainer/verl/test_real_model.py): the preset's defaults apply there too
-    from trainer.config import for_method
+    from trainer.spec.config import for_method
 
     cfg = parse_run_config(for_method({"preset": "smollm2-135m", "engine": "verl", "method": method}, method))
     assert (cfg.max_prompt_tokens, cfg.max_new_tokens, cfg.optim.lr) == (96, 16, 3e-5)
@@ -61,7 +61,7 @@ def test_verl_admits_the_real_model_preset_at_its_defaults(method):
 
 @pytest.mark.parametrize("method", method_names())
 def test_every_method_runs_at_the_models_defaults(method):
-    from trainer.config import for_method
+    from trainer.spec.config import for_method
 
     cfg = parse_run_config(for_method({"preset": "smollm2-135m", "method": method, "train_size": 64}, method))
     assert (cfg.batch_prompts, cfg.n_total) == (8, 8)

@@ -8,10 +8,10 @@ import math
 
 import pytest
 
-from trainer.config import for_method, parse_run_config
-from trainer.engines import run_training
+from trainer.spec.config import for_method, parse_run_config
+from trainer.platform.run import run_training
 from trainer.methods.spec import method_names
-from trainer.sinks import JsonlSink, MemorySink
+from trainer.platform.sinks import JsonlSink, MemorySink
 
 SMALL = {"preset": "smollm2-135m", "steps": 2, "batch_prompts": 2, "n_total": 4, "max_new_tokens": 6,
          "eval_every": 0, "eval_problems": 1, "eval_n": 2, "checkpoint_every": 0, "device": "cpu",
@@ -77,7 +77,7 @@ def test_a_stopped_real_model_run_resumes_exactly(smollm2, tmp_path):
 
 
 def test_a_prompt_cap_below_the_chat_questions_is_refused_before_compute(smollm2):
-    from trainer.config import ConfigError
+    from trainer.spec.config import ConfigError
     from trainer.embedded.presets import load_setup
 
     with pytest.raises(ConfigError) as e:

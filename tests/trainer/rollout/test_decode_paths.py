@@ -19,7 +19,7 @@ import torch
 from tests.trainer.rollout.test_attention import PROMPTS as GQA_PROMPTS
 from tests.trainer.rollout.test_attention import gqa_model
 from tests.trainer.rollout.test_embedded import EOS, PAD, PROMPTS, eos_biased_model, no_cache_logprobs, small_model
-from trainer.config import ConfigError, parse_run_config
+from trainer.spec.config import ConfigError, parse_run_config
 from trainer.embedded.collect import StepContext, collect
 from trainer.embedded.presets import load_setup, stop_token_ids
 from trainer.methods.spec import get_method, specs
@@ -471,8 +471,8 @@ def test_a_training_run_logs_the_same_metrics_on_each_path(path, tmp_path):
     continuous batch): every metric but the timings is the same with rollout.decode=static (here
     bit for bit); on one continuous batch, one generate call per step and the gradient the same as
     the calls schedule's to float rounding."""
-    from trainer.engines import run_training
-    from trainer.sinks import MemorySink
+    from trainer.platform.run import run_training
+    from trainer.platform.sinks import MemorySink
 
     steps = {}
     for name, over in zip(("ref", "path"), RUNS[path]):

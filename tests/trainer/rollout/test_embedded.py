@@ -7,12 +7,12 @@ from typing import get_args
 import pytest
 import torch
 
-from trainer.sampler_registry import RolloutConfig
+from trainer.spec.sampler_registry import RolloutConfig
 from trainer.embedded.model import build_model, tiny_qwen2_config
 from trainer.rollout import make_sampler
 from trainer.rollout.base import SamplingParams
 from trainer.rollout.embedded import HFSampler, expand_counts, live_rows, top_p_filter
-from trainer.sampler_registry import SAMPLER_NAMES
+from trainer.spec.sampler_registry import SAMPLER_NAMES
 
 V, BOS, EOS, PAD = 20, 1, 2, 0
 SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,

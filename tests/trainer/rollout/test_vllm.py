@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from trainer.config import parse_run_config
+from trainer.spec.config import parse_run_config
 from trainer.rollout import make_sampler
 from trainer.rollout.base import SamplingParams
 from trainer.rollout.vllm import (INSTALL_HINT, build_requests, import_vllm, sampling_kwargs, to_rollouts,

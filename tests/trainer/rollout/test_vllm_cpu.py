@@ -74,9 +74,9 @@ def test_weight_sync_reaches_the_engine(engine):
 
 
 def test_a_run_trains_with_vllm_rollouts_on_the_cpu(tmp_path):
-    from trainer.config import parse_run_config
-    from trainer.engines import run_training
-    from trainer.sinks import MemorySink
+    from trainer.spec.config import parse_run_config
+    from trainer.platform.run import run_training
+    from trainer.platform.sinks import MemorySink
 
     cfg = parse_run_config({"method": "aero", "rollout": {"sampler": "vllm"}, "device": "cpu", "steps": 2, "batch_prompts": 8,
                             "n_total": 8, "aero": {"n_explore": 4}, "eval_every": 0, "eval_problems": 8, "eval_n": 2})

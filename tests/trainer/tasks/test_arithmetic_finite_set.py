@@ -4,7 +4,7 @@ permutations of one fixed set, ids are stable, a data position resumes exactly, 
 
 import pytest
 
-from trainer.config import ConfigError, parse_run_config
+from trainer.spec.config import ConfigError, parse_run_config
 from trainer.tasks.arithmetic import ArithmeticTask
 
 N = 50

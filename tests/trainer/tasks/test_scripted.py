@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from trainer.config import parse_run_config
+from trainer.spec.config import parse_run_config
 from trainer.methods.sampler import Samples
 from trainer.methods.spec import get_step
 from trainer.tasks import TASKS, make_task

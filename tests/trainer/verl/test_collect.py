@@ -11,7 +11,7 @@ import torch
 
 pytest.importorskip("verl")
 
-from trainer.config import parse_run_config  # noqa: E402
+from trainer.spec.config import parse_run_config  # noqa: E402
 from trainer.verl.collect import collect  # noqa: E402
 from trainer.verl.rows import ADV_COLUMN, pad_for_update, real_rows, split_sizes, unpad_masked  # noqa: E402
 

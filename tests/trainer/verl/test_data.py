@@ -41,7 +41,7 @@ def test_compute_score_is_the_math_verifier():
 def test_generated_tasks_write_their_stream_and_score_by_their_own_verifier(tmp_path):
     # Every generated task in the registry: the rows carry the task and the prompt, and verl's
     # reward function scores each row's reference answer 1 and a wrong answer 0 by that task's verifier.
-    from trainer.config import parse_run_config
+    from trainer.spec.config import parse_run_config
     from trainer.tasks import make_task
     from trainer.tasks.registry import tasks_with
     from trainer.verl.data import prepare as prepare_any
@@ -68,7 +68,7 @@ def test_a_real_models_rows_ask_in_words_and_score_free_text_as_the_embedded_tas
     # The installed real model on verl: the same problems in the same order, each asked as the
     # embedded task asks it (its question in words, the user message of the chat template), and the
     # reward reads the free-text answer with the embedded task's own verifier.
-    from trainer.config import parse_run_config
+    from trainer.spec.config import parse_run_config
     from trainer.embedded.presets import build_generated_task
     from trainer.verl.data import prepare as prepare_any
 

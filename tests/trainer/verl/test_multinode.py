@@ -26,10 +26,10 @@ import pytest
 
 pytest.importorskip("verl")
 
-from trainer import placement  # noqa: E402
-from trainer.config import for_method, parse_run_config  # noqa: E402
-from trainer.operator_policy import RunPolicy  # noqa: E402
-from trainer.sinks import MemorySink  # noqa: E402
+from trainer.platform import placement  # noqa: E402
+from trainer.spec.config import for_method, parse_run_config  # noqa: E402
+from trainer.spec.operator_policy import RunPolicy  # noqa: E402
+from trainer.platform.sinks import MemorySink  # noqa: E402
 from worker import ray_head  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -130,7 +130,7 @@ def where_ranks_are() -> dict:
 def test_two_nodes_a_lost_node_and_the_retry(cluster, tmp_path, monkeypatch):
     """One test, three run_verl calls on one run directory (tests/conftest.py spreads slow tests
     between fast ones of other modules, which would tear the cluster down between tests)."""
-    from trainer.placement import NodeLost
+    from trainer.platform.placement import NodeLost
     from trainer.verl.runner import run_verl
 
     out = tmp_path / "run"

@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("ray")
 
-from trainer import placement  # noqa: E402
+from trainer.platform import placement  # noqa: E402
 from trainer.verl import runner  # noqa: E402
 
 

@@ -3,7 +3,7 @@ silently ignores, and (with verl installed) hydra compose + verl's own validate_
 
 import pytest
 
-from trainer.config import ConfigError, parse_run_config
+from trainer.spec.config import ConfigError, parse_run_config
 from trainer.verl.overrides import REWARD_FN, check_no_legacy_reward, to_overrides
 
 BASE = {"preset": None, "model_path": "/models/qwen2.5-math-1.5b", "task": "math", "train_data": "/data/train.jsonl",

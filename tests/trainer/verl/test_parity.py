@@ -28,7 +28,7 @@ import torch
 
 pytest.importorskip("verl")
 
-from trainer.config import for_method, parse_run_config  # noqa: E402
+from trainer.spec.config import for_method, parse_run_config  # noqa: E402
 from trainer.methods.spec import get_method, method_names  # noqa: E402
 from trainer.rollout.base import Rollout, SamplingParams  # noqa: E402
 from trainer.tasks.arithmetic import ArithmeticTask  # noqa: E402

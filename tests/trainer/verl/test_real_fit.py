@@ -20,8 +20,8 @@ import pytest
 
 pytest.importorskip("verl")
 
-from trainer.config import for_method, parse_run_config  # noqa: E402
-from trainer.sinks import MemorySink  # noqa: E402
+from trainer.spec.config import for_method, parse_run_config  # noqa: E402
+from trainer.platform.sinks import MemorySink  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from trainer.config import ConfigError, parse_run_config
+from trainer.spec.config import ConfigError, parse_run_config
 from trainer.verl.runner import check_verl_config, model_shape
 
 

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import torch
 
-from trainer.config import parse_run_config
-from trainer.rollout_sample import SampleRules
-from trainer.sinks import JsonlSink, MemorySink
-from trainer.system_metrics import SystemMonitor
+from trainer.spec.config import parse_run_config
+from trainer.platform.step_detail import SampleRules
+from trainer.platform.sinks import JsonlSink, MemorySink
+from trainer.platform.system_metrics import SystemMonitor
 from trainer.verl.collect import VerlCollected
 from trainer.verl.step_detail import best_effort, curated_detail, stock_detail, verl_rows
 from trainer.verl.step_metrics import JsonlRelay, PlatformLogger

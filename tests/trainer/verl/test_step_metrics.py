@@ -6,9 +6,9 @@ import json
 import pytest
 import torch
 
-from trainer.sinks import JsonlSink, MemorySink
+from trainer.platform.sinks import JsonlSink, MemorySink
 
-from trainer.flops import rollout_flops, train_flops
+from trainer.core.flops import rollout_flops, train_flops
 from trainer.verl.step_metrics import JsonlRelay, PlatformLogger, StopRequested, eval_results, translate
 
 
@@ -116,7 +116,7 @@ def test_attach_logger_reaches_the_tracking_the_stock_loop_builds():
 
 
 def test_relay_forwards_complete_lines_idempotently(tmp_path):
-    from trainer.sinks import JsonlSink
+    from trainer.platform.sinks import JsonlSink
 
     src, dst = JsonlSink(tmp_path), MemorySink()
     relay = JsonlRelay(tmp_path, dst)

@@ -14,10 +14,10 @@ import torch
 
 pytest.importorskip("verl")
 
-from trainer.config import for_method, parse_run_config  # noqa: E402
-from trainer.sinks import MemorySink  # noqa: E402
-from trainer.rollout_sample import SampleRules  # noqa: E402
-from trainer.system_metrics import SystemMonitor  # noqa: E402
+from trainer.spec.config import for_method, parse_run_config  # noqa: E402
+from trainer.platform.sinks import MemorySink  # noqa: E402
+from trainer.platform.step_detail import SampleRules  # noqa: E402
+from trainer.platform.system_metrics import SystemMonitor  # noqa: E402
 
 CFG = {"preset": None, "model_path": "/m", "task": "math", "train_data": "/d.jsonl", "engine": "verl",
        "method": "aero", "batch_prompts": 4, "n_total": 6, "mini_batches": 2, "shuffle_mini_batches": False,
