@@ -4,6 +4,8 @@ import pytest
 
 from trainer.core.flops import rollout_flops, sequence_forward_flops, train_flops
 
+pytestmark = pytest.mark.unit  # a formula: the unit tier, though tests/trainer/core/ is the engine's
+
 
 def test_sequence_forward_flops_hand_count():
     # N=1000 params, 2 layers, d=8, L=3 positions: sum_p (2N + 2*2*p*8) = 3*2000 + 32*(1+2+3)
