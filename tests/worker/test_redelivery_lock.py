@@ -17,8 +17,7 @@ from worker.settings import WorkerSettings
 REDIS = "redis://127.0.0.1:6379/14"  # a DB of its own: the e2e tests' workers sweep DB 11
 
 
-def test_a_sweep_lock_left_by_a_killed_worker_expires_within_seconds(monkeypatch):
-    monkeypatch.setenv("AERO_RESTORE_INTERVAL_S", "1")
+def test_a_sweep_lock_left_by_a_killed_worker_expires_within_seconds():
     app = make_app(Settings(redis_url=REDIS), WorkerSettings())
     client = redis.Redis.from_url(REDIS)
     with app.connection_for_write() as conn:
