@@ -22,7 +22,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${AERO_VERL_VENV:-.venv-verl}"
 
-if ! "$VENV/bin/python" -c "import verl, math_verify, pytest, celery, sqlalchemy, typer, psutil, prometheus_client, gguf, accelerate" >/dev/null 2>&1; then
+if ! "$VENV/bin/python" -c "import verl, math_verify, pytest, xdist, celery, sqlalchemy, typer, psutil, prometheus_client, gguf, accelerate" >/dev/null 2>&1; then
   echo "test_verl: creating $VENV (torch 2.13 CPU, verl 0.9.1)" >&2
   python3 -m venv "$VENV"
   # torch first, pinned, from the CPU index (TORCH_INDEX / TORCH_SPEC as for scripts/install.sh):
@@ -32,7 +32,7 @@ if ! "$VENV/bin/python" -c "import verl, math_verify, pytest, celery, sqlalchemy
   # verl's base install misses modules its trainer imports on CPU (cachetools, uvicorn, fastapi);
   # the rest is what our trainer and tests need
   "$VENV/bin/pip" install -q cachetools uvicorn fastapi "math-verify>=0.7" "pydantic>=2.7" pydantic-settings \
-    pyarrow pytest pytest-timeout
+    pyarrow pytest pytest-timeout pytest-xdist
   # the real model's converter (trainer/models/install.py), for the suite's smollm2 fixture
   "$VENV/bin/pip" install -q "gguf>=0.10" "accelerate>=1.0"
   # the platform, for the worker end-to-end test (API, store, broker, CLI)
@@ -43,7 +43,13 @@ if ! "$VENV/bin/python" -c "import verl, math_verify, pytest, celery, sqlalchemy
 fi
 
 bash scripts/services.sh >/dev/null
-exec "$VENV/bin/python" -m pytest tests/trainer/verl tests/trainer/rollout/test_vllm.py tests/worker/test_verl_e2e.py \
+# Two pytest-xdist workers, a file at a time (a module's fixtures, such as test_real_fit's shared
+# GRPO and DAPO runs, are built once): most of a verl test's wall time is Ray and process
+# start-up and waiting, so two overlap well on 2 cores. AERO_VERL_WORKERS=0 runs them in one process.
+WORKERS="${AERO_VERL_WORKERS:-2}"
+PARALLEL=()
+[ "$WORKERS" != 0 ] && PARALLEL=(-n "$WORKERS" --dist loadfile)
+exec "$VENV/bin/python" -m pytest "${PARALLEL[@]}" tests/trainer/verl tests/trainer/rollout/test_vllm.py tests/worker/test_verl_e2e.py \
   tests/worker/test_verl_node_loss_e2e.py \
   tests/worker/test_verl_placement_e2e.py \
   -p no:cacheprovider -W ignore::UserWarning -W ignore::FutureWarning -q "$@"

@@ -157,7 +157,7 @@ def test_a_run_killed_between_a_steps_checkpoint_and_its_log_trains_that_step_ag
     out = tmp_path / "grpo"
     args = [str(Path(sys.executable).with_name("aero")), "train", "--engine", "verl", "--method", "grpo",
             "--steps", "3", "--seed", "3", "--out", str(out), "--set", "device=cpu", "--set", "batch_prompts=8",
-            "--set", "n_total=8", "--set", "eval_every=2", "--set", "eval_problems=64", "--set", "eval_n=8",
+            "--set", "n_total=8", "--set", "eval_every=2", "--set", "eval_problems=16", "--set", "eval_n=8",
             "--set", "checkpoint_every=1"]
     saved, logged = out / "verl_checkpoints" / "global_step_2" / "curation_state.json", out / "verl" / "metrics.jsonl"
     marker = out / "verl_checkpoints" / "latest_checkpointed_iteration.txt"
@@ -166,7 +166,10 @@ def test_a_run_killed_between_a_steps_checkpoint_and_its_log_trains_that_step_ag
         return [json.loads(line)["step"] for line in logged.read_text().splitlines()] if logged.is_file() else []
 
     first = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    try:  # step 2's validation (64 problems x 8) runs after its checkpoint is saved and before it is logged
+    # step 2's validation (16 problems x 7 benchmarks x 8 samples, seconds on 2 cores against a
+    # 20 ms poll) runs after its checkpoint is saved and before it is logged: the window to kill in.
+    # It was 64 problems; each run validates up to three times, so that was ~5 of this test's 8 minutes.
+    try:
         deadline = time.monotonic() + 600
         while not saved.is_file() and first.poll() is None and time.monotonic() < deadline:
             time.sleep(0.02)
