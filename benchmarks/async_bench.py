@@ -3,6 +3,7 @@
 
     python benchmarks/async_bench.py --seeds 0,1,2 --steps 40 --out runs/async_bench
     python benchmarks/async_bench.py --seeds 0 --steps 6 --methods grpo --ks 0,1 --set batch_prompts=16   # a smoke run
+    python benchmarks/async_bench.py --ks 0,4,4:mis   # k = 4 under tis (the default) and under mis, side by side
 
 Per run: the trainer's wall clock per step (median over steps 2.., ``time/step_s``), where the
 time goes (rollout, update, the sampler's and the trainer's waits), staleness and importance
@@ -39,16 +40,25 @@ from trainer.platform.sinks import MemorySink  # noqa: E402
 PHASES = (mk.STEP_S, mk.ROLLOUT_S, mk.TRAIN_S, mk.SAMPLER_IDLE_S, mk.TRAINER_IDLE_S)
 
 
-def name_of(method: str, k: int) -> str:
-    return f"{method}@k{k}"
+def name_of(method: str, k: int, correction: str | None = None) -> str:
+    return f"{method}@k{k}" + (f"-{correction}" if correction else "")
 
 
-def run_one(base: dict[str, Any], method: str, k: int, seed: int, out: Path) -> dict[str, Any]:
+def parse_variant(item: str) -> tuple[int, str | None]:
+    """``--ks`` entries: ``K`` (the configured correction) or ``K:CORRECTION`` (``4:mis``)."""
+    k, _, correction = item.partition(":")
+    return int(k), correction or None
+
+
+def run_one(base: dict[str, Any], method: str, k: int, seed: int, out: Path,
+            correction: str | None = None) -> dict[str, Any]:
     offpolicy = {**base.get("offpolicy", {}), "max_staleness": k}  # --set offpolicy.correction=... kept
+    if correction:
+        offpolicy["correction"] = correction
     cfg = parse_run_config(for_method({**base, "seed": seed, "offpolicy": offpolicy}, method))
     sink = MemorySink()
     t0 = time.perf_counter()
-    for _ in iter_training(cfg, out / f"seed{seed}" / name_of(method, k), sink):
+    for _ in iter_training(cfg, out / f"seed{seed}" / name_of(method, k, correction), sink):
         pass
     wall = time.perf_counter() - t0
     later = [s for s in sorted(sink.steps) if s >= 2] or sorted(sink.steps)
@@ -58,7 +68,7 @@ def run_one(base: dict[str, Any], method: str, k: int, seed: int, out: Path) -> 
         return statistics.median(vals) if vals else None
 
     curve = eval_curve(sink)
-    return {"method": method, "k": k, "seed": seed, "wall_s": wall,
+    return {"method": method, "k": k, "correction": correction, "seed": seed, "wall_s": wall,
             "median": {key: median(key) for key in (*PHASES, mk.STALENESS_MAX, mk.IS_WEIGHT_MEAN, mk.IS_CAPPED_FRAC)},
             "flops_total": sum(m[mk.FLOPS_TOTAL] for m in sink.steps.values()),
             "train_s": sink.steps[max(sink.steps)][mk.ELAPSED_S],
@@ -66,9 +76,9 @@ def run_one(base: dict[str, Any], method: str, k: int, seed: int, out: Path) -> 
 
 
 def summarize(results: list[dict[str, Any]], baseline: str) -> dict[str, Any]:
-    names = sorted({name_of(r["method"], r["k"]) for r in results})
+    names = sorted({name_of(r["method"], r["k"], r.get("correction")) for r in results})
     seeds = sorted({r["seed"] for r in results})
-    by = {(name_of(r["method"], r["k"]), r["seed"]): r for r in results}
+    by = {(name_of(r["method"], r["k"], r.get("correction")), r["seed"]): r for r in results}
     out: dict[str, Any] = {"runs": {}}
     for n in names:
         rs = [by[(n, s)] for s in seeds if (n, s) in by]
@@ -88,7 +98,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--methods", default="grpo,aero,dapo")
-    ap.add_argument("--ks", default="0,1,2", help="max_staleness values")
+    ap.add_argument("--ks", default="0,1,2", help="max_staleness values, each K or K:CORRECTION (4:mis)")
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--preset", default="tiny")
     ap.add_argument("--set", action="append", default=[], help="config override KEY=JSON (e.g. batch_prompts=32)")
@@ -108,19 +118,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         node[leaf] = parsed
     seeds = [int(s) for s in args.seeds.split(",")]
     methods = args.methods.split(",")
-    ks = [int(k) for k in args.ks.split(",")]
+    ks = [parse_variant(k) for k in args.ks.split(",")]
     out = Path(args.out)
     results = []
     for i, seed in enumerate(seeds):
         order = [(m, k) for m in methods for k in ks]
         order = order[i % len(order):] + order[:i % len(order)]  # rotate: no run always first
-        for method, k in order:
-            r = run_one(base, method, k, seed, out)
+        for method, (k, correction) in order:
+            r = run_one(base, method, k, seed, out, correction)
             results.append(r)
-            print(f"seed {seed} {name_of(method, k)}: {r['median'][mk.STEP_S]:.3f} s/step (median), final Avg@k "
+            print(f"seed {seed} {name_of(method, k, correction)}: {r['median'][mk.STEP_S]:.3f} s/step (median), final Avg@k "
                   f"{r['final_avg_at_k']:.3f}, {r['wall_s']:.0f} s wall", flush=True)
-    baseline = name_of(methods[0], ks[0])
-    report = {"meta": {"base": base, "seeds": seeds, "methods": methods, "ks": ks, "baseline": baseline,
+    baseline = name_of(methods[0], *ks[0])
+    report = {"meta": {"base": base, "seeds": seeds, "methods": methods, "ks": args.ks.split(","), "baseline": baseline,
                        "command": " ".join(sys.argv)},
               "summary": summarize(results, baseline), "results": results}
     out.mkdir(parents=True, exist_ok=True)
