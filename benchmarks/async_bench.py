@@ -68,7 +68,8 @@ def run_one(base: dict[str, Any], method: str, k: int, seed: int, out: Path,
         return statistics.median(vals) if vals else None
 
     curve = eval_curve(sink)
-    return {"method": method, "k": k, "correction": correction, "seed": seed, "wall_s": wall,
+    return {"name": name_of(method, k, correction), "method": method, "k": k, "correction": correction,
+            "seed": seed, "wall_s": wall,
             "median": {key: median(key) for key in (*PHASES, mk.STALENESS_MAX, mk.IS_WEIGHT_MEAN, mk.IS_CAPPED_FRAC)},
             "flops_total": sum(m[mk.FLOPS_TOTAL] for m in sink.steps.values()),
             "train_s": sink.steps[max(sink.steps)][mk.ELAPSED_S],
@@ -76,9 +77,9 @@ def run_one(base: dict[str, Any], method: str, k: int, seed: int, out: Path,
 
 
 def summarize(results: list[dict[str, Any]], baseline: str) -> dict[str, Any]:
-    names = sorted({name_of(r["method"], r["k"], r.get("correction")) for r in results})
+    names = sorted({r["name"] for r in results})
     seeds = sorted({r["seed"] for r in results})
-    by = {(name_of(r["method"], r["k"], r.get("correction")), r["seed"]): r for r in results}
+    by = {(r["name"], r["seed"]): r for r in results}
     out: dict[str, Any] = {"runs": {}}
     for n in names:
         rs = [by[(n, s)] for s in seeds if (n, s) in by]
@@ -127,7 +128,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for method, (k, correction) in order:
             r = run_one(base, method, k, seed, out, correction)
             results.append(r)
-            print(f"seed {seed} {name_of(method, k, correction)}: {r['median'][mk.STEP_S]:.3f} s/step (median), final Avg@k "
+            print(f"seed {seed} {r['name']}: {r['median'][mk.STEP_S]:.3f} s/step (median), final Avg@k "
                   f"{r['final_avg_at_k']:.3f}, {r['wall_s']:.0f} s wall", flush=True)
     baseline = name_of(methods[0], *ks[0])
     report = {"meta": {"base": base, "seeds": seeds, "methods": methods, "ks": args.ks.split(","), "baseline": baseline,

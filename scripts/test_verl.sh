@@ -44,8 +44,8 @@ fi
 
 bash scripts/services.sh >/dev/null
 # Two pytest-xdist workers, a file at a time (a module's fixtures, such as test_real_fit's shared
-# GRPO and DAPO runs, are built once): most of a verl test's wall time is Ray and process
-# start-up and waiting, so two overlap well on 2 cores. AERO_VERL_WORKERS=0 runs them in one process.
+# GRPO and DAPO runs, are built once). They share the 2 cores, yet overlap: 1.38x on two files
+# timed side by side (BENCHMARKS.md "The verl suite in two workers"). AERO_VERL_WORKERS=0: one process.
 WORKERS="${AERO_VERL_WORKERS:-2}"
 PARALLEL=()
 [ "$WORKERS" != 0 ] && PARALLEL=(-n "$WORKERS" --dist loadfile)

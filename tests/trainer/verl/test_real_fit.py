@@ -166,9 +166,9 @@ def test_a_run_killed_between_a_steps_checkpoint_and_its_log_trains_that_step_ag
         return [json.loads(line)["step"] for line in logged.read_text().splitlines()] if logged.is_file() else []
 
     first = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    # step 2's validation (16 problems x 7 benchmarks x 8 samples, seconds on 2 cores against a
-    # 20 ms poll) runs after its checkpoint is saved and before it is logged: the window to kill in.
-    # It was 64 problems; each run validates up to three times, so that was ~5 of this test's 8 minutes.
+    # step 2's validation (16 problems x 7 benchmarks x 8 samples, far longer than the 20 ms poll)
+    # runs after its checkpoint is saved and before it is logged: the window to kill in. It was 64
+    # problems, but each run validates up to three times, and only this window needs it long.
     try:
         deadline = time.monotonic() + 600
         while not saved.is_file() and first.poll() is None and time.monotonic() < deadline:
