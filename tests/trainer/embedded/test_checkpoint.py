@@ -111,3 +111,20 @@ def test_verl_step_folders_beyond_the_kept_ones_are_deleted_whole(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["global_step_10", "global_step_11",
                                                            "latest_checkpointed_iteration.txt"]
     assert prune_verl_steps(tmp_path, 0) == []
+
+
+def test_a_checkpoint_is_written_without_crc32s_and_the_setting_is_restored(tmp_path):
+    """torch.load never checks the zip's CRC-32s, so the save skips them (most of a large save's
+    time); the torch-wide setting is only changed for that save, and the state round-trips."""
+    import zipfile
+
+    import torch.utils.serialization as ser
+
+    before = ser.config.save.compute_crc32
+    w = torch.randn(4096, generator=torch.Generator().manual_seed(0))
+    save_checkpoint(tmp_path, 1, {"w": w})
+    assert ser.config.save.compute_crc32 == before
+    with zipfile.ZipFile(tmp_path / "checkpoints" / "step_000001" / "state.pt") as z:
+        data = [i for i in z.infolist() if "/data/" in i.filename]
+    assert data and all(i.CRC == 0 for i in data)  # with CRCs on, a tensor of random floats has a nonzero one
+    assert torch.equal(load_latest_checkpoint(tmp_path)["w"], w)
