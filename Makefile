@@ -16,20 +16,19 @@ lint: .venv/.installed
 	.venv/bin/ruff check .
 	.venv/bin/mypy
 
-# Two passes: everything but the wall-clock budgets in three pytest-xdist workers on the two
-# cores (a third worker's tests run while an end-to-end test waits on its processes: 825 s against
-# 861 s in two, BENCHMARKS.md), handed out one test at a time (--maxschedchunk 1), the slow
-# end-to-end tests spread over the first half (tests/conftest.py) so in-process tests fill the
-# cores around their waits; then the tests that assert wall-clock budgets (marked timing) one at
-# a time, with nothing beside them, collected from the files that mark them only (collecting the
-# whole suite again costs ~8 s; collection refuses a timing test anywhere else, tests/conftest.py).
+# Two passes: everything but the wall-clock budgets in two pytest-xdist workers (one core each),
+# handed out one test at a time (--maxschedchunk 1), the slow end-to-end tests spread over the
+# first half (tests/conftest.py) so in-process tests fill the cores around their waits; then the
+# tests that assert wall-clock budgets (marked timing) one at a time, with nothing beside them,
+# collected from the files that mark them only (collecting the whole suite again costs ~8 s;
+# collection refuses a timing test anywhere else, tests/conftest.py).
 # `pytest` alone runs everything in one process.
 TIMING_FILES = $(shell grep -rlE 'mark\.timing' tests --include='test_*.py' | sort)
 
 test: .venv/.installed
 	bash scripts/install_browser.sh
 	bash scripts/services.sh
-	.venv/bin/python -m pytest -q -n 3 --maxschedchunk 1 -m "not timing"
+	.venv/bin/python -m pytest -q -n 2 --maxschedchunk 1 -m "not timing"
 	.venv/bin/python -m pytest -q -m timing $(TIMING_FILES)
 
 # The unit tier alone (tests/conftest.py::tier_of: no process, service or training), for a quick

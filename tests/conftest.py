@@ -111,10 +111,10 @@ def tier_of(item) -> str:
 def _spread_slow_tests(items) -> None:
     """Spread the slow end-to-end tests over the first half of the run, one every few short tests.
 
-    Under ``make test``'s ``-n 3 --maxschedchunk 1`` each worker takes one test at a time in this
+    Under ``make test``'s ``-n 2 --maxschedchunk 1`` each worker takes one test at a time in this
     order, so while one worker runs an end-to-end test (which mostly waits on the processes it
-    starts) the others keep the cores busy with in-process tests. Slow tests bunched together leave
-    the workers waiting; a slow test last runs alone. Order is kept within each kind."""
+    starts) the other keeps a core busy with in-process tests. Slow tests bunched together leave
+    both workers waiting; a slow test last runs alone. Order is kept within each kind."""
     slow, rest = [], []
     for item in items:
         (slow if item.get_closest_marker("slow") else rest).append(item)

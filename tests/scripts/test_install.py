@@ -56,7 +56,7 @@ def test_make_test_installs_the_browser_before_the_tests():
     pytest_runs = [i for i, c in enumerate(commands) if c.startswith(".venv/bin/python -m pytest -q")]
     assert len(pytest_runs) == 2 and commands.index("bash scripts/install_browser.sh") < pytest_runs[0]
     # the two passes cover every test: the parallel one excludes exactly what the serial one selects
-    assert commands[pytest_runs[0]].endswith('-n 3 --maxschedchunk 1 -m "not timing"')
+    assert commands[pytest_runs[0]].endswith('-n 2 --maxschedchunk 1 -m "not timing"')
     # (the serial one collects only the files that mark timing tests; collection refuses a timing test elsewhere)
     head, files = commands[pytest_runs[1]].split(" -m timing")
     assert head == ".venv/bin/python -m pytest -q"
