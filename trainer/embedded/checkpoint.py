@@ -66,10 +66,10 @@ def _save_failed(tmp: Path, exc: Exception) -> Exception:
 
 def without_crc32() -> contextlib.AbstractContextManager:
     """torch.save's setting that skips the zip's CRC-32s, for one save (a no-op on a torch
-    without the setting). torch.load never checks them: a flipped byte loads either way, and a truncated file
-    fails on the zip's directory either way. They cost: smollm2-135m's checkpoint (1.6 GB, weights
-    and AdamW's moments) saved in 2.6 s with them against 1.4-1.6 s without (medians of two
-    runs of 4 saves, a 2-core Xeon; benchmarks/checkpoint_save.py)."""
+    without the setting). torch.load never checks them: a flipped byte loads either way, and a
+    truncated file fails on the zip's directory either way. They cost: smollm2-135m's checkpoint
+    (1.6 GB, weights and AdamW's moments) saved in 2.6 s with them against 1.4-1.6 s without
+    (medians of two runs of 4 saves, a 2-core Xeon; benchmarks/checkpoint_save.py)."""
     try:
         config = importlib.import_module("torch.utils.serialization").config
     except (ImportError, AttributeError):
